@@ -1,0 +1,69 @@
+// swift-tools-version:6.0
+import Foundation
+import PackageDescription
+
+/// Rouse: a SIP registrar and stateful proxy that wakes sleeping mobile apps by push before ringing them.
+/// One target per layer; dependencies point one way (docs/architecture.md).
+var targets: [Target] = [
+    // C libraries, each wrapped once.
+    .systemLibrary(name: "CLinuxShims", path: "Sources/CLinuxShims"),
+    .systemLibrary(
+        name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
+        providers: [.apt(["libssl-dev"])]),
+    .systemLibrary(
+        name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
+        providers: [.apt(["libpq-dev"])]),
+    .systemLibrary(
+        name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
+        providers: [.apt(["libcurl4-openssl-dev"])]),
+
+    // The SIP core: pure Swift, no I/O.
+    .target(name: "SIPMessage"),
+    .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
+    // Sockets, the event loop, flows and TLS.
+    .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
+    // PostgreSQL.
+    .target(name: "Storage", dependencies: ["CLibPQ"]),
+    // Configuration, wiring, start and stop.
+    .target(
+        name: "RouseServer",
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Storage", "CLinuxShims"]),
+    .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
+
+    // Tests and benchmarks.
+    .target(
+        name: "RouseTestSupport",
+        dependencies: ["SIPMessage", "SIPTransaction", "CLinuxShims", "COpenSSL"]),
+    .executableTarget(
+        name: "RouseBench",
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseTestSupport"]),
+    .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
+    .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
+    .testTarget(
+        name: "SIPTransportTests",
+        dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage"]),
+    .testTarget(
+        name: "RouseServerTests",
+        dependencies: ["RouseServer", "SIPMessage", "RouseTestSupport"]),
+]
+
+var products: [Product] = [
+    .executable(name: "rouse", targets: ["rouse"]),
+    .executable(name: "rouse-bench", targets: ["RouseBench"]),
+]
+
+// libFuzzer harnesses have no `main` of their own (libFuzzer brings it), so they are only part of
+// the package when `make fuzz` asks for them (ROUSE_FUZZ=1) and builds them with -sanitize=fuzzer.
+if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
+    targets.append(.executableTarget(name: "SIPParserFuzz", dependencies: ["SIPMessage"]))
+    products.append(.executable(name: "SIPParserFuzz", targets: ["SIPParserFuzz"]))
+}
+
+let package = Package(
+    name: "Rouse",
+    platforms: [.macOS(.v14)],
+    products: products,
+    targets: targets,
+    swiftLanguageModes: [.v6]
+)

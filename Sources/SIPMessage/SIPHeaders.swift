@@ -1,0 +1,114 @@
+/// One header line of a message: its name as spelled on the wire and its value, trimmed of
+/// surrounding white space, with folded continuation lines joined by a single space.
+public struct SIPHeader: Hashable, Sendable {
+    /// The name as it was received or given (serialized as is).
+    public var name: String
+    /// The value after the colon.
+    public var value: String
+    /// The name as SIP compares it.
+    public let key: SIPHeaderName
+
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+        self.key = SIPHeaderName(name)
+    }
+
+    public init(_ key: SIPHeaderName, _ value: String, spelled name: String? = nil) {
+        self.name = name ?? SIPHeaders.preferredSpelling(of: key)
+        self.value = value
+        self.key = key
+    }
+}
+
+/// The ordered header fields of a message. Order is kept (Via and Route order matter); lookups
+/// compare names case-insensitively and accept compact forms.
+public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLiteral {
+    public private(set) var fields: [SIPHeader]
+
+    public init(_ fields: [SIPHeader] = []) { self.fields = fields }
+
+    public init(arrayLiteral elements: (String, String)...) {
+        self.fields = elements.map { SIPHeader(name: $0.0, value: $0.1) }
+    }
+
+    public var count: Int { fields.count }
+    public func makeIterator() -> IndexingIterator<[SIPHeader]> { fields.makeIterator() }
+
+    /// The value of the first line with this name.
+    public subscript(_ key: SIPHeaderName) -> String? {
+        fields.first { $0.key == key }?.value
+    }
+
+    /// The value of the first line with this name (any spelling or compact form).
+    public subscript(_ name: String) -> String? { self[SIPHeaderName(name)] }
+
+    /// Every line's value with this name, in order, each as written (not split at commas).
+    public func lines(_ key: SIPHeaderName) -> [String] {
+        fields.compactMap { $0.key == key ? $0.value : nil }
+    }
+
+    /// Every element of a list header (RFC 3261 §7.3.1): all lines with this name, each split at
+    /// commas that stand outside quoted strings and angle brackets.
+    public func values(_ key: SIPHeaderName) -> [String] {
+        var result: [String] = []
+        for field in fields where field.key == key {
+            result.append(contentsOf: SIPHeaderValueScanner.splitList(field.value))
+        }
+        return result
+    }
+
+    public func contains(_ key: SIPHeaderName) -> Bool { fields.contains { $0.key == key } }
+
+    /// Appends a line after the existing ones.
+    public mutating func add(_ key: SIPHeaderName, _ value: String) {
+        fields.append(SIPHeader(key, value))
+    }
+
+    public mutating func add(_ header: SIPHeader) { fields.append(header) }
+
+    /// Adds a line before all others (a proxy's Via, RFC 3261 §16.6 step 8).
+    public mutating func prepend(_ key: SIPHeaderName, _ value: String) {
+        fields.insert(SIPHeader(key, value), at: 0)
+    }
+
+    /// Replaces every line with this name by one line, placed where the first was (or at the end).
+    public mutating func set(_ key: SIPHeaderName, _ value: String) {
+        if let first = fields.firstIndex(where: { $0.key == key }) {
+            let spelled = fields[first].name
+            fields.removeAll { $0.key == key }
+            fields.insert(SIPHeader(key, value, spelled: spelled), at: Swift.min(first, fields.count))
+        } else {
+            fields.append(SIPHeader(key, value))
+        }
+    }
+
+    /// Removes every line with this name.
+    public mutating func remove(_ key: SIPHeaderName) { fields.removeAll { $0.key == key } }
+
+    /// Removes the first line with this name, or the first element of it when the line holds a list
+    /// (a proxy removing its own Via, RFC 3261 §16.7 step 3).
+    public mutating func removeFirstValue(_ key: SIPHeaderName) {
+        guard let index = fields.firstIndex(where: { $0.key == key }) else { return }
+        var elements = SIPHeaderValueScanner.splitList(fields[index].value)
+        if elements.count <= 1 {
+            fields.remove(at: index)
+        } else {
+            elements.removeFirst()
+            fields[index].value = elements.joined(separator: ", ")
+        }
+    }
+
+    static func preferredSpelling(of key: SIPHeaderName) -> String {
+        switch key.canonical {
+        case "call-id": return "Call-ID"
+        case "cseq": return "CSeq"
+        case "www-authenticate": return "WWW-Authenticate"
+        case "mime-version": return "MIME-Version"
+        default:
+            return key.canonical.split(separator: "-", omittingEmptySubsequences: false)
+                .map { $0.prefix(1).uppercased() + $0.dropFirst() }
+                .joined(separator: "-")
+        }
+    }
+}

@@ -1,0 +1,76 @@
+/// One `;name=value` parameter of a URI or header. The value is kept verbatim (escapes and
+/// quotes as received) so that what a phone sent (pn-prid, +sip.instance) comes back unchanged.
+public struct SIPParameter: Hashable, Sendable {
+    public var name: String
+    public var value: String?
+
+    public init(_ name: String, _ value: String? = nil) {
+        self.name = name
+        self.value = value
+    }
+}
+
+/// Ordered parameters with case-insensitive names (RFC 3261 §19.1.4, §7.3.1).
+public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLiteral {
+    public private(set) var items: [SIPParameter]
+
+    public init(_ items: [SIPParameter] = []) { self.items = items }
+    public init(arrayLiteral elements: SIPParameter...) { self.items = elements }
+
+    public var isEmpty: Bool { items.isEmpty }
+    public var count: Int { items.count }
+    public func makeIterator() -> IndexingIterator<[SIPParameter]> { items.makeIterator() }
+
+    /// The value of the named parameter: nil when absent, `.some(nil)` when present without a value.
+    public subscript(_ name: String) -> String?? {
+        guard let item = items.first(where: { $0.name.caseInsensitiveEquals(name) }) else { return nil }
+        return .some(item.value)
+    }
+
+    /// The named parameter's value, or nil when absent or valueless.
+    public func value(_ name: String) -> String? {
+        items.first(where: { $0.name.caseInsensitiveEquals(name) })?.value
+    }
+
+    public func contains(_ name: String) -> Bool {
+        items.contains { $0.name.caseInsensitiveEquals(name) }
+    }
+
+    /// Sets (replacing in place) or appends the parameter.
+    public mutating func set(_ name: String, _ value: String?) {
+        if let index = items.firstIndex(where: { $0.name.caseInsensitiveEquals(name) }) {
+            items[index].value = value
+        } else {
+            items.append(SIPParameter(name, value))
+        }
+    }
+
+    public mutating func remove(_ name: String) {
+        items.removeAll { $0.name.caseInsensitiveEquals(name) }
+    }
+
+    /// `;a=b;c` as written on the wire (empty when there are none).
+    public var serialized: String {
+        var out = ""
+        for item in items {
+            out += ";" + item.name
+            if let value = item.value { out += "=" + value }
+        }
+        return out
+    }
+}
+
+extension String {
+    /// ASCII case-insensitive comparison, as SIP compares tokens.
+    @inlinable
+    public func caseInsensitiveEquals(_ other: String) -> Bool {
+        let a = self.utf8, b = other.utf8
+        guard a.count == b.count else { return false }
+        for (x, y) in zip(a, b) where x != y {
+            let lx = (x >= 65 && x <= 90) ? x | 0x20 : x
+            let ly = (y >= 65 && y <= 90) ? y | 0x20 : y
+            if lx != ly { return false }
+        }
+        return true
+    }
+}

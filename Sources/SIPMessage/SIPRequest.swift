@@ -1,0 +1,116 @@
+/// A SIP request (RFC 3261 §7.1). Headers are the one source of truth; the typed accessors parse
+/// them on demand.
+public struct SIPRequest: Hashable, Sendable, SIPMessageHeaders {
+    public var method: SIPMethod
+    public var uri: SIPURI
+    /// `SIP/2.0`.
+    public var version: String
+    public var headers: SIPHeaders
+    public var body: [UInt8]
+
+    public init(
+        method: SIPMethod, uri: SIPURI, version: String = "SIP/2.0", headers: SIPHeaders = [],
+        body: [UInt8] = []
+    ) {
+        self.method = method
+        self.uri = uri
+        self.version = version
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// A SIP response (RFC 3261 §7.2).
+public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
+    public var statusCode: Int
+    public var reasonPhrase: String
+    public var version: String
+    public var headers: SIPHeaders
+    public var body: [UInt8]
+
+    public init(
+        statusCode: Int, reasonPhrase: String? = nil, version: String = "SIP/2.0",
+        headers: SIPHeaders = [], body: [UInt8] = []
+    ) {
+        self.statusCode = statusCode
+        self.reasonPhrase = reasonPhrase ?? SIPStatus.reasonPhrase(for: statusCode)
+        self.version = version
+        self.headers = headers
+        self.body = body
+    }
+
+    /// A response to `request` built as RFC 3261 §8.2.6.2 says: Via (all, in order), From, Call-ID
+    /// and CSeq copied; To copied with `toTag` added when it has none (not for 100 Trying).
+    public init(replyingTo request: SIPRequest, statusCode: Int, reasonPhrase: String? = nil, toTag: String? = nil) {
+        var headers = SIPHeaders()
+        for field in request.headers where field.key == .via {
+            headers.add(field)
+        }
+        for key in [SIPHeaderName.from, .to, .callID, .cseq] {
+            guard var value = request.headers[key] else { continue }
+            if key == .to, statusCode != 100, let toTag,
+                let to = try? SIPNameAddress(parsing: value), to.tag == nil
+            {
+                value += ";tag=" + toTag
+            }
+            headers.add(key, value)
+        }
+        if statusCode == 100, let timestamp = request.headers[.timestamp] {
+            headers.add(.timestamp, timestamp)  // RFC 3261 §8.2.6.1
+        }
+        self.init(statusCode: statusCode, reasonPhrase: reasonPhrase, headers: headers)
+    }
+}
+
+/// A request or a response.
+public enum SIPMessage: Hashable, Sendable {
+    case request(SIPRequest)
+    case response(SIPResponse)
+
+    public var headers: SIPHeaders {
+        switch self {
+        case .request(let request): return request.headers
+        case .response(let response): return response.headers
+        }
+    }
+}
+
+/// The header accessors requests and responses share.
+public protocol SIPMessageHeaders {
+    var headers: SIPHeaders { get set }
+    var body: [UInt8] { get set }
+}
+
+extension SIPMessageHeaders {
+    /// Every Via element, top first.
+    public var vias: [SIPVia] {
+        headers.values(.via).compactMap { try? SIPVia(parsing: $0) }
+    }
+    /// The topmost Via element.
+    public var topVia: SIPVia? {
+        headers.values(.via).first.flatMap { try? SIPVia(parsing: $0) }
+    }
+    public var callID: String? { headers[.callID] }
+    public var cseq: SIPCSeq? { headers[.cseq].flatMap { try? SIPCSeq(parsing: $0) } }
+    public var from: SIPNameAddress? { headers[.from].flatMap { try? SIPNameAddress(parsing: $0) } }
+    public var to: SIPNameAddress? { headers[.to].flatMap { try? SIPNameAddress(parsing: $0) } }
+    public var maxForwards: Int? { headers[.maxForwards].flatMap { Int($0) } }
+    /// Contact elements; nil when there is no Contact header or one is malformed.
+    public var contacts: [SIPContact]? {
+        guard headers.contains(.contact) else { return nil }
+        var result: [SIPContact] = []
+        for value in headers.values(.contact) {
+            guard let contact = try? SIPContact(parsing: value) else { return nil }
+            result.append(contact)
+        }
+        return result
+    }
+    public var expires: Int? { headers[.expires].flatMap { Int($0.trimmingSIPWhitespace) } }
+}
+
+extension String {
+    /// The string without leading and trailing spaces, tabs, CR and LF.
+    public var trimmingSIPWhitespace: String {
+        String(decoding: SIPHeaderValueScanner.trim(Array(utf8)[...]), as: UTF8.self)
+    }
+}

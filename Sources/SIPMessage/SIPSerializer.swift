@@ -1,0 +1,65 @@
+/// Writes messages to wire bytes. Content-Length always states the body's real length; header
+/// values are written without CR, LF or NUL so nothing stored can inject a header line.
+public enum SIPSerializer {
+    public static func serialize(_ request: SIPRequest) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(512 + request.body.count)
+        out.append(contentsOf: request.method.rawValue.utf8)
+        out.append(0x20)
+        out.append(contentsOf: request.uri.description.utf8)
+        out.append(0x20)
+        out.append(contentsOf: request.version.utf8)
+        out.append(contentsOf: crlf)
+        appendHeaders(request.headers, bodyLength: request.body.count, to: &out)
+        out.append(contentsOf: request.body)
+        return out
+    }
+
+    public static func serialize(_ response: SIPResponse) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(512 + response.body.count)
+        out.append(contentsOf: response.version.utf8)
+        out.append(0x20)
+        out.append(contentsOf: String(response.statusCode).utf8)
+        out.append(0x20)
+        appendClean(response.reasonPhrase, to: &out)
+        out.append(contentsOf: crlf)
+        appendHeaders(response.headers, bodyLength: response.body.count, to: &out)
+        out.append(contentsOf: response.body)
+        return out
+    }
+
+    public static func serialize(_ message: SIPMessage) -> [UInt8] {
+        switch message {
+        case .request(let request): return serialize(request)
+        case .response(let response): return serialize(response)
+        }
+    }
+
+    private static let crlf: [UInt8] = [0x0D, 0x0A]
+
+    private static func appendHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout [UInt8]) {
+        for field in headers where field.key != .contentLength {
+            appendClean(field.name, to: &out)
+            out.append(contentsOf: ": ".utf8)
+            appendClean(field.value, to: &out)
+            out.append(contentsOf: crlf)
+        }
+        out.append(contentsOf: "Content-Length: \(bodyLength)\r\n\r\n".utf8)
+    }
+
+    /// Appends text with CR, LF and NUL replaced by spaces.
+    private static func appendClean(_ text: String, to out: inout [UInt8]) {
+        for byte in text.utf8 {
+            out.append(byte == 0x0D || byte == 0x0A || byte == 0x00 ? 0x20 : byte)
+        }
+    }
+}
+
+extension SIPRequest: CustomStringConvertible {
+    public var description: String { String(decoding: SIPSerializer.serialize(self), as: UTF8.self) }
+}
+
+extension SIPResponse: CustomStringConvertible {
+    public var description: String { String(decoding: SIPSerializer.serialize(self), as: UTF8.self) }
+}
