@@ -33,19 +33,19 @@ var targets: [Target] = [
     // Tests and benchmarks.
     .target(
         name: "RouseTestSupport",
-        dependencies: ["SIPMessage", "SIPTransaction", "CLinuxShims", "COpenSSL"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL"]),
     .executableTarget(
         name: "RouseBench",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseTestSupport"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "RouseTestSupport"]),
+        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "RouseTestSupport"]),
 ]
 
 var products: [Product] = [

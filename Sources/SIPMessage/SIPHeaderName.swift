@@ -53,3 +53,56 @@ public struct SIPHeaderName: Hashable, Sendable, CustomStringConvertible {
     public static let featureCaps = SIPHeaderName(canonical: "feature-caps")
     public static let timestamp = SIPHeaderName(canonical: "timestamp")
 }
+
+extension SIPHeaderName {
+    /// The name of the header whose name spans `range` of `bytes`, without building a lower-cased
+    /// copy for the common names (the parser's hot path).
+    static func recognise(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, spelled: String) -> SIPHeaderName {
+        let count = range.count
+        if count == 1 {
+            let c = bytes[range.lowerBound] | 0x20
+            if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z"), let long = compactTable[Int(c - UInt8(ascii: "a"))] {
+                return long
+            }
+        } else if count < knownByLength.count {
+            for candidate in knownByLength[count] where matches(bytes, range, candidate.lower) {
+                return candidate.name
+            }
+        }
+        return SIPHeaderName(spelled)
+    }
+
+    private static func matches(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lower: [UInt8]) -> Bool {
+        var k = 0
+        for i in range {
+            // Token bytes: OR-ing 0x20 folds A-Z and leaves '-' and digits alone (RFC 3261 §7.3.1).
+            if bytes[i] | 0x20 != lower[k] { return false }
+            k += 1
+        }
+        return true
+    }
+
+    private static let compactTable: [SIPHeaderName?] = (UInt8(ascii: "a")...UInt8(ascii: "z")).map { letter in
+        longForms[String(UnicodeScalar(letter))].map { SIPHeaderName(canonical: $0) }
+    }
+
+    private static let knownByLength: [[(lower: [UInt8], name: SIPHeaderName)]] = {
+        let names: [SIPHeaderName] = [
+            .via, .from, .to, .callID, .cseq, .contact, .maxForwards, .contentLength, .contentType, .expires,
+            .minExpires, .route, .recordRoute, .path, .allow, .accept, .supported, .require, .proxyRequire,
+            .unsupported, .userAgent, .server, .authorization, .proxyAuthorization, .wwwAuthenticate,
+            .proxyAuthenticate, .retryAfter, .reason, .featureCaps, .timestamp,
+            SIPHeaderName(canonical: "allow-events"), SIPHeaderName(canonical: "event"),
+            SIPHeaderName(canonical: "subject"), SIPHeaderName(canonical: "date"),
+            SIPHeaderName(canonical: "organization"), SIPHeaderName(canonical: "content-disposition"),
+            SIPHeaderName(canonical: "content-encoding"), SIPHeaderName(canonical: "session-expires"),
+            SIPHeaderName(canonical: "min-se"), SIPHeaderName(canonical: "p-asserted-identity"),
+            SIPHeaderName(canonical: "privacy"), SIPHeaderName(canonical: "mime-version"),
+        ]
+        var table = [[(lower: [UInt8], name: SIPHeaderName)]](repeating: [], count: 24)
+        for name in names where name.canonical.utf8.count < table.count {
+            table[name.canonical.utf8.count].append((Array(name.canonical.utf8), name))
+        }
+        return table
+    }()
+}

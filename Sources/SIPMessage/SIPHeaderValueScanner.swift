@@ -1,53 +1,112 @@
-/// Parsers for header values that SIP shares across headers: lists, quoted strings, URIs,
-/// name-addr, Via and CSeq. Pure functions over the value's UTF-8 bytes.
+/// Parsers for header values that SIP shares across headers: lists, quoted strings and parameters.
+/// Pure functions over UTF-8 bytes (`UnsafeBufferPointer<UInt8>` and index ranges); the value
+/// types' `init(parsing:)` run them over a string's contiguous storage without copying it.
 public enum SIPHeaderValueScanner {
-    /// Splits a list header value at commas outside quoted strings and `<...>`; trims each element
-    /// and drops empty ones.
+    typealias Bytes = UnsafeBufferPointer<UInt8>
+
+    /// Splits a list header value at commas outside quoted strings and `<...>` (RFC 3261 §7.3.1);
+    /// trims each element and drops empty ones.
     public static func splitList(_ value: String) -> [String] {
-        let bytes = Array(value.utf8)
-        var result: [String] = []
-        var start = 0
+        value.withSIPBytes { bytes in
+            var result: [String] = []
+            var start = 0
+            while start <= bytes.count {
+                let end = listElementEnd(bytes, start..<bytes.count)
+                let element = trim(bytes, start..<end)
+                if !element.isEmpty { result.append(text(bytes, element)) }
+                start = end + 1
+            }
+            return result
+        }
+    }
+
+    /// The index of the comma ending the list element that begins at `range.lowerBound` (commas
+    /// inside quoted strings and `<...>` do not count), or `range.upperBound`.
+    static func listElementEnd(_ bytes: Bytes, _ range: Range<Int>) -> Int {
         var inQuotes = false
         var angle = 0
-        var i = 0
-        while i < bytes.count {
+        var i = range.lowerBound
+        while i < range.upperBound {
             let c = bytes[i]
             if inQuotes {
-                if c == UInt8(ascii: "\\") { i += 2; continue }
+                if c == UInt8(ascii: "\\") {
+                    i += 2
+                    continue
+                }
                 if c == UInt8(ascii: "\"") { inQuotes = false }
             } else {
                 switch c {
                 case UInt8(ascii: "\""): inQuotes = true
                 case UInt8(ascii: "<"): angle += 1
                 case UInt8(ascii: ">"): if angle > 0 { angle -= 1 }
-                case UInt8(ascii: ","):
-                    if angle == 0 {
-                        appendTrimmed(bytes[start..<i], to: &result)
-                        start = i + 1
-                    }
+                case UInt8(ascii: ","): if angle == 0 { return i }
                 default: break
                 }
             }
             i += 1
         }
-        if start <= bytes.count { appendTrimmed(bytes[start..<min(bytes.count, max(start, bytes.count))], to: &result) }
-        return result
+        return range.upperBound
     }
 
-    private static func appendTrimmed(_ slice: ArraySlice<UInt8>, to result: inout [String]) {
-        let trimmed = trim(slice)
-        if !trimmed.isEmpty { result.append(String(decoding: trimmed, as: UTF8.self)) }
-    }
-
+    @inline(__always)
     static func isWhitespace(_ c: UInt8) -> Bool {
         c == 0x20 || c == 0x09 || c == 0x0D || c == 0x0A
     }
 
-    static func trim(_ slice: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        var lower = slice.startIndex, upper = slice.endIndex
-        while lower < upper, isWhitespace(slice[lower]) { lower += 1 }
-        while upper > lower, isWhitespace(slice[upper - 1]) { upper -= 1 }
-        return slice[lower..<upper]
+    /// The range without leading and trailing white space.
+    @inline(__always)
+    static func trim(_ bytes: Bytes, _ range: Range<Int>) -> Range<Int> {
+        var lower = range.lowerBound, upper = range.upperBound
+        while lower < upper, isWhitespace(bytes[lower]) { lower += 1 }
+        while upper > lower, isWhitespace(bytes[upper - 1]) { upper -= 1 }
+        return lower..<upper
+    }
+
+    /// The bytes as a String (invalid UTF-8 becomes U+FFFD).
+    @inline(__always)
+    static func text(_ bytes: Bytes, _ range: Range<Int>) -> String {
+        String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+    }
+
+    /// The first index of `byte` in the range, or nil.
+    @inline(__always)
+    static func firstIndex(of byte: UInt8, in bytes: Bytes, _ range: Range<Int>) -> Int? {
+        var i = range.lowerBound
+        while i < range.upperBound {
+            if bytes[i] == byte { return i }
+            i += 1
+        }
+        return nil
+    }
+
+    /// ASCII case-insensitive comparison of the bytes with a lower-case literal.
+    static func equalsLowercased(_ bytes: Bytes, _ range: Range<Int>, _ lower: StaticString) -> Bool {
+        guard range.count == lower.utf8CodeUnitCount else { return false }
+        let literal = lower.utf8Start
+        for k in 0..<range.count {
+            let c = bytes[range.lowerBound + k]
+            let folded = c >= 0x41 && c <= 0x5A ? c | 0x20 : c
+            if folded != literal[k] { return false }
+        }
+        return true
+    }
+
+    /// Given the index of an opening `"`, the index just after the closing one. Backslash escapes
+    /// one byte (quoted-pair, RFC 3261 §25.1).
+    static func quotedStringEnd(_ bytes: Bytes, from open: Int, _ end: Int) throws(SIPValueError) -> Int {
+        var i = open + 1
+        while i < end {
+            switch bytes[i] {
+            case UInt8(ascii: "\\"):
+                guard i + 1 < end else { throw SIPValueError("unterminated quoted string") }
+                i += 2
+            case UInt8(ascii: "\""):
+                return i + 1
+            default:
+                i += 1
+            }
+        }
+        throw SIPValueError("unterminated quoted string")
     }
 
     /// Writes `text` as a quoted-string, escaping `"` and `\` (RFC 3261 §25.1). CR, LF and NUL
@@ -66,14 +125,21 @@ public enum SIPHeaderValueScanner {
 
     /// Removes the quotes and escapes of a quoted-string; returns other text unchanged.
     public static func unquote(_ text: String) -> String {
-        let bytes = Array(text.utf8)
-        guard bytes.count >= 2, bytes.first == UInt8(ascii: "\""), bytes.last == UInt8(ascii: "\"") else {
-            return text
+        text.withSIPBytes { bytes in
+            guard bytes.count >= 2, bytes[0] == UInt8(ascii: "\""), bytes[bytes.count - 1] == UInt8(ascii: "\"")
+            else { return text }
+            return unquote(bytes, 0..<bytes.count)
         }
+    }
+
+    /// The content of the quoted string spanning `range` (quotes included), escapes removed.
+    static func unquote(_ bytes: Bytes, _ range: Range<Int>) -> String {
         var out: [UInt8] = []
-        var i = 1
-        while i < bytes.count - 1 {
-            if bytes[i] == UInt8(ascii: "\\"), i + 1 < bytes.count - 1 {
+        out.reserveCapacity(range.count)
+        var i = range.lowerBound + 1
+        let end = range.upperBound - 1
+        while i < end {
+            if bytes[i] == UInt8(ascii: "\\"), i + 1 < end {
                 out.append(bytes[i + 1])
                 i += 2
             } else {
@@ -84,54 +150,59 @@ public enum SIPHeaderValueScanner {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Parses `;name=value;name` parameters from the bytes (the leading `;` optional). Values may be
-    /// quoted strings, kept with their quotes. Stops at `stop` bytes outside quotes.
-    static func parseParameters(_ bytes: ArraySlice<UInt8>, separator: UInt8 = UInt8(ascii: ";"))
-        throws(SIPValueError) -> SIPParameters
-    {
+    /// Parses `;name=value;name` parameters (the leading separator optional). Names are tokens;
+    /// values are kept verbatim, quoted strings with their quotes (RFC 3261 §19.1.4, §7.3.1), so
+    /// that `pn-prid=TOKA:remote&TOKB:voip` or `+sip.instance="<urn:uuid:...>"` come back unchanged.
+    /// With `build` false it only checks the syntax and returns no parameters (the parser's
+    /// validation path, which keeps no Strings).
+    static func parseParameters(
+        _ bytes: Bytes, _ range: Range<Int>, separator: UInt8 = UInt8(ascii: ";"), build: Bool = true
+    ) throws(SIPValueError) -> SIPParameters {
         var items: [SIPParameter] = []
-        var i = bytes.startIndex
-        let end = bytes.endIndex
+        var i = range.lowerBound
+        let end = range.upperBound
         while i < end {
-            while i < end, isWhitespace(bytes[i]) || bytes[i] == separator { i += 1 }
+            while i < end, isWhitespace(bytes[i]) { i += 1 }
             if i >= end { break }
+            if bytes[i] == separator {
+                i += 1
+                continue
+            }
             let nameStart = i
             while i < end, bytes[i] != UInt8(ascii: "="), bytes[i] != separator { i += 1 }
-            let name = trim(bytes[nameStart..<i])
+            let name = trim(bytes, nameStart..<i)
             guard !name.isEmpty else { throw SIPValueError("empty parameter name") }
-            guard name.allSatisfy(isTokenByte) else { throw SIPValueError("bad parameter name") }
+            for k in name where !isTokenByte(bytes[k]) { throw SIPValueError("bad parameter name") }
             var value: String? = nil
             if i < end, bytes[i] == UInt8(ascii: "=") {
                 i += 1
                 while i < end, isWhitespace(bytes[i]) { i += 1 }
                 let valueStart = i
                 if i < end, bytes[i] == UInt8(ascii: "\"") {
-                    i += 1
-                    var closed = false
-                    while i < end {
-                        if bytes[i] == UInt8(ascii: "\\") { i += 2; continue }
-                        if bytes[i] == UInt8(ascii: "\"") { closed = true; i += 1; break }
-                        i += 1
-                    }
-                    guard closed else { throw SIPValueError("unterminated quoted parameter value") }
-                    i = min(i, end)
-                    value = String(decoding: bytes[valueStart..<i], as: UTF8.self)
+                    i = try quotedStringEnd(bytes, from: i, end)
+                    if build { value = text(bytes, valueStart..<i) }
                     while i < end, bytes[i] != separator {
                         guard isWhitespace(bytes[i]) else { throw SIPValueError("text after quoted value") }
                         i += 1
                     }
                 } else {
                     while i < end, bytes[i] != separator { i += 1 }
-                    value = String(decoding: trim(bytes[valueStart..<i]), as: UTF8.self)
+                    if build { value = text(bytes, trim(bytes, valueStart..<i)) }
                 }
             }
-            items.append(SIPParameter(String(decoding: name, as: UTF8.self), value))
+            if build { items.append(SIPParameter(text(bytes, name), value)) }
         }
         return SIPParameters(items)
     }
 
-    /// RFC 3261 token characters, plus the bytes SIP parameters use in practice (`+`, `.`, `!`...).
+    /// RFC 3261 §25.1 token characters.
+    @inline(__always)
     static func isTokenByte(_ c: UInt8) -> Bool {
+        tokenTable[Int(c)]
+    }
+
+    private static let tokenTable: [Bool] = (0..<256).map { value in
+        let c = UInt8(value)
         switch c {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
             UInt8(ascii: "0")...UInt8(ascii: "9"):
@@ -149,6 +220,48 @@ public enum SIPHeaderValueScanner {
 /// Why a header value could not be parsed; the text names the problem for a 400 reason phrase.
 public struct SIPValueError: Error, Hashable, Sendable, CustomStringConvertible {
     public let message: String
-    public init(_ message: String) { self.message = message }
+    /// True when a URI was well formed but its scheme is not `sip`, `sips` or `tel` (answer 416).
+    public let isUnsupportedScheme: Bool
+
+    public init(_ message: String) {
+        self.message = message
+        self.isUnsupportedScheme = false
+    }
+
+    init(unsupportedScheme message: String) {
+        self.message = message
+        self.isUnsupportedScheme = true
+    }
+
     public var description: String { message }
+}
+
+extension String {
+    /// Runs `body` over the string's contiguous UTF-8 bytes (no copy for native strings).
+    @inline(__always)
+    func withSIPBytes<T>(_ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        var text = self
+        return text.withUTF8(body)
+    }
+
+    /// Runs a throwing parser over the string's contiguous UTF-8 bytes.
+    @inline(__always)
+    func parsingSIPBytes<T>(_ body: (UnsafeBufferPointer<UInt8>) throws(SIPValueError) -> T) throws(SIPValueError) -> T {
+        var text = self
+        let result = text.withUTF8 { bytes in
+            Result<T, SIPValueError>(catching: { () throws(SIPValueError) -> T in try body(bytes) })
+        }
+        return try result.get()
+    }
+}
+
+extension SIPHeaderValueScanner {
+    /// Byte-for-byte comparison of the range with a string.
+    static func equals(_ bytes: Bytes, _ range: Range<Int>, _ text: String) -> Bool {
+        text.withSIPBytes { other in
+            guard other.count == range.count else { return false }
+            for k in 0..<other.count where other[k] != bytes[range.lowerBound + k] { return false }
+            return true
+        }
+    }
 }

@@ -111,6 +111,8 @@ extension SIPMessageHeaders {
 extension String {
     /// The string without leading and trailing spaces, tabs, CR and LF.
     public var trimmingSIPWhitespace: String {
-        String(decoding: SIPHeaderValueScanner.trim(Array(utf8)[...]), as: UTF8.self)
+        withSIPBytes { bytes in
+            SIPHeaderValueScanner.text(bytes, SIPHeaderValueScanner.trim(bytes, 0..<bytes.count))
+        }
     }
 }

@@ -38,14 +38,29 @@ public enum SIPSerializer {
 
     private static let crlf: [UInt8] = [0x0D, 0x0A]
 
+    /// Writes the header lines. Content-Length is written once, where the first one stood (as it was
+    /// spelled) or last, with the body's real length (RFC 3261 §20.14), so a parsed message
+    /// serializes back to a message that parses equal.
     private static func appendHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout [UInt8]) {
-        for field in headers where field.key != .contentLength {
-            appendClean(field.name, to: &out)
-            out.append(contentsOf: ": ".utf8)
-            appendClean(field.value, to: &out)
+        var wroteContentLength = false
+        for field in headers {
+            if field.key == .contentLength {
+                if wroteContentLength { continue }
+                wroteContentLength = true
+                appendClean(field.name, to: &out)
+                out.append(contentsOf: ": ".utf8)
+                out.append(contentsOf: String(bodyLength).utf8)
+            } else {
+                appendClean(field.name, to: &out)
+                out.append(contentsOf: ": ".utf8)
+                appendClean(field.value, to: &out)
+            }
             out.append(contentsOf: crlf)
         }
-        out.append(contentsOf: "Content-Length: \(bodyLength)\r\n\r\n".utf8)
+        if !wroteContentLength {
+            out.append(contentsOf: "Content-Length: \(bodyLength)\r\n".utf8)
+        }
+        out.append(contentsOf: crlf)
     }
 
     /// Appends text with CR, LF and NUL replaced by spaces.

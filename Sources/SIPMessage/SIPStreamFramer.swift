@@ -52,13 +52,15 @@ public struct SIPStreamFramer: Sendable {
         if let failed { throw failed }
         // Keep-alives and stray line ends between messages.
         while buffer.count - start >= 2, buffer[start] == 0x0D, buffer[start + 1] == 0x0A {
-            if buffer.count - start >= 4, buffer[start + 2] == 0x0D, buffer[start + 3] == 0x0A {
+            let held = buffer.count - start
+            if held >= 4, buffer[start + 2] == 0x0D, buffer[start + 3] == 0x0A {
                 start += 4
                 scanFrom = start
                 return .keepAlivePing
             }
-            if buffer.count - start == 2 { return nil }  // could become a ping
-            start += 2  // a pong, or a stray CRLF
+            // CRLF or CRLF CR could still become a ping: wait for the next bytes.
+            if held == 2 || (held == 3 && buffer[start + 2] == 0x0D) { return nil }
+            start += 2  // a pong, or a stray CRLF before a message (RFC 3261 §7.5)
             scanFrom = start
         }
         if buffer.count - start == 1, buffer[start] == 0x0D { return nil }
@@ -107,18 +109,27 @@ public struct SIPStreamFramer: Sendable {
         return nil
     }
 
-    /// The Content-Length of the header block (0 when absent); several differing values are an error.
+    /// The Content-Length of the header block (0 when absent); several differing values are an
+    /// error. `range` runs from the start line to the CR of the blank line; a value folded onto
+    /// continuation lines (RFC 3261 §7.3.1) is read across them.
     private func contentLength(in range: Range<Int>) throws(FramingError) -> Int {
         var found: Int? = nil
-        var lineStart = range.lowerBound
+        guard var lineStart = buffer[range].firstIndex(of: 0x0A).map({ $0 + 1 }) else { return 0 }
         while lineStart < range.upperBound {
             var lineEnd = lineStart
-            while lineEnd < range.upperBound, buffer[lineEnd] != 0x0D { lineEnd += 1 }
+            while true {
+                while lineEnd < range.upperBound, buffer[lineEnd] != 0x0A { lineEnd += 1 }
+                if lineEnd + 1 < range.upperBound, buffer[lineEnd + 1] == 0x20 || buffer[lineEnd + 1] == 0x09 {
+                    lineEnd += 1
+                    continue
+                }
+                break
+            }
             if let value = try contentLengthValue(lineStart..<lineEnd) {
                 if let found, found != value { throw .badContentLength }
                 found = value
             }
-            lineStart = lineEnd + 2
+            lineStart = lineEnd + 1
         }
         return found ?? 0
     }
@@ -142,7 +153,7 @@ public struct SIPStreamFramer: Sendable {
         var value = 0
         var digits = 0
         for byte in buffer[(colon + 1)..<line.upperBound] {
-            if byte == 0x20 || byte == 0x09 { continue }
+            if byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A { continue }
             guard byte >= 0x30, byte <= 0x39, digits < 9 else { throw .badContentLength }
             value = value * 10 + Int(byte - 0x30)
             digits += 1

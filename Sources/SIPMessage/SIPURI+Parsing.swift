@@ -1,106 +1,168 @@
+private typealias Scanner = SIPHeaderValueScanner
+
 extension SIPURI {
-    /// Parses a URI from its text form.
+    /// Parses a URI from its text form (RFC 3261 §19.1.1, RFC 3966 for `tel:`).
     public init(parsing text: String) throws(SIPValueError) {
-        try self.init(bytes: Array(text.utf8)[...])
+        self = try text.parsingSIPBytes { bytes throws(SIPValueError) in try SIPURI(bytes, 0..<bytes.count) }
     }
 
-    init(bytes raw: ArraySlice<UInt8>) throws(SIPValueError) {
-        let bytes = SIPHeaderValueScanner.trim(raw)
-        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")) else {
+    init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        self = try SIPURI.scan(bytes, whole, build: true)!
+    }
+
+    /// Checks the URI's syntax; builds it only when `build` is true (else returns nil on success).
+    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool) throws(SIPValueError) -> SIPURI? {
+        let range = Scanner.trim(bytes, whole)
+        guard let colon = Scanner.firstIndex(of: UInt8(ascii: ":"), in: bytes, range), colon > range.lowerBound else {
             throw SIPValueError("URI without scheme")
         }
-        let schemeText = String(decoding: bytes[bytes.startIndex..<colon], as: UTF8.self).lowercased()
-        guard let scheme = Scheme(rawValue: schemeText) else {
-            throw SIPValueError("unsupported URI scheme")
+        let schemeRange = range.lowerBound..<colon
+        let scheme: Scheme
+        if Scanner.equalsLowercased(bytes, schemeRange, "sip") {
+            scheme = .sip
+        } else if Scanner.equalsLowercased(bytes, schemeRange, "sips") {
+            scheme = .sips
+        } else if Scanner.equalsLowercased(bytes, schemeRange, "tel") {
+            scheme = .tel
+        } else if SIPURI.isSchemeSyntax(bytes, schemeRange) {
+            throw SIPValueError(unsupportedScheme: "unsupported URI scheme")
+        } else {
+            throw SIPValueError("URI without scheme")
         }
-        var rest = bytes[(colon + 1)...]
-        guard !rest.isEmpty else { throw SIPValueError("empty URI") }
-        for c in rest where c <= 0x20 || c == 0x7F {
-            _ = c
-            throw SIPValueError("white space or control character in URI")
+        var lower = colon + 1
+        var upper = range.upperBound
+        guard lower < upper else { throw SIPValueError("empty URI") }
+        for k in lower..<upper {
+            let c = bytes[k]
+            if c <= 0x20 || c == 0x7F || c == UInt8(ascii: "<") || c == UInt8(ascii: ">") || c == UInt8(ascii: "\"") {
+                throw SIPValueError("white space or control character in URI")
+            }
         }
 
-        // Headers (?a=b&c=d) come last.
+        // Headers (?a=b&c=d) come last (RFC 3261 §19.1.1).
         var headers: [SIPParameter] = []
-        if let question = rest.firstIndex(of: UInt8(ascii: "?")) {
-            for part in rest[(question + 1)...].split(separator: UInt8(ascii: "&")) {
-                if let eq = part.firstIndex(of: UInt8(ascii: "=")) {
-                    headers.append(
-                        SIPParameter(
-                            String(decoding: part[part.startIndex..<eq], as: UTF8.self),
-                            String(decoding: part[(eq + 1)...], as: UTF8.self)))
-                } else {
-                    headers.append(SIPParameter(String(decoding: part, as: UTF8.self)))
+        if let question = Scanner.firstIndex(of: UInt8(ascii: "?"), in: bytes, lower..<upper) {
+            var partStart = question + 1
+            while partStart < upper {
+                let partEnd = Scanner.firstIndex(of: UInt8(ascii: "&"), in: bytes, partStart..<upper) ?? upper
+                if build, partEnd > partStart {
+                    if let eq = Scanner.firstIndex(of: UInt8(ascii: "="), in: bytes, partStart..<partEnd) {
+                        headers.append(
+                            SIPParameter(
+                                Scanner.text(bytes, partStart..<eq), Scanner.text(bytes, (eq + 1)..<partEnd)))
+                    } else {
+                        headers.append(SIPParameter(Scanner.text(bytes, partStart..<partEnd)))
+                    }
                 }
+                partStart = partEnd + 1
             }
-            rest = rest[rest.startIndex..<question]
+            upper = question
         }
 
         if scheme == .tel {
-            let semi = rest.firstIndex(of: UInt8(ascii: ";")) ?? rest.endIndex
-            let number = rest[rest.startIndex..<semi]
-            guard !number.isEmpty else { throw SIPValueError("tel URI without number") }
-            self.init(
-                scheme: .tel, user: String(decoding: number, as: UTF8.self), host: "",
-                parameters: try SIPHeaderValueScanner.parseParameters(rest[semi...]), headers: headers)
-            return
+            let semi = Scanner.firstIndex(of: UInt8(ascii: ";"), in: bytes, lower..<upper) ?? upper
+            guard semi > lower else { throw SIPValueError("tel URI without number") }
+            let parameters = try Scanner.parseParameters(bytes, semi..<upper, build: build)
+            guard build else { return nil }
+            return SIPURI(
+                scheme: .tel, user: Scanner.text(bytes, lower..<semi), host: "", parameters: parameters,
+                headers: headers)
         }
 
-        var user: String? = nil
-        var password: String? = nil
-        if let at = rest.firstIndex(of: UInt8(ascii: "@")) {
-            let userinfo = rest[rest.startIndex..<at]
-            guard !userinfo.isEmpty else { throw SIPValueError("empty user part in URI") }
-            if let pc = userinfo.firstIndex(of: UInt8(ascii: ":")) {
-                user = String(decoding: userinfo[userinfo.startIndex..<pc], as: UTF8.self)
-                password = String(decoding: userinfo[(pc + 1)...], as: UTF8.self)
+        var userRange: Range<Int>? = nil
+        var passwordRange: Range<Int>? = nil
+        if let at = Scanner.firstIndex(of: UInt8(ascii: "@"), in: bytes, lower..<upper) {
+            guard at > lower else { throw SIPValueError("empty user part in URI") }
+            if let passwordColon = Scanner.firstIndex(of: UInt8(ascii: ":"), in: bytes, lower..<at) {
+                guard passwordColon > lower else { throw SIPValueError("empty user part in URI") }
+                userRange = lower..<passwordColon
+                passwordRange = (passwordColon + 1)..<at
             } else {
-                user = String(decoding: userinfo, as: UTF8.self)
+                userRange = lower..<at
             }
-            rest = rest[(at + 1)...]
+            lower = at + 1
         }
 
-        var i = rest.startIndex
-        let host: String
-        if i < rest.endIndex, rest[i] == UInt8(ascii: "[") {
-            guard let close = rest[i...].firstIndex(of: UInt8(ascii: "]")) else {
+        var i = lower
+        let hostRange: Range<Int>
+        if i < upper, bytes[i] == UInt8(ascii: "[") {
+            guard let close = Scanner.firstIndex(of: UInt8(ascii: "]"), in: bytes, i..<upper) else {
                 throw SIPValueError("unterminated IPv6 reference in URI")
             }
-            let inner = rest[(i + 1)..<close]
-            guard !inner.isEmpty,
-                inner.allSatisfy({ SIPURI.isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".") })
-            else { throw SIPValueError("bad IPv6 reference in URI") }
-            host = String(decoding: rest[i...close], as: UTF8.self)
+            guard SIPURI.isIPv6Reference(bytes, i..<(close + 1)) else {
+                throw SIPValueError("bad IPv6 reference in URI")
+            }
+            hostRange = i..<(close + 1)
             i = close + 1
         } else {
             let start = i
-            while i < rest.endIndex, rest[i] != UInt8(ascii: ":"), rest[i] != UInt8(ascii: ";") { i += 1 }
-            let hostBytes = rest[start..<i]
-            guard !hostBytes.isEmpty else { throw SIPValueError("URI without host") }
-            guard hostBytes.allSatisfy(SIPURI.isHostByte) else { throw SIPValueError("bad host in URI") }
-            host = String(decoding: hostBytes, as: UTF8.self)
+            while i < upper, bytes[i] != UInt8(ascii: ":"), bytes[i] != UInt8(ascii: ";") {
+                guard SIPURI.isHostByte(bytes[i]) else { throw SIPValueError("bad host in URI") }
+                i += 1
+            }
+            guard i > start else { throw SIPValueError("URI without host") }
+            hostRange = start..<i
         }
         var port: Int? = nil
-        if i < rest.endIndex, rest[i] == UInt8(ascii: ":") {
+        if i < upper, bytes[i] == UInt8(ascii: ":") {
             i += 1
             let start = i
-            while i < rest.endIndex, rest[i] != UInt8(ascii: ";") { i += 1 }
-            port = try SIPURI.parsePort(rest[start..<i])
+            while i < upper, bytes[i] != UInt8(ascii: ";") { i += 1 }
+            port = try SIPURI.parsePort(bytes, start..<i)
         }
-        guard i == rest.endIndex || rest[i] == UInt8(ascii: ";") else {
+        guard i == upper || bytes[i] == UInt8(ascii: ";") else {
             throw SIPValueError("bad text after host in URI")
         }
-        self.init(
-            scheme: scheme, user: user, password: password, host: host, port: port,
-            parameters: try SIPHeaderValueScanner.parseParameters(rest[i...]), headers: headers)
+        let parameters = try Scanner.parseParameters(bytes, i..<upper, build: build)
+        guard build else { return nil }
+        return SIPURI(
+            scheme: scheme, user: userRange.map { Scanner.text(bytes, $0) },
+            password: passwordRange.map { Scanner.text(bytes, $0) }, host: Scanner.text(bytes, hostRange), port: port,
+            parameters: parameters, headers: headers)
     }
 
-    static func parsePort(_ bytes: ArraySlice<UInt8>) throws(SIPValueError) -> Int {
-        guard !bytes.isEmpty, bytes.count <= 5, bytes.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-            throw SIPValueError("bad port")
+    /// `scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )` (RFC 3986 §3.1).
+    static func isSchemeSyntax(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Bool {
+        guard !range.isEmpty else { return false }
+        for k in range {
+            let c = bytes[k] | 0x20
+            let isAlpha = c >= UInt8(ascii: "a") && c <= UInt8(ascii: "z")
+            if k == range.lowerBound {
+                if !isAlpha { return false }
+            } else if !(isAlpha || (bytes[k] >= 0x30 && bytes[k] <= 0x39) || bytes[k] == UInt8(ascii: "+")
+                || bytes[k] == UInt8(ascii: "-") || bytes[k] == UInt8(ascii: "."))
+            {
+                return false
+            }
         }
+        return true
+    }
+
+    /// `[` hex digits, colons and dots (an embedded IPv4 address) `]`, with at least one colon.
+    static func isIPv6Reference(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Bool {
+        guard range.count >= 4, bytes[range.lowerBound] == UInt8(ascii: "["),
+            bytes[range.upperBound - 1] == UInt8(ascii: "]")
+        else { return false }
+        var colons = 0
+        for k in (range.lowerBound + 1)..<(range.upperBound - 1) {
+            let c = bytes[k]
+            if c == UInt8(ascii: ":") {
+                colons += 1
+            } else if !(isHexDigit(c) || c == UInt8(ascii: ".")) {
+                return false
+            }
+        }
+        return colons >= 2
+    }
+
+    static func parsePort(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) throws(SIPValueError) -> Int {
+        guard !range.isEmpty, range.count <= 5 else { throw SIPValueError("bad port") }
         var value = 0
-        for c in bytes { value = value * 10 + Int(c - 0x30) }
+        for k in range {
+            let c = bytes[k]
+            guard c >= 0x30, c <= 0x39 else { throw SIPValueError("bad port") }
+            value = value * 10 + Int(c - 0x30)
+        }
         guard value <= 65535 else { throw SIPValueError("port out of range") }
         return value
     }
@@ -117,132 +179,186 @@ extension SIPURI {
 
 extension SIPNameAddress {
     /// Parses `"Name" <uri>;params`, `Name <uri>;params`, `<uri>;params` or a bare addr-spec, whose
-    /// `;params` are then header parameters (RFC 3261 §20).
+    /// `;params` are then header parameters (RFC 3261 §20.10).
     public init(parsing text: String) throws(SIPValueError) {
-        let bytes = SIPHeaderValueScanner.trim(Array(text.utf8)[...])
-        guard !bytes.isEmpty else { throw SIPValueError("empty address") }
-        var i = bytes.startIndex
+        self = try text.parsingSIPBytes { bytes throws(SIPValueError) in
+            try SIPNameAddress(bytes, 0..<bytes.count)
+        }
+    }
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        self = try SIPNameAddress.scan(bytes, whole, build: true)!
+    }
+
+    /// Checks the address's syntax; builds it only when `build` is true (else returns nil on success).
+    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool) throws(SIPValueError) -> SIPNameAddress? {
+        let range = Scanner.trim(bytes, whole)
+        guard !range.isEmpty else { throw SIPValueError("empty address") }
+        var i = range.lowerBound
+        let end = range.upperBound
         var displayName: String? = nil
         if bytes[i] == UInt8(ascii: "\"") {
-            var j = i + 1
-            var closed = false
-            while j < bytes.endIndex {
-                if bytes[j] == UInt8(ascii: "\\") { j += 2; continue }
-                if bytes[j] == UInt8(ascii: "\"") { closed = true; break }
-                j += 1
-            }
-            guard closed, j < bytes.endIndex else { throw SIPValueError("unterminated display name") }
-            displayName = SIPHeaderValueScanner.unquote(String(decoding: bytes[i...j], as: UTF8.self))
-            i = j + 1
-            while i < bytes.endIndex, SIPHeaderValueScanner.isWhitespace(bytes[i]) { i += 1 }
-            guard i < bytes.endIndex, bytes[i] == UInt8(ascii: "<") else {
+            let afterQuote = try Scanner.quotedStringEnd(bytes, from: i, end)
+            if build { displayName = Scanner.unquote(bytes, i..<afterQuote) }
+            i = afterQuote
+            while i < end, Scanner.isWhitespace(bytes[i]) { i += 1 }
+            guard i < end, bytes[i] == UInt8(ascii: "<") else {
                 throw SIPValueError("display name without <URI>")
             }
         }
-        if let open = bytes[i...].firstIndex(of: UInt8(ascii: "<")) {
-            if displayName == nil {
-                let name = SIPHeaderValueScanner.trim(bytes[i..<open])
-                if !name.isEmpty { displayName = String(decoding: name, as: UTF8.self) }
+        if let open = Scanner.firstIndex(of: UInt8(ascii: "<"), in: bytes, i..<end) {
+            if bytes[i] != UInt8(ascii: "\"") {
+                let name = Scanner.trim(bytes, i..<open)
+                if !name.isEmpty {
+                    // display-name = *(token LWS) (RFC 3261 §25.1); UTF-8 is tolerated as phones send it.
+                    for k in name {
+                        let c = bytes[k]
+                        guard Scanner.isTokenByte(c) || c == 0x20 || c == 0x09 || c >= 0x80 else {
+                            throw SIPValueError("bad display name")
+                        }
+                    }
+                    if build { displayName = Scanner.text(bytes, name) }
+                }
             }
-            guard let close = bytes[open...].firstIndex(of: UInt8(ascii: ">")) else {
+            guard let close = Scanner.firstIndex(of: UInt8(ascii: ">"), in: bytes, open..<end) else {
                 throw SIPValueError("unterminated <URI>")
             }
-            let uri = try SIPURI(bytes: bytes[(open + 1)..<close])
-            let after = SIPHeaderValueScanner.trim(bytes[(close + 1)...])
-            guard after.isEmpty || after.first == UInt8(ascii: ";") else {
+            let uri = try SIPURI.scan(bytes, (open + 1)..<close, build: build)
+            let after = Scanner.trim(bytes, (close + 1)..<end)
+            guard after.isEmpty || bytes[after.lowerBound] == UInt8(ascii: ";") else {
                 throw SIPValueError("text after <URI>")
             }
-            self.init(
-                displayName: displayName, uri: uri,
-                parameters: try SIPHeaderValueScanner.parseParameters(after))
+            let parameters = try Scanner.parseParameters(bytes, after, build: build)
+            guard build, let uri else { return nil }
+            return SIPNameAddress(displayName: displayName, uri: uri, parameters: parameters)
         } else {
             // addr-spec: the first ';' after the host part begins header parameters. The user part
-            // may hold ';' (user-unreserved), so look for parameters only after the '@'.
-            let hostStart = (bytes[i...].firstIndex(of: UInt8(ascii: "@")) ?? i)
-            let semi = bytes[hostStart...].firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
-            for c in bytes[i..<semi] where c == UInt8(ascii: "?") || c == UInt8(ascii: ",") {
-                _ = c
+            // may hold ';' (user-unreserved), so look for parameters only after the '@'
+            // (RFC 3261 §20.10: an addr-spec with ',', '?' or ';' parameters of its own needs <>).
+            let hostStart = Scanner.firstIndex(of: UInt8(ascii: "@"), in: bytes, i..<end) ?? i
+            let semi = Scanner.firstIndex(of: UInt8(ascii: ";"), in: bytes, hostStart..<end) ?? end
+            for k in i..<semi where bytes[k] == UInt8(ascii: "?") || bytes[k] == UInt8(ascii: ",") {
                 throw SIPValueError("addr-spec with '?' or ',' must be in <>")
             }
-            let uri = try SIPURI(bytes: bytes[i..<semi])
-            self.init(
-                displayName: nil, uri: uri,
-                parameters: try SIPHeaderValueScanner.parseParameters(bytes[semi...]))
+            let uri = try SIPURI.scan(bytes, i..<semi, build: build)
+            let parameters = try Scanner.parseParameters(bytes, semi..<end, build: build)
+            guard build, let uri else { return nil }
+            return SIPNameAddress(displayName: nil, uri: uri, parameters: parameters)
         }
     }
 }
 
 extension SIPContact {
-    /// Parses one Contact element: `*` or an address.
+    /// Parses one Contact element: `*` or an address (RFC 3261 §20.10).
     public init(parsing text: String) throws(SIPValueError) {
-        let trimmed = SIPHeaderValueScanner.trim(Array(text.utf8)[...])
-        if trimmed.count == 1, trimmed.first == UInt8(ascii: "*") {
+        self = try text.parsingSIPBytes { bytes throws(SIPValueError) in try SIPContact(bytes, 0..<bytes.count) }
+    }
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        let range = Scanner.trim(bytes, whole)
+        if range.count == 1, bytes[range.lowerBound] == UInt8(ascii: "*") {
             self = .wildcard
         } else {
-            self = .address(try SIPNameAddress(parsing: text))
+            self = .address(try SIPNameAddress(bytes, range))
         }
+    }
+
+    /// Checks one Contact element's syntax without building it.
+    static func check(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        let range = Scanner.trim(bytes, whole)
+        if range.count == 1, bytes[range.lowerBound] == UInt8(ascii: "*") { return }
+        _ = try SIPNameAddress.scan(bytes, range, build: false)
     }
 }
 
 extension SIPVia {
-    /// Parses one Via element: `SIP/2.0/UDP host[:port][;params]`.
+    /// Parses one Via element: `SIP/2.0/UDP host[:port][;params]` (RFC 3261 §20.42).
     public init(parsing text: String) throws(SIPValueError) {
-        let bytes = SIPHeaderValueScanner.trim(Array(text.utf8)[...])
+        self = try text.parsingSIPBytes { bytes throws(SIPValueError) in try SIPVia(bytes, 0..<bytes.count) }
+    }
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        self = try SIPVia.scan(bytes, whole, build: true)!
+    }
+
+    /// Checks the Via element's syntax; builds it only when `build` is true (else returns nil on success).
+    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool) throws(SIPValueError) -> SIPVia? {
+        let range = Scanner.trim(bytes, whole)
+        let end = range.upperBound
         // sent-protocol: three tokens separated by '/', with optional white space around '/'.
-        var parts: [String] = []
-        var i = bytes.startIndex
+        var tokens = (0..<0, 0..<0, 0..<0)
+        var i = range.lowerBound
         for index in 0..<3 {
-            while i < bytes.endIndex, SIPHeaderValueScanner.isWhitespace(bytes[i]) { i += 1 }
+            while i < end, Scanner.isWhitespace(bytes[i]) { i += 1 }
             let start = i
-            while i < bytes.endIndex, SIPHeaderValueScanner.isTokenByte(bytes[i]) { i += 1 }
+            while i < end, Scanner.isTokenByte(bytes[i]) { i += 1 }
             guard i > start else { throw SIPValueError("bad Via sent-protocol") }
-            parts.append(String(decoding: bytes[start..<i], as: UTF8.self))
-            while i < bytes.endIndex, SIPHeaderValueScanner.isWhitespace(bytes[i]) { i += 1 }
+            switch index {
+            case 0: tokens.0 = start..<i
+            case 1: tokens.1 = start..<i
+            default: tokens.2 = start..<i
+            }
+            while i < end, Scanner.isWhitespace(bytes[i]) { i += 1 }
             if index < 2 {
-                guard i < bytes.endIndex, bytes[i] == UInt8(ascii: "/") else {
-                    throw SIPValueError("bad Via sent-protocol")
-                }
+                guard i < end, bytes[i] == UInt8(ascii: "/") else { throw SIPValueError("bad Via sent-protocol") }
                 i += 1
             }
         }
-        guard parts[0].caseInsensitiveEquals("SIP") else { throw SIPValueError("Via protocol is not SIP") }
-        let semi = bytes[i...].firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
-        let sentBy = SIPHeaderValueScanner.trim(bytes[i..<semi])
+        guard Scanner.equalsLowercased(bytes, tokens.0, "sip") else {
+            throw SIPValueError("Via protocol is not SIP")
+        }
+        let semi = Scanner.firstIndex(of: UInt8(ascii: ";"), in: bytes, i..<end) ?? end
+        let sentBy = Scanner.trim(bytes, i..<semi)
         guard !sentBy.isEmpty else { throw SIPValueError("Via without sent-by") }
-        var host: String
+        let hostRange: Range<Int>
         var port: Int? = nil
-        if sentBy.first == UInt8(ascii: "[") {
-            guard let close = sentBy.firstIndex(of: UInt8(ascii: "]")) else {
-                throw SIPValueError("bad IPv6 reference in Via")
-            }
-            host = String(decoding: sentBy[sentBy.startIndex...close], as: UTF8.self)
-            let after = sentBy[(close + 1)...]
+        if bytes[sentBy.lowerBound] == UInt8(ascii: "[") {
+            guard let close = Scanner.firstIndex(of: UInt8(ascii: "]"), in: bytes, sentBy),
+                SIPURI.isIPv6Reference(bytes, sentBy.lowerBound..<(close + 1))
+            else { throw SIPValueError("bad IPv6 reference in Via") }
+            hostRange = sentBy.lowerBound..<(close + 1)
+            let after = Scanner.trim(bytes, (close + 1)..<sentBy.upperBound)
             if !after.isEmpty {
-                guard after.first == UInt8(ascii: ":") else { throw SIPValueError("bad Via sent-by") }
-                port = try SIPURI.parsePort(SIPHeaderValueScanner.trim(after.dropFirst()))
+                guard bytes[after.lowerBound] == UInt8(ascii: ":") else { throw SIPValueError("bad Via sent-by") }
+                port = try SIPURI.parsePort(bytes, Scanner.trim(bytes, (after.lowerBound + 1)..<after.upperBound))
             }
-        } else if let colon = sentBy.firstIndex(of: UInt8(ascii: ":")) {
-            host = String(decoding: SIPHeaderValueScanner.trim(sentBy[sentBy.startIndex..<colon]), as: UTF8.self)
-            port = try SIPURI.parsePort(SIPHeaderValueScanner.trim(sentBy[(colon + 1)...]))
         } else {
-            host = String(decoding: sentBy, as: UTF8.self)
+            let colon = Scanner.firstIndex(of: UInt8(ascii: ":"), in: bytes, sentBy)
+            hostRange = Scanner.trim(bytes, sentBy.lowerBound..<(colon ?? sentBy.upperBound))
+            guard !hostRange.isEmpty else { throw SIPValueError("bad Via host") }
+            for k in hostRange where !SIPURI.isHostByte(bytes[k]) { throw SIPValueError("bad Via host") }
+            if let colon {
+                port = try SIPURI.parsePort(bytes, Scanner.trim(bytes, (colon + 1)..<sentBy.upperBound))
+            }
         }
-        guard !host.isEmpty, host.first == "[" || host.utf8.allSatisfy(SIPURI.isHostByte) else {
-            throw SIPValueError("bad Via host")
-        }
-        self.init(
-            protocolName: parts[0] + "/" + parts[1], transport: parts[2], host: host, port: port,
-            parameters: try SIPHeaderValueScanner.parseParameters(bytes[semi...]))
+        let parameters = try Scanner.parseParameters(bytes, semi..<end, build: build)
+        guard build else { return nil }
+        return SIPVia(
+            protocolName: Scanner.text(bytes, tokens.0) + "/" + Scanner.text(bytes, tokens.1),
+            transport: Scanner.text(bytes, tokens.2), host: Scanner.text(bytes, hostRange), port: port,
+            parameters: parameters)
     }
 }
 
 extension SIPCSeq {
-    /// Parses `1 INVITE` (RFC 3261 §20.16: a 32-bit sequence number and a method).
+    /// Parses `1 INVITE` (RFC 3261 §20.16: a sequence number below 2^32 and a method token).
     public init(parsing text: String) throws(SIPValueError) {
-        let parts = text.split(whereSeparator: { $0 == " " || $0 == "\t" })
-        guard parts.count == 2, let number = UInt32(parts[0]), parts[0].allSatisfy(\.isASCII),
-            parts[1].utf8.allSatisfy(SIPHeaderValueScanner.isTokenByte)
-        else { throw SIPValueError("bad CSeq") }
-        self.init(number, SIPMethod(String(parts[1])))
+        self = try text.parsingSIPBytes { bytes throws(SIPValueError) in try SIPCSeq(bytes, 0..<bytes.count) }
+    }
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        let range = Scanner.trim(bytes, whole)
+        var i = range.lowerBound
+        var number: UInt64 = 0
+        while i < range.upperBound, bytes[i] >= 0x30, bytes[i] <= 0x39, i - range.lowerBound < 11 {
+            number = number * 10 + UInt64(bytes[i] - 0x30)
+            i += 1
+        }
+        guard i > range.lowerBound, number <= UInt64(UInt32.max) else { throw SIPValueError("bad CSeq") }
+        let numberEnd = i
+        while i < range.upperBound, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 }
+        guard i > numberEnd, i < range.upperBound else { throw SIPValueError("bad CSeq") }
+        for k in i..<range.upperBound where !Scanner.isTokenByte(bytes[k]) { throw SIPValueError("bad CSeq") }
+        self.init(UInt32(number), SIPMethod(Scanner.text(bytes, i..<range.upperBound)))
     }
 }

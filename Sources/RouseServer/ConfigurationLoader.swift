@@ -1,0 +1,270 @@
+import Foundation
+import SIPMessage
+import SIPTransport
+
+/// Why a configuration was refused: every bad setting, each named, in one message.
+public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
+    public let problems: [String]
+
+    public var description: String {
+        "invalid configuration:\n" + problems.map { "  - " + $0 }.joined(separator: "\n")
+    }
+}
+
+/// Builds a `RouseConfiguration` from, in increasing precedence: the defaults, an optional JSON
+/// config file (`--config FILE` or `ROUSE_CONFIG`), `ROUSE_*` environment variables, and flags.
+public enum ConfigurationLoader {
+    /// Where each raw value came from, so errors can say which source to fix.
+    struct RawValue {
+        let text: String
+        let source: String
+    }
+
+    /// - Parameters:
+    ///   - flags: `--key value` or `--key=value` pairs (already stripped of the command name).
+    ///   - environment: the process environment.
+    public static func load(flags: [String], environment: [String: String]) throws(ConfigurationError) -> RouseConfiguration {
+        var problems: [String] = []
+        var raw: [String: RawValue] = [:]
+        let known = Set(RouseConfiguration.settings.map(\.key))
+        let byFlag = Dictionary(uniqueKeysWithValues: RouseConfiguration.settings.map { ($0.flag, $0.key) })
+
+        // Flags first, to find --config.
+        var flagValues: [String: String] = [:]
+        var configPath = environment["ROUSE_CONFIG"]
+        var index = 0
+        while index < flags.count {
+            let argument = flags[index]
+            var name = argument
+            var value: String? = nil
+            if let eq = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                name = String(argument[..<eq])
+                value = String(argument[argument.index(after: eq)...])
+            }
+            guard name == "--config" || byFlag[name] != nil else {
+                problems.append("unknown option '\(name)' (see rouse serve --help)")
+                index += 1
+                continue
+            }
+            if value == nil {
+                guard index + 1 < flags.count else {
+                    problems.append("option '\(name)' needs a value")
+                    break
+                }
+                value = flags[index + 1]
+                index += 1
+            }
+            if name == "--config" { configPath = value } else { flagValues[byFlag[name]!] = value }
+            index += 1
+        }
+
+        if let configPath, !configPath.isEmpty {
+            do {
+                for (key, value) in try readConfigFile(configPath) {
+                    if known.contains(key) {
+                        raw[key] = RawValue(text: value, source: "config file \(configPath)")
+                    } else {
+                        problems.append("\(key): unknown setting in config file \(configPath)")
+                    }
+                }
+            } catch {
+                problems.append("config file \(configPath): \(error)")
+            }
+        }
+        for setting in RouseConfiguration.settings {
+            if let value = environment[setting.environmentVariable] {
+                raw[setting.key] = RawValue(text: value, source: setting.environmentVariable)
+            }
+        }
+        for (key, value) in flagValues {
+            raw[key] = RawValue(text: value, source: "--" + key.replacingOccurrences(of: "_", with: "-"))
+        }
+
+        var reader = SettingReader(raw: raw)
+        let configuration = RouseConfiguration(
+            databaseURL: reader.string("database_url"),
+            sipListen: reader.listenPoints("sip_listen"),
+            tlsCertificatePath: reader.optionalPath("tls_cert"),
+            tlsKeyPath: reader.optionalPath("tls_key"),
+            httpListen: reader.hostPort("http_listen"),
+            sipAliases: reader.list("sip_aliases"),
+            logLevel: reader.choice("log_level", LogLevel.allCases),
+            logFormat: reader.choice("log_format", LogFormat.allCases),
+            parserLimits: SIPParserLimits(
+                maxMessageBytes: reader.integer("sip_max_message_bytes", 1_024...16_777_216),
+                maxHeaderCount: reader.integer("sip_max_headers", 16...10_000),
+                maxLineBytes: reader.integer("sip_max_line_bytes", 256...1_048_576)),
+            tcpMaxConnections: reader.integer("tcp_max_connections", 1...1_000_000),
+            tcpIdleTimeout: reader.duration("tcp_idle_timeout"),
+            tlsHandshakeTimeout: reader.duration("tls_handshake_timeout"),
+            timerT1: reader.duration("sip_t1"),
+            timerT2: reader.duration("sip_t2"),
+            timerT4: reader.duration("sip_t4"),
+            databaseConnectTimeout: reader.integer("database_connect_timeout", 1...600))
+        problems.append(contentsOf: reader.problems)
+
+        if configuration.sipListen.contains(where: { $0.transport == .tls }) {
+            if configuration.tlsCertificatePath == nil {
+                problems.append("tls_cert: a tls: listen point needs a certificate (ROUSE_TLS_CERT)")
+            }
+            if configuration.tlsKeyPath == nil {
+                problems.append("tls_key: a tls: listen point needs a private key (ROUSE_TLS_KEY)")
+            }
+        }
+        if configuration.timerT2 < configuration.timerT1 {
+            problems.append("sip_t2: must not be shorter than sip_t1")
+        }
+        guard problems.isEmpty else { throw ConfigurationError(problems: problems) }
+        return configuration
+    }
+
+    /// Reads a flat JSON object; numbers, booleans and strings become text, arrays of strings a
+    /// comma list.
+    static func readConfigFile(_ path: String) throws -> [(String, String)] {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ConfigFileError("cannot read it")
+        }
+        let values: [String: ConfigFileValue]
+        do {
+            values = try JSONDecoder().decode([String: ConfigFileValue].self, from: data)
+        } catch DecodingError.typeMismatch(_, let context) where !context.codingPath.isEmpty {
+            throw ConfigFileError("\(context.codingPath[0].stringValue): must be a string, a number, true/false or a list of strings")
+        } catch {
+            throw ConfigFileError("not a JSON object of settings")
+        }
+        var result: [(String, String)] = []
+        for (key, value) in values.sorted(by: { $0.key < $1.key }) {
+            result.append((key, value.text))
+        }
+        return result
+    }
+
+    /// A setting's value in the config file, as text.
+    struct ConfigFileValue: Decodable {
+        let text: String
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            if let value = try? container.decode(Bool.self) {
+                text = value ? "true" : "false"
+            } else if let value = try? container.decode(Int.self) {
+                text = String(value)
+            } else if let value = try? container.decode(Double.self) {
+                text = String(value)
+            } else if let value = try? container.decode(String.self) {
+                text = value
+            } else if let value = try? container.decode([String].self) {
+                text = value.joined(separator: ",")
+            } else {
+                throw DecodingError.typeMismatch(
+                    String.self, .init(codingPath: decoder.codingPath, debugDescription: "unsupported value"))
+            }
+        }
+    }
+
+    struct ConfigFileError: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+}
+
+/// Turns raw setting texts into typed values, collecting a problem for each bad one (and
+/// falling back to the default so that every problem is reported in one go).
+struct SettingReader {
+    let raw: [String: ConfigurationLoader.RawValue]
+    var problems: [String] = []
+
+    private func text(_ key: String) -> (String, String) {
+        if let value = raw[key] { return (value.text, value.source) }
+        let setting = RouseConfiguration.settings.first { $0.key == key }!
+        return (setting.defaultValue, "default")
+    }
+
+    private mutating func problem(_ key: String, _ source: String, _ message: String) {
+        problems.append("\(key): \(message) (from \(source))")
+    }
+
+    mutating func string(_ key: String) -> String {
+        let (value, source) = text(key)
+        if value.trimmingCharacters(in: .whitespaces).isEmpty { problem(key, source, "must not be empty") }
+        return value
+    }
+
+    mutating func optionalPath(_ key: String) -> String? {
+        let (value, source) = text(key)
+        guard !value.isEmpty else { return nil }
+        if !FileManager.default.isReadableFile(atPath: value) {
+            problem(key, source, "cannot read file '\(value)'")
+        }
+        return value
+    }
+
+    mutating func list(_ key: String) -> [String] {
+        text(key).0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    mutating func listenPoints(_ key: String) -> [ListenPoint] {
+        let (value, source) = text(key)
+        var points: [ListenPoint] = []
+        for item in value.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !item.isEmpty {
+            do {
+                points.append(try ListenPoint(parsing: item))
+            } catch {
+                problem(key, source, "'\(item)' is not transport:host:port (\(error))")
+            }
+        }
+        if points.isEmpty, problems.isEmpty || !problems.last!.hasPrefix(key) {
+            problem(key, source, "needs at least one listen point")
+        }
+        return points
+    }
+
+    mutating func hostPort(_ key: String) -> String {
+        let (value, source) = text(key)
+        guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]),
+            (0...65535).contains(port), colon > value.startIndex
+        else {
+            problem(key, source, "'\(value)' is not host:port")
+            return value
+        }
+        return value
+    }
+
+    mutating func integer(_ key: String, _ range: ClosedRange<Int>) -> Int {
+        let (value, source) = text(key)
+        guard let number = Int(value.trimmingCharacters(in: .whitespaces)), range.contains(number) else {
+            problem(key, source, "'\(value)' is not a whole number from \(range.lowerBound) to \(range.upperBound)")
+            return Int(RouseConfiguration.settings.first { $0.key == key }!.defaultValue)!
+        }
+        return number
+    }
+
+    /// Seconds as a number (`8`, `0.5`) or with a unit (`8s`, `500ms`, `2m`, `1h`).
+    mutating func duration(_ key: String) -> Duration {
+        let (value, source) = text(key)
+        if let parsed = SettingReader.parseDuration(value), parsed > .zero { return parsed }
+        problem(key, source, "'\(value)' is not a positive duration (seconds, or with s, ms, m, h)")
+        return SettingReader.parseDuration(RouseConfiguration.settings.first { $0.key == key }!.defaultValue)!
+    }
+
+    static func parseDuration(_ text: String) -> Duration? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+        for (suffix, scale) in units where trimmed.hasSuffix(suffix) {
+            guard let number = Double(trimmed.dropLast(suffix.count)), number.isFinite, number >= 0 else { return nil }
+            return .milliseconds(Int64((number * scale * 1000).rounded()))
+        }
+        guard let number = Double(trimmed), number.isFinite, number >= 0 else { return nil }
+        return .milliseconds(Int64((number * 1000).rounded()))
+    }
+
+    mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, _ cases: T.AllCases) -> T where T.RawValue == String {
+        let (value, source) = text(key)
+        if let match = cases.first(where: { $0.rawValue == value.lowercased() }) { return match }
+        problem(key, source, "'\(value)' is not one of \(cases.map(\.rawValue).joined(separator: ", "))")
+        return cases.first!
+    }
+}

@@ -1,0 +1,73 @@
+import SIPMessage
+import SIPTransport
+
+/// Every setting `rouse serve` runs with, after the config file, the environment and the flags
+/// have been merged and checked (ConfigurationLoader).
+public struct RouseConfiguration: Sendable {
+    /// libpq conninfo or `postgresql://` URL.
+    public var databaseURL: String
+    /// Where SIP is served.
+    public var sipListen: [ListenPoint]
+    /// PEM certificate chain and key for `tls:` listen points.
+    public var tlsCertificatePath: String?
+    public var tlsKeyPath: String?
+    /// `host:port` of the HTTP API.
+    public var httpListen: String
+    /// Host names (besides the listening addresses and `localhost`) that name this server in a
+    /// Request-URI.
+    public var sipAliases: [String]
+    public var logLevel: LogLevel
+    public var logFormat: LogFormat
+    public var parserLimits: SIPParserLimits
+    public var tcpMaxConnections: Int
+    public var tcpIdleTimeout: Duration
+    public var tlsHandshakeTimeout: Duration
+    /// RFC 3261 §17 timer bases.
+    public var timerT1: Duration
+    public var timerT2: Duration
+    public var timerT4: Duration
+    /// Seconds libpq waits for PostgreSQL at start.
+    public var databaseConnectTimeout: Int
+}
+
+/// One documented setting: its config-file key (flat snake_case), environment variable
+/// (`ROUSE_` + upper case) and flag (`--key-with-dashes`), default and meaning.
+public struct SettingDescription: Sendable {
+    public let key: String
+    public let defaultValue: String
+    public let meaning: String
+
+    public var environmentVariable: String { "ROUSE_" + key.uppercased() }
+    public var flag: String { "--" + key.replacingOccurrences(of: "_", with: "-") }
+}
+
+extension RouseConfiguration {
+    /// Every setting, in the order `rouse serve --help` lists them.
+    public static let settings: [SettingDescription] = [
+        .init(key: "database_url", defaultValue: "host=/var/run/postgresql dbname=rouse",
+              meaning: "PostgreSQL to use: a libpq conninfo string or a postgresql:// URL"),
+        .init(key: "sip_listen", defaultValue: "udp:127.0.0.1:5060,tcp:127.0.0.1:5060",
+              meaning: "where SIP is served: a comma list of transport:host:port (udp, tcp, tls; IPv6 as [::1])"),
+        .init(key: "tls_cert", defaultValue: "", meaning: "PEM certificate (chain) for tls: listen points"),
+        .init(key: "tls_key", defaultValue: "", meaning: "PEM private key for tls: listen points"),
+        .init(key: "http_listen", defaultValue: "127.0.0.1:8080", meaning: "host:port of the HTTP API"),
+        .init(key: "sip_aliases", defaultValue: "",
+              meaning: "comma list of host names that also name this server in a Request-URI"),
+        .init(key: "log_level", defaultValue: "info", meaning: "debug, info, warning or error"),
+        .init(key: "log_format", defaultValue: "logfmt", meaning: "logfmt or json: one line per event"),
+        .init(key: "sip_max_message_bytes", defaultValue: "65536", meaning: "largest SIP message accepted"),
+        .init(key: "sip_max_headers", defaultValue: "256", meaning: "most header lines in one SIP message"),
+        .init(key: "sip_max_line_bytes", defaultValue: "8192", meaning: "longest header line accepted"),
+        .init(key: "tcp_max_connections", defaultValue: "10000",
+              meaning: "most open TCP and TLS connections; more are refused"),
+        .init(key: "tcp_idle_timeout", defaultValue: "600",
+              meaning: "seconds a TCP/TLS connection may stay silent before it is closed"),
+        .init(key: "tls_handshake_timeout", defaultValue: "10",
+              meaning: "seconds a TLS client has to finish its handshake"),
+        .init(key: "sip_t1", defaultValue: "0.5", meaning: "RFC 3261 timer T1 in seconds (round-trip estimate)"),
+        .init(key: "sip_t2", defaultValue: "4", meaning: "RFC 3261 timer T2 in seconds"),
+        .init(key: "sip_t4", defaultValue: "5", meaning: "RFC 3261 timer T4 in seconds"),
+        .init(key: "database_connect_timeout", defaultValue: "10",
+              meaning: "seconds to wait for PostgreSQL at start"),
+    ]
+}

@@ -1,0 +1,177 @@
+import Dispatch
+import Foundation
+import SIPMessage
+import SIPTransaction
+import SIPTransport
+
+/// The SIP side of Rouse, wired as architecture.md draws it: sockets (SIPTransportLayer) → parser
+/// → transactions (TransactionLayer) → the handlers. It needs no database, so benchmarks and
+/// tests can run it alone.
+///
+/// Threading: inbound work runs on the transport's loop thread and never blocks there (parsing and
+/// the handlers here are pure computation); timers run on a serial queue of their own.
+public final class SIPService: Sendable {
+    private let transport: SIPTransportLayer
+    private let transactions: TransactionLayer<FlowID>
+    private let selfHandler: SelfRequestHandler
+    private let limits: SIPParserLimits
+    private let logger: Logger
+    private let timerQueue = DispatchQueue(label: "rouse.sip.timers")
+
+    public init(configuration: RouseConfiguration, logger: Logger) {
+        self.limits = configuration.parserLimits
+        self.logger = logger
+        let tls: TLSConfiguration? =
+            if let certificate = configuration.tlsCertificatePath, let key = configuration.tlsKeyPath {
+                TLSConfiguration(certificatePath: certificate, privateKeyPath: key)
+            } else {
+                nil
+            }
+        let limits = TransportLimits(
+            maxConnections: configuration.tcpMaxConnections, idleTimeout: configuration.tcpIdleTimeout,
+            tlsHandshakeTimeout: configuration.tlsHandshakeTimeout, framing: configuration.parserLimits)
+
+        // The transport and the transaction layer call each other; `Wiring` breaks the cycle.
+        let wiring = Wiring()
+        transport = SIPTransportLayer(
+            listen: configuration.sipListen, tls: tls, limits: limits,
+            onPacket: { packet in wiring.service?.receive(packet) },
+            onFlowClosed: { flow, _ in wiring.service?.transactions.transportFailed(on: flow) })
+        transactions = TransactionLayer<FlowID>(
+            timers: TransactionTimers(t1: configuration.timerT1, t2: configuration.timerT2, t4: configuration.timerT4),
+            scheduler: DispatchTimerScheduler(queue: timerQueue),
+            send: { message, flow in wiring.service?.send(message, over: flow) },
+            core: { event in wiring.service?.handle(event) })
+        selfHandler = SelfRequestHandler(
+            allowedMethods: [.options],
+            supportedExtensions: ["path", "outbound"],
+            ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
+            serverName: "Rouse/\(CommandLineInterface.version)")
+        wiring.service = self
+    }
+
+    /// Binds the listen points and starts serving.
+    public func start() throws(SIPTransportError) {
+        try transport.start()
+    }
+
+    /// The points actually bound (port 0 resolved to the port the kernel chose).
+    public var listeningPoints: [ListenPoint] { transport.boundPoints }
+
+    /// Closes every socket and stops the loop thread.
+    public func shutdown() {
+        transport.shutdown()
+    }
+
+    /// Transactions not yet terminated.
+    public var activeTransactionCount: Int { transactions.activeTransactionCount }
+
+    // MARK: Inbound
+
+    func receive(_ packet: InboundPacket) {
+        let message: SIPMessage
+        do {
+            message = try SIPParser.parse(packet.bytes, limits: limits)
+        } catch {
+            // RFC 3261 §8.2.6 / §18.1.2: answer a bad request when a response can be formed,
+            // drop a bad response; either way the flow keeps serving.
+            if let response = error.response() {
+                transport.send(SIPSerializer.serialize(response), over: packet.flow)
+            }
+            logger.info(
+                "sip.malformed",
+                ["peer": packet.source.description, "transport": packet.transport.rawValue,
+                 "status": String(error.statusCode), "reason": error.reason])
+            return
+        }
+        switch message {
+        case .request(var request):
+            SIPService.recordSource(of: packet, in: &request)
+            transactions.receive(.request(request), from: packet.flow, isReliable: packet.isReliable)
+        case .response(let response):
+            transactions.receive(.response(response), from: packet.flow, isReliable: packet.isReliable)
+        }
+    }
+
+    /// RFC 3261 §18.2.1 and RFC 3581 §4: note in the top Via where the request really came from,
+    /// so responses go back to that address and port (the flow does the same for TCP/TLS).
+    static func recordSource(of packet: InboundPacket, in request: inout SIPRequest) {
+        guard var via = request.topVia else { return }
+        let sourceIP = packet.source.ip
+        let sentByHost = via.host.hasPrefix("[") ? String(via.host.dropFirst().dropLast()) : via.host
+        let wantsRport = via.parameters.contains("rport")
+        guard wantsRport || sentByHost.lowercased() != sourceIP.lowercased() else { return }
+        via.parameters.set("received", sourceIP)
+        if wantsRport { via.parameters.set("rport", String(packet.source.port)) }
+        request.headers.removeFirstValue(.via)
+        request.headers.prepend(.via, via.description)
+    }
+
+    func handle(_ event: TransactionLayerEvent<FlowID>) {
+        switch event {
+        case .request(let request, let handle, _):
+            if request.method == .cancel {
+                answerCancel(request, handle)
+            } else if let response = selfHandler.respond(to: request, toTag: SIPService.makeTag()) {
+                transactions.respond(response, to: handle)
+            }
+        case .ack, .strayResponse:
+            // Rouse originates no dialogs yet: an ACK for a 2xx or a stray response has nowhere to go.
+            break
+        case .serverTransactionFailed(let handle, let failure):
+            logger.debug("sip.transaction_failed", ["transaction": handle.description, "why": "\(failure)"])
+        }
+    }
+
+    /// RFC 3261 §9.2: a CANCEL that matches an INVITE transaction gets 200, one that matches none
+    /// gets 481. Rouse gives every INVITE its final response at once for now, so a matched INVITE
+    /// is already answered and the CANCEL has no further effect on it.
+    private func answerCancel(_ cancel: SIPRequest, _ handle: ServerTransactionHandle) {
+        let status = transactions.inviteTransaction(cancelledBy: cancel) == nil ? 481 : 200
+        var response = SIPResponse(replyingTo: cancel, statusCode: status, toTag: SIPService.makeTag())
+        response.headers.add(.server, selfHandler.serverName)
+        transactions.respond(response, to: handle)
+    }
+
+    // MARK: Outbound
+
+    func send(_ message: SIPMessage, over flow: FlowID) {
+        let bytes = SIPSerializer.serialize(message)
+        transport.send(bytes, over: flow) { [weak self] result in
+            if case .failure = result { self?.transactions.transportFailed(on: flow) }
+        }
+    }
+
+    // MARK: Helpers
+
+    static func makeTag() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String(generator.next() as UInt64, radix: 36) + String(generator.next() as UInt32, radix: 36)
+    }
+
+    /// The names a Request-URI may use for this server: its listening addresses (every interface
+    /// address when it listens on a wildcard), `localhost`, the host name and configured aliases.
+    static func ownNames(listen: [ListenPoint], aliases: [String]) -> Set<String> {
+        var names: Set<String> = ["localhost", "127.0.0.1", "[::1]"]
+        names.formUnion(aliases.map { $0.lowercased() })
+        if let host = ProcessInfo.processInfo.hostName.split(separator: ".").first {
+            names.insert(String(host).lowercased())
+        }
+        names.insert(ProcessInfo.processInfo.hostName.lowercased())
+        var wildcard = false
+        for point in listen {
+            if point.host == "0.0.0.0" || point.host == "::" { wildcard = true }
+            names.insert(point.isIPv6 ? "[\(point.host.lowercased())]" : point.host)
+        }
+        if wildcard { names.formUnion(InterfaceAddresses.all().map { $0.contains(":") ? "[\($0)]" : $0 }) }
+        return names
+    }
+}
+
+/// Lets closures handed to the transport and the transaction layer reach the service that owns
+/// them, which does not exist yet when they are made.
+private final class Wiring: @unchecked Sendable {
+    // @unchecked: `service` is written once, in SIPService.init, before the transport starts and
+    // before any closure can run; afterwards it is only read.
+    weak var service: SIPService?
+}

@@ -1,0 +1,40 @@
+import Foundation
+import Storage
+
+/// A fresh, empty PostgreSQL database for one test suite, made on the cluster that `make test`
+/// starts (`ROUSE_TEST_DATABASE_URL`) and dropped by `drop()`.
+public final class TestDatabase: Sendable {
+    /// Why a test database could not be had.
+    public struct Unavailable: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The conninfo of the new database.
+    public let conninfo: String
+    public let name: String
+    private let adminConninfo: String
+
+    /// Creates `rouse_test_<random>` on the test cluster.
+    public init() throws {
+        guard let admin = ProcessInfo.processInfo.environment["ROUSE_TEST_DATABASE_URL"], !admin.isEmpty else {
+            throw Unavailable(description: "ROUSE_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts PostgreSQL")
+        }
+        adminConninfo = admin
+        name = "rouse_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+        let connection = try PostgresConnection(conninfo: admin)
+        // CREATE DATABASE takes no bind parameters; the name is made here from hex digits only.
+        try connection.query("CREATE DATABASE \(name)")
+        conninfo = admin + " dbname=\(name)"
+    }
+
+    /// Opens a connection to the test database.
+    public func connect() throws -> PostgresConnection {
+        try PostgresConnection(conninfo: conninfo)
+    }
+
+    /// Drops the database (connections to it must be closed first).
+    public func drop() {
+        guard let connection = try? PostgresConnection(conninfo: adminConninfo) else { return }
+        _ = try? connection.query("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+    }
+}

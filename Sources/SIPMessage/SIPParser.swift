@@ -1,0 +1,526 @@
+/// Parses one SIP message from bytes: a UDP datagram, or one message cut from a stream by
+/// `SIPStreamFramer`. Scans the bytes in place and makes Strings only of what the message keeps.
+/// Pure and thread-safe (no state).
+///
+/// What it enforces, and the answer each failure calls for, is in `SIPParseError`. A parsed
+/// message always holds exactly one Content-Length line stating the body's length, so that
+/// `SIPSerializer.serialize` gives bytes that parse to an equal message.
+public enum SIPParser {
+    /// Parses a whole message (for a datagram: body by Content-Length, or the rest of the datagram
+    /// when there is none, RFC 3261 §18.3).
+    public static func parse(
+        _ bytes: UnsafeRawBufferPointer, limits: SIPParserLimits = .default
+    ) throws(SIPParseError) -> SIPMessage {
+        var scanner = MessageScanner(bytes: bytes.assumingMemoryBound(to: UInt8.self), limits: limits)
+        return try scanner.parse()
+    }
+
+    public static func parse(_ bytes: [UInt8], limits: SIPParserLimits = .default) throws(SIPParseError) -> SIPMessage {
+        let result = bytes.withUnsafeBytes { raw in
+            Result<SIPMessage, SIPParseError>(catching: { () throws(SIPParseError) -> SIPMessage in
+                try parse(raw, limits: limits)
+            })
+        }
+        return try result.get()
+    }
+
+    public static func parse(
+        _ bytes: ArraySlice<UInt8>, limits: SIPParserLimits = .default
+    ) throws(SIPParseError) -> SIPMessage {
+        let result = bytes.withUnsafeBytes { raw in
+            Result<SIPMessage, SIPParseError>(catching: { () throws(SIPParseError) -> SIPMessage in
+                try parse(raw, limits: limits)
+            })
+        }
+        return try result.get()
+    }
+
+    /// True when the datagram holds only line ends: an RFC 5626 §3.5.1 keep-alive, not a message.
+    public static func isKeepAlive(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        !bytes.isEmpty && bytes.allSatisfy { $0 == 0x0D || $0 == 0x0A }
+    }
+}
+
+/// One parse: the bytes, the limits, and the first problem found.
+private struct MessageScanner {
+    private typealias Scanner = SIPHeaderValueScanner
+    private static let cr: UInt8 = 0x0D
+    private static let lf: UInt8 = 0x0A
+
+    let bytes: UnsafeBufferPointer<UInt8>
+    let limits: SIPParserLimits
+
+    /// The first problem found; scanning goes on when it can, to find the lines an answer needs.
+    private var problem: (status: Int, reason: String)?
+
+    init(bytes: UnsafeBufferPointer<UInt8>, limits: SIPParserLimits) {
+        self.bytes = bytes
+        self.limits = limits
+    }
+
+    private mutating func note(_ status: Int, _ reason: String) {
+        if problem == nil { problem = (status, reason) }
+    }
+
+    /// Where a line ends: the index of its CR, or why it has no proper CRLF end.
+    private enum LineEnd {
+        case crlf(Int)
+        /// The bytes end before a CRLF.
+        case unterminated
+        /// A CR without LF or an LF without CR (RFC 3261 §7: lines end with CRLF).
+        case bare
+    }
+
+    /// Scans the line that starts at `start`; `hasNUL` tells whether it holds a NUL byte.
+    private func scanLine(from start: Int, hasNUL: inout Bool) -> LineEnd {
+        var i = start
+        let n = bytes.count
+        while i < n {
+            let c = bytes[i]
+            if c > MessageScanner.cr {
+                i += 1
+                continue
+            }
+            if c == MessageScanner.cr {
+                if i + 1 < n {
+                    return bytes[i + 1] == MessageScanner.lf ? .crlf(i) : .bare
+                }
+                return .unterminated
+            }
+            if c == MessageScanner.lf { return .bare }
+            if c == 0 { hasNUL = true }
+            i += 1
+        }
+        return .unterminated
+    }
+
+    mutating func parse() throws(SIPParseError) -> SIPMessage {
+        let n = bytes.count
+        var pos = 0
+        // RFC 3261 §7.5: CRLFs before the start line are ignored.
+        while pos + 1 < n, bytes[pos] == MessageScanner.cr, bytes[pos + 1] == MessageScanner.lf { pos += 2 }
+        guard pos < n, !(n - pos == 1 && (bytes[pos] == MessageScanner.cr || bytes[pos] == MessageScanner.lf)) else {
+            throw SIPParseError(reason: "Empty message", kind: .empty)
+        }
+        if n > limits.maxMessageBytes { note(513, "Message Too Large") }
+
+        // The start line.
+        let isResponse = n - pos >= 4 && Scanner.equalsLowercased(bytes, pos..<(pos + 4), "sip/")
+        let kind: SIPParseError.Kind = isResponse ? .response : .request
+        var startNUL = false
+        guard case .crlf(let startEnd) = scanLine(from: pos, hasNUL: &startNUL) else {
+            throw SIPParseError(reason: "Malformed start line", kind: kind)
+        }
+        let startLine = pos..<startEnd
+        pos = startEnd + 2
+
+        var response: (code: Int, reason: String, version: String)? = nil
+        var request: (method: Range<Int>, uri: Range<Int>, version: String)? = nil
+        if isResponse {
+            guard !startNUL, startLine.count <= limits.maxLineBytes, let status = parseStatusLine(startLine) else {
+                throw SIPParseError(reason: "Malformed Status-Line", kind: .response)
+            }
+            response = status
+        } else if startNUL {
+            note(400, "Malformed Request-Line")
+        } else if startLine.count > limits.maxLineBytes {
+            note(414, "Request-URI Too Long")
+        } else {
+            request = parseRequestLine(startLine)
+        }
+
+        // Header lines (RFC 3261 §7.3), folded continuation lines joined by one space (§7.3.1).
+        var fields: [SIPHeader] = []
+        fields.reserveCapacity(16)
+        var index = KeyIndex()
+        var headerCount = 0
+        var bodyStart = -1
+        while pos < n {
+            var hasNUL = false
+            guard case .crlf(let lineEnd) = scanLine(from: pos, hasNUL: &hasNUL) else {
+                note(400, "Malformed header line ending")
+                break
+            }
+            if lineEnd == pos {
+                bodyStart = lineEnd + 2
+                break
+            }
+            let lineStart = pos
+            pos = lineEnd + 2
+            var nameEnd = lineStart
+            while nameEnd < lineEnd, Scanner.isTokenByte(bytes[nameEnd]) { nameEnd += 1 }
+            var colon = nameEnd
+            while colon < lineEnd, bytes[colon] == 0x20 || bytes[colon] == 0x09 { colon += 1 }
+            guard nameEnd > lineStart, colon < lineEnd, bytes[colon] == UInt8(ascii: ":") else {
+                note(400, "Malformed header line")
+                break
+            }
+            var tooLong = lineEnd - lineStart > limits.maxLineBytes
+            let firstValue = Scanner.trim(bytes, (colon + 1)..<lineEnd)
+            var folded: [UInt8]? = nil
+            var foldingFailed = false
+            while pos < n, bytes[pos] == 0x20 || bytes[pos] == 0x09 {
+                guard case .crlf(let continuationEnd) = scanLine(from: pos, hasNUL: &hasNUL) else {
+                    foldingFailed = true
+                    break
+                }
+                if continuationEnd - pos > limits.maxLineBytes { tooLong = true }
+                let part = Scanner.trim(bytes, pos..<continuationEnd)
+                if !part.isEmpty {
+                    if folded == nil { folded = Array(UnsafeBufferPointer(rebasing: bytes[firstValue])) }
+                    if !folded!.isEmpty { folded!.append(0x20) }
+                    folded!.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[part]))
+                }
+                pos = continuationEnd + 2
+            }
+            if foldingFailed {
+                note(400, "Malformed header line ending")
+                break
+            }
+            if hasNUL {
+                note(400, "NUL byte in header")
+                continue
+            }
+            let nameRange = lineStart..<nameEnd
+            let valueLength = folded?.count ?? firstValue.count
+            if tooLong || nameRange.count + 2 + valueLength > limits.maxLineBytes {
+                note(513, "Header line too long")
+                continue
+            }
+            let spelled = Scanner.text(bytes, nameRange)
+            let key = SIPHeaderName.recognise(bytes, nameRange, spelled: spelled)
+            if key != .contentLength {
+                headerCount += 1
+                if headerCount > limits.maxHeaderCount {
+                    note(513, "Too many header lines")
+                    break
+                }
+            }
+            let value = folded.map { String(decoding: $0, as: UTF8.self) } ?? Scanner.text(bytes, firstValue)
+            index.record(key, at: fields.count)
+            fields.append(SIPHeader(key, value, spelled: spelled))
+        }
+        if bodyStart < 0 { note(400, "Missing blank line after headers") }
+
+        if problem == nil {
+            if let response {
+                if case .failure(let reason) = checkCommonHeaders(fields, index) {
+                    throw SIPParseError(reason: reason.text, kind: .response)
+                }
+                let body = try takeBody(&fields, index, from: bodyStart, kind: .response)
+                return .response(
+                    SIPResponse(
+                        statusCode: response.code, reasonPhrase: response.reason, version: response.version,
+                        headers: SIPHeaders(fields), body: body))
+            }
+            if let request {
+                if let uri = validateRequest(request, fields, index) {
+                    let body = try takeBody(&fields, index, from: bodyStart, kind: .request)
+                    return .request(
+                        SIPRequest(
+                            method: SIPMethod(Scanner.text(bytes, request.method)), uri: uri,
+                            version: request.version, headers: SIPHeaders(fields), body: body))
+                }
+            }
+        }
+        guard let problem else { throw SIPParseError(reason: "Malformed Request-Line") }
+        if isResponse { throw SIPParseError(reason: problem.reason, statusCode: problem.status, kind: .response) }
+        let method = request.map { Scanner.text(bytes, $0.method) }
+        throw SIPParseError(
+            reason: problem.reason, statusCode: problem.status, kind: .request,
+            replyHeaders: MessageScanner.replyHeaders(fields, index, method: method))
+    }
+
+    /// `SIP-Version SP Status-Code SP Reason-Phrase` (RFC 3261 §7.2); codes 100 to 699.
+    private func parseStatusLine(_ line: Range<Int>) -> (code: Int, reason: String, version: String)? {
+        guard let space = Scanner.firstIndex(of: 0x20, in: bytes, line),
+            Scanner.equalsLowercased(bytes, line.lowerBound..<space, "sip/2.0"),
+            line.upperBound - space >= 4
+        else { return nil }
+        var code = 0
+        for k in (space + 1)..<(space + 4) {
+            let c = bytes[k]
+            guard c >= 0x30, c <= 0x39 else { return nil }
+            code = code * 10 + Int(c - 0x30)
+        }
+        guard code >= 100, code <= 699 else { return nil }
+        let afterCode = space + 4
+        var reason = ""
+        if afterCode < line.upperBound {
+            guard bytes[afterCode] == 0x20 else { return nil }
+            reason = Scanner.text(bytes, (afterCode + 1)..<line.upperBound)
+        }
+        return (code, reason, Scanner.text(bytes, line.lowerBound..<space))
+    }
+
+    /// `Method SP Request-URI SP SIP-Version` (RFC 3261 §7.1), single spaces. Notes 505 for a
+    /// version other than 2.0 (§8.2.6.1 via §21.5.6) and 400 for anything malformed.
+    private mutating func parseRequestLine(_ line: Range<Int>) -> (method: Range<Int>, uri: Range<Int>, version: String)? {
+        guard let space1 = Scanner.firstIndex(of: 0x20, in: bytes, line),
+            let space2 = Scanner.firstIndex(of: 0x20, in: bytes, (space1 + 1)..<line.upperBound)
+        else {
+            note(400, "Malformed Request-Line")
+            return nil
+        }
+        let method = line.lowerBound..<space1
+        let uri = (space1 + 1)..<space2
+        let version = (space2 + 1)..<line.upperBound
+        var wellFormed = !method.isEmpty && !uri.isEmpty && !version.isEmpty
+        for k in method where !Scanner.isTokenByte(bytes[k]) { wellFormed = false }
+        for k in uri where bytes[k] <= 0x20 { wellFormed = false }
+        guard wellFormed else {
+            note(400, "Malformed Request-Line")
+            return nil
+        }
+        if !Scanner.equalsLowercased(bytes, version, "sip/2.0") {
+            if isVersionSyntax(version) {
+                note(505, "SIP Version Not Supported")
+            } else {
+                note(400, "Malformed Request-Line")
+            }
+            return nil
+        }
+        return (method, uri, Scanner.text(bytes, version))
+    }
+
+    /// `"SIP" "/" 1*DIGIT "." 1*DIGIT` (RFC 3261 §25.1).
+    private func isVersionSyntax(_ range: Range<Int>) -> Bool {
+        guard range.count >= 7, Scanner.equalsLowercased(bytes, range.lowerBound..<(range.lowerBound + 4), "sip/")
+        else { return false }
+        var dots = 0
+        var digitsSinceDot = 0
+        for k in (range.lowerBound + 4)..<range.upperBound {
+            let c = bytes[k]
+            if c == UInt8(ascii: ".") {
+                guard digitsSinceDot > 0 else { return false }
+                dots += 1
+                digitsSinceDot = 0
+            } else if c >= 0x30, c <= 0x39 {
+                digitsSinceDot += 1
+            } else {
+                return false
+            }
+        }
+        return dots == 1 && digitsSinceDot > 0
+    }
+
+    /// Checks a request beyond the lines every message needs: Max-Forwards, Contact, the
+    /// Request-URI and the CSeq method (RFC 3261 §8.1.1, §8.2.2.1, §16.3). Returns the
+    /// Request-URI, or nil after noting the problem.
+    private mutating func validateRequest(
+        _ request: (method: Range<Int>, uri: Range<Int>, version: String), _ fields: [SIPHeader], _ index: KeyIndex
+    ) -> SIPURI? {
+        let cseq: SIPCSeq
+        switch checkCommonHeaders(fields, index) {
+        case .failure(let reason):
+            note(400, reason.text)
+            return nil
+        case .success(let parsed):
+            cseq = parsed
+        }
+        if index.maxForwardsCount > 1 {
+            note(400, "Multiple Max-Forwards headers")
+            return nil
+        }
+        if let at = index.maxForwards, !MessageScanner.isMaxForwards(fields[at].value) {
+            note(400, "Malformed Max-Forwards header")
+            return nil
+        }
+        if let at = index.expires, !MessageScanner.isDeltaSeconds(fields[at].value) {
+            note(400, "Malformed Expires header")
+            return nil
+        }
+        for at in index.contacts where !MessageScanner.isContactList(fields[at].value) {
+            note(400, "Malformed Contact header")
+            return nil
+        }
+        let uri: SIPURI
+        do throws(SIPValueError) {
+            uri = try SIPURI(bytes, request.uri)
+        } catch {
+            // RFC 3261 §8.2.2.1: a scheme the server does not understand is answered with 416.
+            if error.isUnsupportedScheme {
+                note(416, "Unsupported URI Scheme")
+            } else {
+                note(400, "Malformed Request-URI")
+            }
+            return nil
+        }
+        // RFC 3261 §8.1.1.5: the CSeq method MUST match the request's.
+        guard Scanner.equals(bytes, request.method, cseq.method.rawValue) else {
+            note(400, "CSeq method does not match")
+            return nil
+        }
+        return uri
+    }
+
+    /// The checks requests and responses share: Via, From, To, Call-ID and CSeq present once
+    /// (Via at least once) and well formed (RFC 3261 §8.1.1, §20). Gives the CSeq, or the reason.
+    private func checkCommonHeaders(_ fields: [SIPHeader], _ index: KeyIndex) -> Result<SIPCSeq, Reason> {
+        guard let topVia = index.topVia else { return .failure("Missing Via header") }
+        guard let from = index.from else { return .failure("Missing From header") }
+        guard let to = index.to else { return .failure("Missing To header") }
+        guard let callID = index.callID else { return .failure("Missing Call-ID header") }
+        guard let cseqAt = index.cseq else { return .failure("Missing CSeq header") }
+        if index.fromCount > 1 { return .failure("Multiple From headers") }
+        if index.toCount > 1 { return .failure("Multiple To headers") }
+        if index.callIDCount > 1 { return .failure("Multiple Call-ID headers") }
+        if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
+        if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
+        if !MessageScanner.isTopViaUsable(fields[topVia].value) { return .failure("Malformed Via header") }
+        if (try? SIPNameAddress(parsing: fields[from].value)) == nil { return .failure("Malformed From header") }
+        if (try? SIPNameAddress(parsing: fields[to].value)) == nil { return .failure("Malformed To header") }
+        if !MessageScanner.isCallID(fields[callID].value) { return .failure("Malformed Call-ID header") }
+        guard let cseq = try? SIPCSeq(parsing: fields[cseqAt].value) else { return .failure("Malformed CSeq header") }
+        return .success(cseq)
+    }
+
+    /// A reason phrase, as the failure of a check.
+    private struct Reason: Error, ExpressibleByStringLiteral {
+        let text: String
+        init(stringLiteral text: String) { self.text = text }
+    }
+
+    /// The body: Content-Length bytes after the blank line (more are cut off, fewer are an error,
+    /// RFC 3261 §18.3), or the rest of the bytes when there is no Content-Length. Rewrites (or
+    /// adds) the Content-Length line to state the body's length.
+    private func takeBody(
+        _ fields: inout [SIPHeader], _ index: KeyIndex, from start: Int, kind: SIPParseError.Kind
+    ) throws(SIPParseError) -> [UInt8] {
+        var end = bytes.count
+        if let at = index.contentLength {
+            guard let length = MessageScanner.contentLength(fields[at].value) else {
+                throw error("Malformed Content-Length header", fields, index, kind)
+            }
+            guard length <= bytes.count - start else {
+                throw error("Content-Length exceeds body", fields, index, kind)
+            }
+            end = start + length
+            fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
+        } else {
+            fields.append(SIPHeader(.contentLength, String(end - start)))
+        }
+        return Array(UnsafeBufferPointer(rebasing: bytes[start..<end]))
+    }
+
+    private func error(
+        _ reason: String, _ fields: [SIPHeader], _ index: KeyIndex, _ kind: SIPParseError.Kind
+    ) -> SIPParseError {
+        guard kind == .request else { return SIPParseError(reason: reason, kind: kind) }
+        return SIPParseError(
+            reason: reason, kind: kind, replyHeaders: MessageScanner.replyHeaders(fields, index, method: nil))
+    }
+
+    /// The lines an error response copies (RFC 3261 §8.2.6.2), when they are all there once and
+    /// well formed; nil for an ACK, which is never answered.
+    private static func replyHeaders(_ fields: [SIPHeader], _ index: KeyIndex, method: String?) -> SIPHeaders? {
+        guard let topVia = index.topVia, let from = index.from, let to = index.to, let callID = index.callID,
+            let cseqAt = index.cseq, index.fromCount == 1, index.toCount == 1, index.callIDCount == 1,
+            index.cseqCount == 1, isTopViaUsable(fields[topVia].value),
+            (try? SIPNameAddress(parsing: fields[from].value)) != nil,
+            (try? SIPNameAddress(parsing: fields[to].value)) != nil, isCallID(fields[callID].value),
+            let cseq = try? SIPCSeq(parsing: fields[cseqAt].value), cseq.method != .ack, method != "ACK"
+        else { return nil }
+        var headers = SIPHeaders()
+        for field in fields where field.key == .via { headers.add(field) }
+        headers.add(fields[from])
+        headers.add(fields[to])
+        headers.add(fields[callID])
+        headers.add(fields[cseqAt])
+        return headers
+    }
+
+    private static func isTopViaUsable(_ value: String) -> Bool {
+        value.withSIPBytes { bytes in
+            let end = Scanner.listElementEnd(bytes, 0..<bytes.count)
+            return (try? SIPVia(bytes, 0..<end)) != nil
+        }
+    }
+
+    /// `Call-ID = word [ "@" word ]` (RFC 3261 §20.8): not empty, no white space.
+    private static func isCallID(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.allSatisfy { $0 > 0x20 && $0 != 0x7F }
+    }
+
+    /// RFC 3261 §20.22: an integer from 0 to 255 (leading zeros allowed, as RFC 4475 §3.1.1.1 sends).
+    private static func isMaxForwards(_ value: String) -> Bool {
+        guard let number = decimal(value, maxDigits: 9) else { return false }
+        return number <= 255
+    }
+
+    /// `delta-seconds = 1*DIGIT` (RFC 3261 §20.19).
+    private static func isDeltaSeconds(_ value: String) -> Bool {
+        decimal(value, maxDigits: 10) != nil
+    }
+
+    /// `Content-Length = 1*DIGIT` (RFC 3261 §20.14), at most 9 digits as the stream framer reads it.
+    private static func contentLength(_ value: String) -> Int? {
+        decimal(value, maxDigits: 9)
+    }
+
+    private static func decimal(_ value: String, maxDigits: Int) -> Int? {
+        let utf8 = value.utf8
+        guard !utf8.isEmpty, utf8.count <= maxDigits else { return nil }
+        var number = 0
+        for c in utf8 {
+            guard c >= 0x30, c <= 0x39 else { return nil }
+            number = number * 10 + Int(c - 0x30)
+        }
+        return number
+    }
+
+    private static func isContactList(_ value: String) -> Bool {
+        value.withSIPBytes { bytes in
+            var start = 0
+            var elements = 0
+            while start <= bytes.count {
+                let end = Scanner.listElementEnd(bytes, start..<bytes.count)
+                if !Scanner.trim(bytes, start..<end).isEmpty {
+                    guard (try? SIPContact(bytes, start..<end)) != nil else { return false }
+                    elements += 1
+                }
+                start = end + 1
+            }
+            return elements > 0
+        }
+    }
+}
+
+/// Where the headers the parser checks stand among the fields, and how often each occurs.
+private struct KeyIndex {
+    var topVia: Int?
+    var from: Int?
+    var fromCount = 0
+    var to: Int?
+    var toCount = 0
+    var callID: Int?
+    var callIDCount = 0
+    var cseq: Int?
+    var cseqCount = 0
+    var maxForwards: Int?
+    var maxForwardsCount = 0
+    var contentLength: Int?
+    var contentLengthCount = 0
+    var expires: Int?
+    var contacts: [Int] = []
+
+    mutating func record(_ key: SIPHeaderName, at position: Int) {
+        switch key {
+        case .via: if topVia == nil { topVia = position }
+        case .from: KeyIndex.note(&from, &fromCount, position)
+        case .to: KeyIndex.note(&to, &toCount, position)
+        case .callID: KeyIndex.note(&callID, &callIDCount, position)
+        case .cseq: KeyIndex.note(&cseq, &cseqCount, position)
+        case .maxForwards: KeyIndex.note(&maxForwards, &maxForwardsCount, position)
+        case .contentLength: KeyIndex.note(&contentLength, &contentLengthCount, position)
+        case .expires: if expires == nil { expires = position }
+        case .contact: contacts.append(position)
+        default: break
+        }
+    }
+
+    private static func note(_ first: inout Int?, _ count: inout Int, _ position: Int) {
+        if first == nil { first = position }
+        count += 1
+    }
+}

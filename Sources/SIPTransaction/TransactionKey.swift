@@ -1,0 +1,94 @@
+import SIPMessage
+
+/// Identifies a transaction for matching (RFC 3261 §17.1.3, §17.2.3); a value, safe anywhere.
+///
+/// Server keys come from the top Via branch when it carries the magic cookie `z9hG4bK` (branch,
+/// sent-by, method with ACK counted as INVITE), otherwise from the RFC 2543 fields (Request-URI,
+/// From tag, Call-ID, CSeq number, top Via, method). The RFC 2543 key leaves out the To tag, which
+/// the owner compares on its own (`TransactionKey.rfc2543ToTagMatches`), because the ACK carries
+/// the tag of the response while the INVITE carried none. Client keys are branch + CSeq method.
+public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
+    enum Storage: Hashable, Sendable {
+        case server(branch: String, sentBy: String, method: SIPMethod)
+        case rfc2543(
+            requestURI: SIPURI, fromTag: String?, callID: String, cseqNumber: UInt32, topVia: SIPVia,
+            method: SIPMethod)
+        case client(branch: String, method: SIPMethod)
+    }
+
+    let storage: Storage
+
+    /// True for a server key built by the RFC 2543 fallback of §17.2.3.
+    public var isRFC2543: Bool {
+        if case .rfc2543 = storage { return true }
+        return false
+    }
+
+    public var description: String {
+        switch storage {
+        case .server(let branch, let sentBy, let method):
+            return "server \(method) \(branch) \(sentBy)"
+        case .rfc2543(let uri, let fromTag, let callID, let number, let via, let method):
+            return "server-2543 \(method) \(uri) \(fromTag ?? "-") \(callID) \(number) \(via)"
+        case .client(let branch, let method):
+            return "client \(method) \(branch)"
+        }
+    }
+
+    /// The server transaction key of a request (§17.2.3), nil when it has no top Via or CSeq
+    /// (or, without a cookie branch, no Call-ID). An ACK gets the key of its INVITE.
+    public static func server(for request: SIPRequest) -> TransactionKey? {
+        server(for: request, method: request.method == .ack ? .invite : request.method)
+    }
+
+    /// The key of the INVITE server transaction a CANCEL cancels: §9.2, the CANCEL matches as in
+    /// §17.2.3 except that the method is not considered.
+    public static func inviteServer(cancelledBy cancel: SIPRequest) -> TransactionKey? {
+        guard cancel.method == .cancel else { return nil }
+        return server(for: cancel, method: .invite)
+    }
+
+    /// The client transaction key of a request about to be sent: its top Via branch and method.
+    /// Nil when the branch is missing or lacks the RFC 3261 cookie (§8.1.1.7: Rouse always sends one).
+    public static func client(for request: SIPRequest) -> TransactionKey? {
+        guard let via = request.topVia, via.hasRFC3261Branch, let branch = via.branch else { return nil }
+        return TransactionKey(storage: .client(branch: branch.lowercased(), method: request.method))
+    }
+
+    /// The client transaction key a response matches (§17.1.3): top Via branch + CSeq method.
+    public static func client(for response: SIPResponse) -> TransactionKey? {
+        guard let via = response.topVia, via.hasRFC3261Branch, let branch = via.branch,
+            let cseq = response.cseq
+        else { return nil }
+        return TransactionKey(storage: .client(branch: branch.lowercased(), method: cseq.method))
+    }
+
+    /// §17.2.3, RFC 2543 fallback: the To tag of a request matching an RFC 2543 key must equal the
+    /// To tag of the request that created the transaction, except for an ACK, whose To tag must
+    /// equal the one of the response the transaction sent.
+    public static func rfc2543ToTagMatches(
+        _ request: SIPRequest, transactionRequest: SIPRequest, lastResponse: SIPResponse?
+    ) -> Bool {
+        let tag = request.to?.tag
+        if request.method == .ack, let lastResponse {
+            return tag == lastResponse.to?.tag
+        }
+        return tag == transactionRequest.to?.tag
+    }
+
+    private static func server(for request: SIPRequest, method: SIPMethod) -> TransactionKey? {
+        guard let via = request.topVia, let cseq = request.cseq else { return nil }
+        if via.hasRFC3261Branch, let branch = via.branch {
+            // §17.2.3: branch (tokens compare case-insensitively, §7.3.1) + sent-by + method.
+            return TransactionKey(
+                storage: .server(branch: branch.lowercased(), sentBy: via.sentBy.lowercased(), method: method))
+        }
+        guard let callID = request.callID else { return nil }
+        // §17.2.3: without the cookie, match on Request-URI, To tag (compared by the owner), From
+        // tag, Call-ID, CSeq and top Via.
+        return TransactionKey(
+            storage: .rfc2543(
+                requestURI: request.uri, fromTag: request.from?.tag, callID: callID, cseqNumber: cseq.number,
+                topVia: via, method: method))
+    }
+}

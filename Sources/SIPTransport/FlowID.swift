@@ -1,0 +1,56 @@
+/// Names a flow (RFC 5626 §3): a UDP listening socket and one peer, or one TCP/TLS connection.
+/// Opaque, and meaningful only to the `SIPTransportLayer` that issued it; connection numbers are
+/// never reused. A value type, safe to share between threads.
+public struct FlowID: Hashable, Sendable, CustomStringConvertible {
+    enum Key: Hashable, Sendable {
+        /// A UDP listening socket (index into the layer's UDP sockets) and a peer.
+        case datagram(socket: Int, peer: SocketAddress)
+        /// A TCP or TLS connection, by its number.
+        case connection(UInt64)
+    }
+
+    let key: Key
+    /// The transport of the flow.
+    public let transport: SIPTransportKind
+
+    init(_ key: Key, transport: SIPTransportKind) {
+        self.key = key
+        self.transport = transport
+    }
+
+    /// Whether the flow is a TCP or TLS connection.
+    public var isReliable: Bool { transport.isReliable }
+
+    /// `udp#0/127.0.0.1:40000` or `tls#12`.
+    public var description: String {
+        switch key {
+        case .datagram(let socket, let peer): return "\(transport)#\(socket)/\(peer)"
+        case .connection(let number): return "\(transport)#\(number)"
+        }
+    }
+}
+
+/// One SIP message (or datagram) received, with the flow to answer on. A value type, safe to share
+/// between threads.
+public struct InboundPacket: Sendable {
+    /// A whole message for TCP/TLS (framed by Content-Length); a whole datagram for UDP.
+    public let bytes: [UInt8]
+    public let flow: FlowID
+    public let transport: SIPTransportKind
+    /// The peer's address (for a connection, its remote end).
+    public let source: SocketAddress
+    /// The listen point it arrived on, with its bound port. For a connection Rouse opened, the listen
+    /// point of the same transport and address family, else the connection's local address.
+    public let local: ListenPoint
+
+    public init(bytes: [UInt8], flow: FlowID, transport: SIPTransportKind, source: SocketAddress, local: ListenPoint) {
+        self.bytes = bytes
+        self.flow = flow
+        self.transport = transport
+        self.source = source
+        self.local = local
+    }
+
+    /// Whether it came over TCP or TLS.
+    public var isReliable: Bool { transport.isReliable }
+}

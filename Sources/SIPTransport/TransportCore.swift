@@ -1,0 +1,348 @@
+import CLinuxShims
+import Glibc
+import SIPMessage
+
+/// The numbers of the TCP/TLS connections currently open, readable from any thread. Thread-safe
+/// (a lock); written by the event loop thread.
+final class OpenConnections: Sendable {
+    private let numbers = Locked<Set<UInt64>>([])
+
+    func insert(_ number: UInt64) { numbers.withLock { _ = $0.insert(number) } }
+    func remove(_ number: UInt64) { numbers.withLock { _ = $0.remove(number) } }
+    func contains(_ number: UInt64) -> Bool { numbers.withLock { $0.contains(number) } }
+    var count: Int { numbers.withLock { $0.count } }
+}
+
+/// Every socket of a running `SIPTransportLayer`: UDP sockets, TCP/TLS listeners and connections, and
+/// the flow table. Confined to the event loop thread once `SIPTransportLayer.start()` has handed it over.
+final class TransportCore: @unchecked Sendable {
+    // @unchecked Sendable: built on the starting thread before the loop thread exists, then touched only
+    // on the loop thread (the layer reaches it through `EventLoop.execute`). `openConnections` is a
+    // thread-safe registry of its own.
+    struct UDPSocket {
+        let point: ListenPoint
+        let socket: Socket
+    }
+
+    struct StreamListener {
+        let point: ListenPoint
+        let socket: Socket
+        var token: UInt64 = 0
+    }
+
+    private struct RemoteKey: Hashable {
+        let transport: SIPTransportKind
+        let address: SocketAddress
+    }
+
+    let loop: EventLoop
+    let limits: TransportLimits
+    let readBuffer: UnsafeMutableRawBufferPointer
+    private let onPacket: @Sendable (InboundPacket) -> Void
+    private let onFlowClosed: (@Sendable (FlowID, FlowCloseReason) -> Void)?
+    private let serverTLS: TLSContext?
+    private let clientTLS: TLSContext
+    private let openConnections: OpenConnections
+    private(set) var udpSockets: [UDPSocket] = []
+    private var listeners: [StreamListener] = []
+    private var connections: [UInt64: StreamConnection] = [:]
+    private var byRemote: [RemoteKey: [UInt64]] = [:]
+    private var nextConnectionNumber: UInt64 = 1
+    private var isShutDown = false
+
+    init(
+        loop: EventLoop, limits: TransportLimits, serverTLS: TLSContext?, clientTLS: TLSContext,
+        openConnections: OpenConnections, onPacket: @escaping @Sendable (InboundPacket) -> Void,
+        onFlowClosed: (@Sendable (FlowID, FlowCloseReason) -> Void)?
+    ) {
+        self.loop = loop
+        self.limits = limits
+        self.serverTLS = serverTLS
+        self.clientTLS = clientTLS
+        self.openConnections = openConnections
+        self.onPacket = onPacket
+        self.onFlowClosed = onFlowClosed
+        readBuffer = .allocate(byteCount: 65_536 + 1, alignment: 8)
+    }
+
+    deinit {
+        readBuffer.deallocate()
+    }
+
+    // MARK: binding (on the starting thread, before the loop runs)
+
+    /// Binds `point` and registers it with the loop; returns the point with its bound port.
+    func bind(_ point: ListenPoint) throws(SIPTransportError) -> ListenPoint {
+        func failure(_ reason: String) -> SIPTransportError { .cannotListen(point, reason: reason) }
+        let address: SocketAddress
+        do {
+            address = try SocketAddress(ip: point.host, port: point.port)
+        } catch {
+            throw failure("\"\(point.host)\" is not an IP address")
+        }
+        let socket: Socket
+        do {
+            socket = try Socket(family: address.family, type: point.transport == .udp ? SOCK_DGRAM : SOCK_STREAM)
+        } catch {
+            throw failure(error.description)
+        }
+        if address.isIPv6 { socket.setOption(level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1) }
+        if point.transport != .udp { socket.setOption(level: SOL_SOCKET, name: SO_REUSEADDR, value: 1) }
+        let bound = address.withSockAddr { Glibc.bind(socket.fd, $0, $1) }
+        guard bound == 0 else { throw failure(errnoText()) }
+        if point.transport != .udp {
+            guard Glibc.listen(socket.fd, 1024) == 0 else { throw failure(errnoText()) }
+        }
+        guard let actual = socket.localAddress() else { throw failure("getsockname: \(errnoText())") }
+        let boundPoint = ListenPoint(transport: point.transport, host: point.host, port: actual.port)
+        if point.transport == .udp {
+            let index = udpSockets.count
+            do {
+                _ = try loop.register(fd: socket.fd, events: EPOLLIN.rawValue) { [unowned self] _ in
+                    receiveDatagrams(on: index)
+                }
+            } catch {
+                throw failure(error.description)
+            }
+            udpSockets.append(UDPSocket(point: boundPoint, socket: socket))
+        } else {
+            let index = listeners.count
+            listeners.append(StreamListener(point: boundPoint, socket: socket))
+            do {
+                listeners[index].token = try loop.register(fd: socket.fd, events: EPOLLIN.rawValue) { [unowned self] _ in
+                    acceptConnections(on: index)
+                }
+            } catch {
+                listeners.removeLast()
+                throw failure(error.description)
+            }
+        }
+        return boundPoint
+    }
+
+    // MARK: UDP
+
+    private func receiveDatagrams(on index: Int) {
+        let udp = udpSockets[index]
+        for _ in 0..<64 {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let count = withUnsafeMutablePointer(to: &storage) { raw in
+                raw.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.recvfrom(udp.socket.fd, readBuffer.baseAddress, readBuffer.count, Int32(MSG_TRUNC), $0, &length)
+                }
+            }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            // Oversized (or truncated) datagrams are dropped; so are empty ones and RFC 5626 CRLF keep-alives.
+            guard count > 0, count <= limits.framing.maxMessageBytes, count < readBuffer.count else { continue }
+            let bytes = [UInt8](UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
+            guard bytes.contains(where: { $0 != 0x0D && $0 != 0x0A }) else { continue }
+            guard let source = SocketAddress(storage: storage) else { continue }
+            let flow = FlowID(.datagram(socket: index, peer: source), transport: .udp)
+            onPacket(InboundPacket(bytes: bytes, flow: flow, transport: .udp, source: source, local: udp.point))
+        }
+    }
+
+    private func sendDatagram(_ bytes: [UInt8], socket index: Int, to peer: SocketAddress) -> Result<FlowID, SIPTransportError> {
+        let fd = udpSockets[index].socket.fd
+        while true {
+            let sent = peer.withSockAddr { address, length in
+                bytes.withUnsafeBytes { Glibc.sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, length) }
+            }
+            if sent >= 0 { return .success(FlowID(.datagram(socket: index, peer: peer), transport: .udp)) }
+            if errno == EINTR { continue }
+            return .failure(.io("sendto \(peer): \(errnoText())"))
+        }
+    }
+
+    // MARK: TCP and TLS
+
+    private func acceptConnections(on index: Int) {
+        let listener = listeners[index]
+        for _ in 0..<64 {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &storage) { raw in
+                raw.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.accept(listener.socket.fd, $0, &length)
+                }
+            }
+            if fd < 0 {
+                let code = errno
+                if code == EINTR || code == ECONNABORTED { continue }
+                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+                    pauseAccepting(on: index)
+                }
+                return
+            }
+            let socket = Socket(fd: fd)
+            socket.makeNonBlockingAndCloseOnExec()
+            guard connections.count < limits.maxConnections, !isShutDown, let remote = SocketAddress(storage: storage) else {
+                continue  // refused: `socket` closes on release
+            }
+            socket.setOption(level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
+            var session: TLSSession?
+            if listener.point.transport == .tls {
+                guard let serverTLS, let made = try? TLSSession(context: serverTLS, isServer: true, peerIP: nil) else { continue }
+                session = made
+            }
+            let connection = StreamConnection(
+                number: takeConnectionNumber(), transport: listener.point.transport, socket: socket, remote: remote,
+                local: listener.point, isOutbound: false, phase: session == nil ? .open : .handshaking, tls: session,
+                core: self)
+            add(connection)
+        }
+    }
+
+    /// Out of descriptors: stop accepting for a moment instead of spinning on a readable listener.
+    private func pauseAccepting(on index: Int) {
+        let listener = listeners[index]
+        loop.modify(fd: listener.socket.fd, token: listener.token, events: 0)
+        _ = loop.schedule(after: .milliseconds(100)) { [unowned self] in
+            guard !isShutDown else { return }
+            loop.modify(fd: listener.socket.fd, token: listener.token, events: EPOLLIN.rawValue)
+        }
+    }
+
+    private func takeConnectionNumber() -> UInt64 {
+        defer { nextConnectionNumber += 1 }
+        return nextConnectionNumber
+    }
+
+    private func add(_ connection: StreamConnection) {
+        connections[connection.number] = connection
+        byRemote[RemoteKey(transport: connection.transport, address: connection.remote), default: []].append(connection.number)
+        openConnections.insert(connection.number)
+        do {
+            try connection.activate()
+        } catch {
+            connection.close(.ioError(error.description))
+        }
+    }
+
+    /// Opens a connection to `remote` (non-blocking connect); writes wait until it is open.
+    private func connect(to remote: SocketAddress, transport: SIPTransportKind) -> Result<StreamConnection, SIPTransportError> {
+        guard connections.count < limits.maxConnections else { return .failure(.tooManyConnections) }
+        let socket: Socket
+        do {
+            socket = try Socket(family: remote.family, type: SOCK_STREAM)
+        } catch {
+            return .failure(error)
+        }
+        socket.setOption(level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
+        var session: TLSSession?
+        if transport == .tls {
+            do {
+                session = try TLSSession(context: clientTLS, isServer: false, peerIP: remote.ip)
+            } catch {
+                return .failure(error)
+            }
+        }
+        var result: Int32
+        repeat {
+            result = remote.withSockAddr { Glibc.connect(socket.fd, $0, $1) }
+        } while result != 0 && errno == EINTR
+        let phase: StreamConnection.Phase
+        if result == 0 {
+            phase = session == nil ? .open : .handshaking
+        } else if errno == EINPROGRESS {
+            phase = .connecting
+        } else {
+            return .failure(.io("connect \(remote): \(errnoText())"))
+        }
+        let local = socket.localAddress().map { localPoint(for: transport, connectedFrom: $0) }
+            ?? ListenPoint(transport: transport, host: remote.isIPv6 ? "::" : "0.0.0.0", port: 0)
+        let connection = StreamConnection(
+            number: takeConnectionNumber(), transport: transport, socket: socket, remote: remote, local: local,
+            isOutbound: true, phase: phase, tls: session, core: self)
+        add(connection)
+        return .success(connection)
+    }
+
+    /// The listen point an outbound connection's traffic is reported on: the listener of the same
+    /// transport and family, else the connection's own local address.
+    func localPoint(for transport: SIPTransportKind, connectedFrom address: SocketAddress) -> ListenPoint {
+        if let listener = listeners.first(where: { $0.point.transport == transport && $0.point.isIPv6 == address.isIPv6 }) {
+            return listener.point
+        }
+        return ListenPoint(transport: transport, host: address.ip, port: address.port)
+    }
+
+    func deliver(_ message: [UInt8], from connection: StreamConnection) {
+        onPacket(InboundPacket(
+            bytes: message, flow: connection.flow, transport: connection.transport, source: connection.remote,
+            local: connection.local))
+    }
+
+    func connectionClosed(_ connection: StreamConnection, reason: FlowCloseReason) {
+        connections[connection.number] = nil
+        let key = RemoteKey(transport: connection.transport, address: connection.remote)
+        byRemote[key]?.removeAll { $0 == connection.number }
+        if byRemote[key]?.isEmpty == true { byRemote[key] = nil }
+        openConnections.remove(connection.number)
+        onFlowClosed?(connection.flow, reason)
+    }
+
+    // MARK: sending (loop thread)
+
+    func send(_ bytes: [UInt8], over flow: FlowID, completion: SIPTransportLayer.SendCompletion?) {
+        guard !isShutDown else {
+            completion?(.failure(.notRunning))
+            return
+        }
+        switch flow.key {
+        case .datagram(let index, let peer):
+            guard index < udpSockets.count, flow.transport == .udp else {
+                completion?(.failure(.flowNotOpen(flow)))
+                return
+            }
+            let result = sendDatagram(bytes, socket: index, to: peer)
+            completion?(result)
+        case .connection(let number):
+            guard let connection = connections[number], connection.transport == flow.transport else {
+                completion?(.failure(.flowNotOpen(flow)))
+                return
+            }
+            connection.write(bytes, completion: completion)
+        }
+    }
+
+    func send(_ bytes: [UInt8], to address: SocketAddress, transport: SIPTransportKind, completion: SIPTransportLayer.SendCompletion?) {
+        guard !isShutDown else {
+            completion?(.failure(.notRunning))
+            return
+        }
+        if transport == .udp {
+            guard let index = udpSockets.firstIndex(where: { $0.point.isIPv6 == address.isIPv6 }) else {
+                completion?(.failure(.noSocket(.udp, address)))
+                return
+            }
+            completion?(sendDatagram(bytes, socket: index, to: address))
+            return
+        }
+        if let number = byRemote[RemoteKey(transport: transport, address: address)]?.last, let connection = connections[number] {
+            connection.write(bytes, completion: completion)
+            return
+        }
+        switch connect(to: address, transport: transport) {
+        case .success(let connection):
+            connection.write(bytes, completion: completion)
+        case .failure(let error):
+            completion?(.failure(error))
+        }
+    }
+
+    /// Closes every connection and socket (loop thread, as the loop stops).
+    func shutDown() {
+        isShutDown = true
+        for connection in Array(connections.values) { connection.close(.shutdown) }
+        for listener in listeners {
+            loop.deregister(fd: listener.socket.fd, token: listener.token)
+            listener.socket.close()
+        }
+        for udp in udpSockets { udp.socket.close() }
+    }
+}

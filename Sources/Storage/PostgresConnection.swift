@@ -1,0 +1,181 @@
+import CLibPQ
+import Glibc
+
+/// One connection to PostgreSQL through libpq. It owns its `PGconn` and closes it in `deinit`.
+///
+/// Threading: not thread-safe. A connection belongs to one owner (a worker thread of the storage
+/// layer, or a command-line run); every call blocks that thread until PostgreSQL answers, so it must
+/// never be used on the SIP event loop. Statements run only with bind parameters.
+public final class PostgresConnection {
+    private let connection: OpaquePointer
+    /// `host:port` (or the socket folder and port) this connection was opened to, for messages.
+    public let endpoint: String
+
+    /// Connects with a libpq conninfo string or a `postgresql://` URL.
+    /// - Parameter connectTimeout: seconds libpq waits for the server (its `connect_timeout`).
+    public init(conninfo: String, connectTimeout: Int = 10) throws(PostgresError) {
+        let endpoint = PostgresConnection.describeEndpoint(conninfo)
+        self.endpoint = endpoint
+        let keywords = ["dbname", "connect_timeout", "application_name"]
+        let values = [conninfo, String(connectTimeout), "rouse"]
+        let pointer: OpaquePointer? = withCStrings(keywords) { keys in
+            withCStrings(values) { vals in
+                PQconnectdbParams(keys, vals, 1)
+            }
+        }
+        guard let pointer else {
+            throw PostgresError(kind: .connection, message: "cannot connect to PostgreSQL at \(endpoint): out of memory")
+        }
+        guard PQstatus(pointer) == CONNECTION_OK else {
+            let reason = PostgresConnection.firstLine(of: PQerrorMessage(pointer))
+            PQfinish(pointer)
+            throw PostgresError(kind: .connection, message: "cannot connect to PostgreSQL at \(endpoint): \(reason)")
+        }
+        self.connection = pointer
+    }
+
+    deinit {
+        PQfinish(connection)
+    }
+
+    /// True while the connection is usable.
+    public var isHealthy: Bool { PQstatus(connection) == CONNECTION_OK }
+
+    /// Runs one statement with `$1…$n` bind parameters (text format; nil is SQL NULL).
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresRows {
+        let result: OpaquePointer? = withOptionalCStrings(parameters) { values in
+            PQexecParams(connection, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+        }
+        guard let result else {
+            throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(PostgresConnection.firstLine(of: PQerrorMessage(connection)))")
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
+            return PostgresRows(result: result)
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = PostgresConnection.firstLine(of: PQresultErrorMessage(result))
+            throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(message)", sqlState: state)
+        }
+    }
+
+    /// Runs a script of several statements without parameters (the simple query protocol). Only
+    /// for fixed SQL written in Rouse's code, such as migrations; never for text built from input.
+    public func runScript(_ sql: StaticString) throws(PostgresError) {
+        try runScript(text: sql.description)
+    }
+
+    func runScript(text sql: String) throws(PostgresError) {
+        guard let result = PQexec(connection, sql) else {
+            throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(PostgresConnection.firstLine(of: PQerrorMessage(connection)))")
+        }
+        defer { PQclear(result) }
+        let status = PQresultStatus(result)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = PostgresConnection.firstLine(of: PQresultErrorMessage(result))
+            throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(message)", sqlState: state)
+        }
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT, rolling back when it throws.
+    public func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        try query("BEGIN")
+        do {
+            let value = try body(self)
+            try query("COMMIT")
+            return value
+        } catch {
+            _ = try? query("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// `host:port` from a conninfo or URL, without user or password; libpq's defaults where absent.
+    public static func describeEndpoint(_ conninfo: String) -> String {
+        var errorMessage: UnsafeMutablePointer<CChar>? = nil
+        guard let options = PQconninfoParse(conninfo, &errorMessage) else {
+            if let errorMessage { PQfreemem(errorMessage) }
+            return "(unparsable connection string)"
+        }
+        defer { PQconninfoFree(options) }
+        var host: String? = nil
+        var hostaddr: String? = nil
+        var port: String? = nil
+        var index = 0
+        while let keyword = options[index].keyword {
+            let name = String(cString: keyword)
+            let value = options[index].val.map { String(cString: $0) }
+            switch name {
+            case "host": host = value
+            case "hostaddr": hostaddr = value
+            case "port": port = value
+            default: break
+            }
+            index += 1
+        }
+        let shownHost = (host?.isEmpty == false ? host : nil) ?? hostaddr ?? "localhost"
+        return "\(shownHost):\(port?.isEmpty == false ? port! : "5432")"
+    }
+
+    static func firstLine(of message: UnsafePointer<CChar>?) -> String {
+        guard let message else { return "unknown error" }
+        let text = String(cString: message)
+        let line = text.split(whereSeparator: \.isNewline).first.map(String.init) ?? text
+        return line.isEmpty ? "unknown error" : line
+    }
+}
+
+/// The rows a statement returned, copied out of libpq's result (text format).
+public struct PostgresRows: Sendable {
+    public let columns: [String]
+    public let rows: [[String?]]
+    /// Rows the statement changed (INSERT/UPDATE/DELETE), or 0.
+    public let affectedRows: Int
+
+    init(result: OpaquePointer) {
+        let columnCount = Int(PQnfields(result))
+        let rowCount = Int(PQntuples(result))
+        columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
+        var rows: [[String?]] = []
+        rows.reserveCapacity(rowCount)
+        for row in 0..<rowCount {
+            rows.append(
+                (0..<columnCount).map { column in
+                    PQgetisnull(result, Int32(row), Int32(column)) == 1
+                        ? nil : String(cString: PQgetvalue(result, Int32(row), Int32(column)))
+                })
+        }
+        self.rows = rows
+        affectedRows = Int(String(cString: PQcmdTuples(result))) ?? 0
+    }
+
+    public var count: Int { rows.count }
+    public var isEmpty: Bool { rows.isEmpty }
+
+    /// The value of the named column in a row.
+    public func value(_ row: Int, _ column: String) -> String? {
+        guard let index = columns.firstIndex(of: column) else { return nil }
+        return rows[row][index]
+    }
+}
+
+private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    pointers.append(nil)
+    defer { for pointer in pointers { free(pointer) } }
+    return pointers.withUnsafeBufferPointer { buffer in
+        buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { body($0) }
+    }
+}
+
+private func withOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> R) -> R {
+    let pointers: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
+    defer { for pointer in pointers { free(pointer) } }
+    if pointers.isEmpty { return body(nil) }
+    return pointers.withUnsafeBufferPointer { buffer in
+        buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { body($0) }
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import XCTest
+
+/// A `rouse` process started by a test, with its output captured. Stops it (SIGTERM) on `stop()`.
+final class RouseProcess {
+    let process = Process()
+    private let output = Pipe()
+    private let errors = Pipe()
+    private let collected = Collected()
+
+    /// Lines written so far, both streams.
+    final class Collected: @unchecked Sendable {
+        // @unchecked: `lines` is only touched under `lock`.
+        private let lock = NSLock()
+        private var text = ""
+        func append(_ chunk: String) { lock.lock(); text += chunk; lock.unlock() }
+        var all: String { lock.lock(); defer { lock.unlock() }; return text }
+    }
+
+    /// The `rouse` executable built beside the test bundle.
+    static var executable: URL {
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("rouse")
+        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
+        let bundle = Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("rouse")
+        return bundle
+    }
+
+    init(arguments: [String], environment: [String: String]) throws {
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
+        env.merge(environment) { $1 }
+        process.environment = env
+        process.standardOutput = output
+        process.standardError = errors
+        let collected = self.collected
+        for pipe in [output, errors] {
+            pipe.fileHandleForReading.readabilityHandler = { handle in
+                let data = handle.availableData
+                if !data.isEmpty { collected.append(String(decoding: data, as: UTF8.self)) }
+            }
+        }
+        try process.run()
+    }
+
+    var outputText: String { collected.all }
+
+    /// Waits until the output contains `text` or the process exits, up to `timeout`.
+    func waitForOutput(containing text: String, timeout: TimeInterval = 60) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if outputText.contains(text) { return true }
+            if !process.isRunning { return outputText.contains(text) }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return false
+    }
+
+    /// Waits for the process to exit, up to `timeout`; returns its status, or nil if still running.
+    func waitForExit(timeout: TimeInterval = 60) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        if process.isRunning { return nil }
+        drainPipes()
+        return process.terminationStatus
+    }
+
+    private func drainPipes() {
+        for pipe in [output, errors] {
+            pipe.fileHandleForReading.readabilityHandler = nil
+            let rest = pipe.fileHandleForReading.readDataToEndOfFile()
+            if !rest.isEmpty { collected.append(String(decoding: rest, as: UTF8.self)) }
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    func stop() -> Int32? {
+        if process.isRunning { process.terminate() }
+        return waitForExit()
+    }
+
+    deinit {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+}

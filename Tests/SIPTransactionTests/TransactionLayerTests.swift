@@ -1,0 +1,288 @@
+import Dispatch
+import SIPMessage
+import SIPTransaction
+import XCTest
+
+final class TransactionLayerTests: XCTestCase {
+    let phone = 7
+
+    func testRetransmittedInviteIsAbsorbedAndLastResponseResent() throws {
+        let harness = LayerHarness()
+        let layer = harness.layer
+        let invite = TestMessages.invite()
+        layer.receive(.request(invite), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sentStatusCodes, [100])
+        let handle = try XCTUnwrap(harness.requestHandles.first)
+        XCTAssertEqual(harness.events.all, [.request(invite, handle, flow: phone)])
+
+        XCTAssertTrue(layer.respond(TestMessages.response(180, to: invite), to: handle))
+        layer.receive(.request(invite), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sentStatusCodes, [100, 180, 180])
+
+        XCTAssertTrue(layer.respond(TestMessages.response(486, to: invite), to: handle))
+        layer.receive(.request(invite), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sentStatusCodes, [100, 180, 180, 486, 486])
+        XCTAssertEqual(harness.events.count, 1, "retransmissions never reach the core")
+        XCTAssertEqual(harness.sent.all.map(\.flow), Array(repeating: phone, count: 5))
+
+        harness.scheduler.advance(by: .milliseconds(1500))
+        XCTAssertEqual(harness.sentStatusCodes.count, 7, "timer G at 500 ms and 1.5 s")
+
+        layer.receive(.request(TestMessages.ack(for: invite, toTag: "to-1")), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.count, 1, "the ACK for a non-2xx is absorbed")
+        XCTAssertEqual(layer.activeTransactionCount, 1)
+        harness.scheduler.advance(by: .seconds(5))
+        XCTAssertEqual(harness.sentStatusCodes.count, 7, "no more retransmission after the ACK")
+        XCTAssertEqual(layer.activeTransactionCount, 0, "timer I ended the transaction")
+        XCTAssertEqual(harness.scheduler.pendingCount, 0, "no timer left behind")
+        XCTAssertFalse(layer.respond(TestMessages.response(500, to: invite), to: handle))
+    }
+
+    func testTimerGBacksOffToT2AndTimerHReportsTimeout() throws {
+        let harness = LayerHarness()
+        let invite = TestMessages.invite()
+        harness.layer.receive(.request(invite), from: phone, isReliable: false)
+        let handle = try XCTUnwrap(harness.requestHandles.first)
+        harness.layer.respond(TestMessages.response(603, to: invite), to: handle)
+        harness.scheduler.advance(by: .seconds(40))
+        let finals = harness.sent.all.filter {
+            if case .response(let response) = $0.message { return response.statusCode == 603 }
+            return false
+        }
+        let times: [Duration] = [0, 500, 1500, 3500, 7500, 11500, 15500, 19500, 23500, 27500, 31500]
+            .map { .milliseconds($0) }
+        XCTAssertEqual(finals.map(\.at), times)
+        XCTAssertEqual(harness.events.all.last, .serverTransactionFailed(handle, .timedOut))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+        XCTAssertEqual(harness.scheduler.pendingCount, 0)
+    }
+
+    func testAcceptedInviteAbsorbsRetransmissionsAndPassesACKToCore() throws {
+        let harness = LayerHarness()
+        let invite = TestMessages.invite()
+        harness.layer.receive(.request(invite), from: phone, isReliable: false)
+        let handle = try XCTUnwrap(harness.requestHandles.first)
+        let ok = TestMessages.response(200, to: invite)
+        harness.layer.respond(ok, to: handle)
+        harness.layer.receive(.request(invite), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sentStatusCodes, [100, 200], "RFC 6026: INVITE retransmission absorbed")
+        XCTAssertTrue(harness.layer.respond(ok, to: handle), "the core's 2xx retransmission passes")
+
+        let ack = TestMessages.ack(for: invite, toTag: "to-1", branch: "z9hG4bK-ack-1")
+        harness.layer.receive(.request(ack), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.all.last, .ack(ack, flow: phone))
+        harness.scheduler.advance(by: .seconds(32))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0, "timer L ended the transaction")
+    }
+
+    func testNonInviteRetransmissionGetsFinalResponseAgainUntilTimerJ() throws {
+        let harness = LayerHarness()
+        let register = TestMessages.request(.register)
+        harness.layer.receive(.request(register), from: phone, isReliable: false)
+        harness.layer.receive(.request(register), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sent.count, 0, "discarded in Trying")
+        let handle = try XCTUnwrap(harness.requestHandles.first)
+        harness.layer.respond(TestMessages.response(200, to: register), to: handle)
+        harness.layer.receive(.request(register), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sentStatusCodes, [200, 200])
+        XCTAssertEqual(harness.events.count, 1)
+        harness.scheduler.advance(by: .milliseconds(31_999))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 1)
+        harness.scheduler.advance(by: .milliseconds(1))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+    }
+
+    func testReliableNonInviteEndsWithItsFinalResponse() throws {
+        let harness = LayerHarness()
+        let options = TestMessages.request(.options, transport: "TCP")
+        harness.layer.receive(.request(options), from: phone, isReliable: true)
+        harness.layer.respond(TestMessages.response(200, to: options), to: try XCTUnwrap(harness.requestHandles.first))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+        XCTAssertEqual(harness.scheduler.pendingCount, 0)
+    }
+
+    func testCancelFindsItsInviteAndEverythingEnds() throws {
+        let harness = LayerHarness()
+        let layer = harness.layer
+        let invite = TestMessages.invite()
+        layer.receive(.request(invite), from: phone, isReliable: false)
+        let cancel = TestMessages.cancel(for: invite)
+        layer.receive(.request(cancel), from: phone, isReliable: false)
+        let handles = harness.requestHandles
+        XCTAssertEqual(handles.count, 2, "the CANCEL has its own transaction and reaches the core")
+        XCTAssertEqual(harness.events.all.last, .request(cancel, handles[1], flow: phone))
+
+        let inviteHandle = try XCTUnwrap(layer.inviteTransaction(cancelledBy: cancel))
+        XCTAssertEqual(inviteHandle, handles[0])
+        XCTAssertTrue(layer.isAwaitingFinalResponse(inviteHandle))
+        layer.respond(TestMessages.response(200, to: cancel), to: handles[1])
+        layer.respond(TestMessages.response(487, to: invite), to: inviteHandle)
+        XCTAssertFalse(layer.isAwaitingFinalResponse(inviteHandle))
+        XCTAssertEqual(harness.sentStatusCodes, [100, 200, 487])
+        layer.receive(.request(TestMessages.ack(for: invite, toTag: "to-1")), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.count, 2)
+
+        harness.scheduler.advance(by: .seconds(64))
+        XCTAssertEqual(layer.activeTransactionCount, 0)
+        XCTAssertEqual(harness.scheduler.pendingCount, 0)
+        XCTAssertNil(layer.inviteTransaction(cancelledBy: cancel), "nothing left to cancel: the core answers 481")
+    }
+
+    func testACKMatchingNoTransactionGoesToCore() {
+        let harness = LayerHarness()
+        let ack = TestMessages.request(.ack, branch: "z9hG4bK-lone-ack", toTag: "to-1")
+        harness.layer.receive(.request(ack), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.all, [.ack(ack, flow: phone)])
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+    }
+
+    func testRFC2543InviteRetransmissionAndACKMatchWithoutCookie() throws {
+        let harness = LayerHarness()
+        let invite = TestMessages.request(.invite, branch: "old-2543-branch")
+        harness.layer.receive(.request(invite), from: phone, isReliable: false)
+        harness.layer.receive(.request(invite), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.count, 1)
+        let handle = try XCTUnwrap(harness.requestHandles.first)
+        XCTAssertTrue(handle.key.isRFC2543)
+        harness.layer.respond(TestMessages.response(486, to: invite, toTag: "busy"), to: handle)
+
+        let strangerACK = TestMessages.ack(for: invite, toTag: "somebody-else")
+        harness.layer.receive(.request(strangerACK), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.all.last, .ack(strangerACK, flow: phone), "To tag differs: not ours")
+
+        harness.layer.receive(.request(TestMessages.ack(for: invite, toTag: "busy")), from: phone, isReliable: false)
+        XCTAssertEqual(harness.events.count, 2, "the matching ACK is absorbed")
+        harness.scheduler.advance(by: .seconds(5))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+    }
+
+    func testNonInviteClientRetransmitsWithTimerEAndTimesOutWith408() throws {
+        let harness = LayerHarness()
+        let results = Log<ClientTransactionEvent>()
+        let options = TestMessages.request(.options, branch: "z9hG4bK-out-1")
+        try harness.layer.sendRequest(options, over: 3, isReliable: false) { results.append($0) }
+        harness.scheduler.advance(by: .seconds(40))
+        let times: [Duration] = [0, 500, 1500, 3500, 7500, 11500, 15500, 19500, 23500, 27500, 31500]
+            .map { .milliseconds($0) }
+        XCTAssertEqual(harness.sentRequests.map(\.at), times)
+        XCTAssertEqual(harness.sentRequests.map(\.flow), Array(repeating: 3, count: times.count))
+        XCTAssertEqual(results.all, [.timedOut(SIPResponse(replyingTo: options, statusCode: 408))])
+        XCTAssertEqual(results.all.first?.response.statusCode, 408)
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+        XCTAssertEqual(harness.scheduler.pendingCount, 0)
+    }
+
+    func testClientOverTCPDoesNotRetransmitAndEndsAtFinalResponse() throws {
+        let harness = LayerHarness()
+        let results = Log<ClientTransactionEvent>()
+        let register = TestMessages.request(.register, branch: "z9hG4bK-out-2", transport: "TCP")
+        try harness.layer.sendRequest(register, over: 4, isReliable: true) { results.append($0) }
+        harness.scheduler.advance(by: .seconds(20))
+        XCTAssertEqual(harness.sentRequests.count, 1)
+        let ok = TestMessages.response(200, to: register)
+        harness.layer.receive(.response(ok), from: 4, isReliable: true)
+        XCTAssertEqual(results.all, [.response(ok)])
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+        XCTAssertEqual(harness.scheduler.pendingCount, 0)
+
+        harness.layer.receive(.response(ok), from: 4, isReliable: true)
+        XCTAssertEqual(harness.events.all, [.strayResponse(ok, flow: 4)], "a late retransmission is stray")
+        XCTAssertEqual(results.count, 1)
+    }
+
+    func testInviteClientAcknowledgesNon2xxAndAbsorbsItsRetransmission() throws {
+        let harness = LayerHarness()
+        let results = Log<ClientTransactionEvent>()
+        let invite = TestMessages.request(.invite, branch: "z9hG4bK-out-3")
+        try harness.layer.sendRequest(invite, over: 5, isReliable: false) { results.append($0) }
+        let ringing = TestMessages.response(180, to: invite)
+        harness.layer.receive(.response(ringing), from: 5, isReliable: false)
+        harness.scheduler.advance(by: .seconds(60))
+        XCTAssertEqual(harness.sentRequests.count, 1, "no retransmission nor timeout in Proceeding")
+
+        let busy = TestMessages.response(486, to: invite)
+        harness.layer.receive(.response(busy), from: 5, isReliable: false)
+        harness.layer.receive(.response(busy), from: 5, isReliable: false)
+        XCTAssertEqual(results.all, [.response(ringing), .response(busy)])
+        let methods = harness.sentRequests.compactMap { sent -> SIPMethod? in
+            if case .request(let request) = sent.message { return request.method }
+            return nil
+        }
+        XCTAssertEqual(methods, [.invite, .ack, .ack])
+        harness.scheduler.advance(by: .seconds(32))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0, "timer D ended the transaction")
+    }
+
+    func testSendRequestRefusesMissingBranchAndACKAndDuplicates() throws {
+        let harness = LayerHarness()
+        let ignore: @Sendable (ClientTransactionEvent) -> Void = { _ in }
+        let noBranch = TestMessages.request(.options, branch: nil)
+        XCTAssertThrowsError(try harness.layer.sendRequest(noBranch, over: 1, isReliable: false, onResponse: ignore)) {
+            XCTAssertEqual($0 as? TransactionLayerError, .missingBranch)
+        }
+        let ack = TestMessages.request(.ack, branch: "z9hG4bK-a")
+        XCTAssertThrowsError(try harness.layer.sendRequest(ack, over: 1, isReliable: false, onResponse: ignore)) {
+            XCTAssertEqual($0 as? TransactionLayerError, .ackIsNotATransaction)
+        }
+        let options = TestMessages.request(.options, branch: "z9hG4bK-dup")
+        try harness.layer.sendRequest(options, over: 1, isReliable: false, onResponse: ignore)
+        XCTAssertThrowsError(try harness.layer.sendRequest(options, over: 1, isReliable: false, onResponse: ignore)) {
+            XCTAssertEqual($0 as? TransactionLayerError, .duplicateTransaction)
+        }
+        XCTAssertEqual(harness.layer.activeTransactionCount, 1)
+        XCTAssertEqual(harness.sentRequests.count, 1)
+    }
+
+    func testTransportFailureEndsTransactionsOnThatFlowOnly() throws {
+        let harness = LayerHarness()
+        let results = Log<ClientTransactionEvent>()
+        let invite = TestMessages.invite(transport: "TCP")
+        harness.layer.receive(.request(invite), from: 1, isReliable: true)
+        let other = TestMessages.request(.register, branch: "z9hG4bK-other", transport: "TCP")
+        harness.layer.receive(.request(other), from: 2, isReliable: true)
+        let bye = TestMessages.request(.bye, branch: "z9hG4bK-out-4", transport: "TCP")
+        try harness.layer.sendRequest(bye, over: 1, isReliable: true) { results.append($0) }
+        XCTAssertEqual(harness.layer.activeTransactionCount, 3)
+
+        harness.layer.transportFailed(on: 1)
+        XCTAssertEqual(harness.layer.activeTransactionCount, 1)
+        let handle = try XCTUnwrap(harness.requestHandles.first)
+        XCTAssertTrue(harness.events.all.contains(.serverTransactionFailed(handle, .transportError)))
+        XCTAssertEqual(results.all, [.transportError(SIPResponse(replyingTo: bye, statusCode: 503))])
+    }
+
+    func testCoreMayRespondFromInsideItsCallback() {
+        let harness = LayerHarness { event, layer in
+            if case .request(let request, let handle, _) = event {
+                layer.respond(TestMessages.response(200, to: request), to: handle)
+            }
+        }
+        let options = TestMessages.request(.options)
+        harness.layer.receive(.request(options), from: phone, isReliable: false)
+        XCTAssertEqual(harness.sentStatusCodes, [200])
+        harness.scheduler.advance(by: .seconds(32))
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+    }
+
+    func testConcurrentRequestsAndResponsesLeaveNothingBehind() {
+        let count = 200
+        let answered = expectation(description: "all answered")
+        answered.expectedFulfillmentCount = count
+        let harness = LayerHarness { event, layer in
+            if case .request(let request, let handle, _) = event {
+                DispatchQueue.global().async {
+                    layer.respond(TestMessages.response(200, to: request), to: handle)
+                    answered.fulfill()
+                }
+            }
+        }
+        DispatchQueue.concurrentPerform(iterations: count) { index in
+            let request = TestMessages.request(.options, branch: "z9hG4bK-c\(index)", transport: "TCP")
+            harness.layer.receive(.request(request), from: index, isReliable: true)
+        }
+        wait(for: [answered], timeout: 30)
+        XCTAssertEqual(harness.sentStatusCodes.count, count)
+        XCTAssertEqual(harness.events.count, count)
+        XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what building, testing and running Rouse need on Debian, once: the C libraries Swift
+# links (OpenSSL, libpq, libcurl), the PostgreSQL server the embedded default and the tests run,
+# and the openssl command that makes test and first-run certificates.
+set -euo pipefail
+
+packages=(
+    pkg-config
+    libssl-dev
+    openssl
+    libpq-dev
+    libcurl4-openssl-dev
+    postgresql
+    postgresql-contrib
+)
+
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "rouse: installing ${missing[*]}" >&2
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v swift >/dev/null 2>&1; then
+    echo "rouse: the Swift toolchain (6.0 or later) must be on PATH" >&2
+    exit 1
+fi
