@@ -17,6 +17,9 @@ var targets: [Target] = [
         name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
         providers: [.apt(["libcurl4-openssl-dev"])]),
 
+    // The few OpenSSL operations Rouse uses.
+    .target(name: "Crypto", dependencies: ["COpenSSL"]),
+
     // The SIP core: pure Swift, no I/O.
     .target(name: "SIPMessage"),
     .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
@@ -38,6 +41,7 @@ var targets: [Target] = [
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
+    .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
         name: "SIPTransportTests",

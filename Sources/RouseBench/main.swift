@@ -1,1 +1,149 @@
-print("bench")
+import Foundation
+
+/// What `rouse-bench` was asked to do, from its command line.
+struct BenchOptions {
+    /// How long each OPTIONS phase lasts.
+    var seconds = 3.0
+    /// Where to write the figures as JSON, if anywhere.
+    var jsonPath: String?
+    /// How the OPTIONS throughput phase releases requests.
+    var pacing = UDPLoadGenerator.Pacing.window(64)
+
+    static let usage = """
+        usage: rouse-bench [--seconds N] [--json FILE] [--window N | --rate R]
+
+          --seconds N   duration of each OPTIONS phase, in seconds (default 3); the parser
+                        benchmarks always take about 1.5 s each
+          --json FILE   also write the figures to FILE as JSON
+          --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
+          --rate R      instead of a window, send R OPTIONS requests per second
+        """
+
+    /// Reads the arguments (without the program name); the error is a message for the user.
+    static func parse(_ arguments: [String]) throws(UsageError) -> BenchOptions {
+        var options = BenchOptions()
+        var index = 0
+        func value(_ flag: String) throws(UsageError) -> String {
+            index += 1
+            guard index < arguments.count else { throw UsageError(message: "\(flag) needs a value") }
+            return arguments[index]
+        }
+        while index < arguments.count {
+            let flag = arguments[index]
+            switch flag {
+            case "--seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--seconds needs a number of seconds between 0 and 3600")
+                }
+                options.seconds = seconds
+            case "--json":
+                options.jsonPath = try value(flag)
+            case "--window":
+                guard let size = Int(try value(flag)), size > 0, size <= 100_000 else {
+                    throw UsageError(message: "--window needs a whole number between 1 and 100000")
+                }
+                options.pacing = .window(size)
+            case "--rate":
+                guard let rate = Double(try value(flag)), rate > 0, rate <= 10_000_000 else {
+                    throw UsageError(message: "--rate needs a number of requests per second")
+                }
+                options.pacing = .rate(perSecond: rate, maxInFlight: 10_000)
+            case "--help", "-h":
+                throw UsageError(message: nil)
+            default:
+                throw UsageError(message: "unknown option '\(flag)'")
+            }
+            index += 1
+        }
+        return options
+    }
+}
+
+/// A command line `rouse-bench` cannot follow; a nil message asks for the usage text alone.
+struct UsageError: Error {
+    var message: String?
+}
+
+/// Prints figures as an aligned table and writes them as JSON.
+enum FigureReport {
+    static func table(_ figures: [BenchFigure]) -> String {
+        let nameWidth = max(figures.map(\.name.count).max() ?? 0, 6)
+        let values = figures.map { format($0.value) }
+        let valueWidth = max(values.map(\.count).max() ?? 0, 5)
+        var lines = [pad("figure", nameWidth) + "  " + padLeft("value", valueWidth) + "  unit"]
+        lines.append(String(repeating: "-", count: nameWidth + valueWidth + 8))
+        for (figure, value) in zip(figures, values) {
+            lines.append(pad(figure.name, nameWidth) + "  " + padLeft(value, valueWidth) + "  " + figure.unit)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// `{"seconds": …, "figures": [{"name": …, "value": …, "unit": …}, …]}`; a figure that is
+    /// not a finite number is left out.
+    static func writeJSON(_ figures: [BenchFigure], seconds: Double, to path: String) throws {
+        let entries: [[String: Any]] = figures.filter(\.value.isFinite).map {
+            ["name": $0.name, "value": $0.value, "unit": $0.unit]
+        }
+        let document: [String: Any] = ["seconds": seconds, "figures": entries]
+        let data = try JSONSerialization.data(withJSONObject: document, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        try data.write(to: URL(fileURLWithPath: path), options: .atomic)
+    }
+
+    /// Whole numbers from 100 up with thousands separators, smaller ones with one or two decimals.
+    static func format(_ value: Double) -> String {
+        guard value.isFinite else { return "-" }
+        if value.magnitude >= 100 || value == value.rounded() {
+            let digits = String(Int64(value.rounded()).magnitude)
+            var grouped = ""
+            for (offset, digit) in digits.enumerated() {
+                if offset > 0 && (digits.count - offset) % 3 == 0 { grouped.append(",") }
+                grouped.append(digit)
+            }
+            return (value < 0 ? "-" : "") + grouped
+        }
+        return String(format: value.magnitude >= 10 ? "%.1f" : "%.2f", value)
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text + String(repeating: " ", count: max(width - text.count, 0))
+    }
+
+    private static func padLeft(_ text: String, _ width: Int) -> String {
+        String(repeating: " ", count: max(width - text.count, 0)) + text
+    }
+}
+
+let options: BenchOptions
+do {
+    options = try BenchOptions.parse(Array(CommandLine.arguments.dropFirst()))
+} catch {
+    if let message = error.message {
+        FileHandle.standardError.write(Data("rouse-bench: \(message)\n\(BenchOptions.usage)\n".utf8))
+        exit(2)
+    }
+    print(BenchOptions.usage)
+    exit(0)
+}
+
+print("parser and serializer, one core…")
+var figures = ParserBenchmark.run()
+print("OPTIONS over UDP on loopback, \(options.seconds) s per phase…")
+do {
+    figures += try OptionsBenchmark.run(seconds: options.seconds, pacing: options.pacing)
+} catch {
+    FileHandle.standardError.write(Data("rouse-bench: \(error)\n".utf8))
+    exit(1)
+}
+
+print("")
+print(FigureReport.table(figures))
+
+if let path = options.jsonPath {
+    do {
+        try FigureReport.writeJSON(figures, seconds: options.seconds, to: path)
+        print("figures written to \(path)")
+    } catch {
+        FileHandle.standardError.write(Data("rouse-bench: cannot write \(path): \(error)\n".utf8))
+        exit(1)
+    }
+}

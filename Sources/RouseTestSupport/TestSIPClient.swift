@@ -98,20 +98,18 @@ public final class TestSIPClient {
     public func send(_ bytes: [UInt8], timeout: Duration = .seconds(5)) throws {
         let deadline = ContinuousClock.now + timeout
         var offset = 0
-        while offset < bytes.count || (bytes.isEmpty && offset == 0 && transport == .udp) {
+        while offset < bytes.count {
             let result: Int = bytes.withUnsafeBytes { raw in
-                let base = raw.baseAddress.map { $0 + offset }
                 if let ssl {
-                    return Int(SSL_write(ssl, base, Int32(raw.count - offset)))
+                    return Int(SSL_write(ssl, raw.baseAddress! + offset, Int32(raw.count - offset)))
                 }
-                return Glibc.send(fd, base, raw.count - offset, Int32(MSG_NOSIGNAL))
+                return Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
             }
-            if result > 0 || (result == 0 && bytes.isEmpty) {
+            if result > 0 {
                 offset += result
-                if bytes.isEmpty { return }
-                continue
+            } else {
+                try waitAfterFailure(result, writing: true, until: deadline, operation: "send")
             }
-            try waitAfterFailure(result, writing: true, until: deadline, operation: "send")
         }
     }
 
@@ -310,6 +308,8 @@ private final class TestTLSClientContext: @unchecked Sendable {
     private init?() {
         guard let context = SSL_CTX_new(TLS_client_method()) else { return nil }
         SSL_CTX_set_verify(context, SSL_VERIFY_NONE, nil)
+        // A write retried after WANT_WRITE may come from a different address of the same Swift array.
+        _ = rouse_SSL_CTX_set_mode(context, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         pointer = context
     }
 

@@ -54,55 +54,118 @@ public struct SIPHeaderName: Hashable, Sendable, CustomStringConvertible {
     public static let timestamp = SIPHeaderName(canonical: "timestamp")
 }
 
+/// The headers the parser itself checks, told apart without comparing Strings.
+enum SIPCheckedHeader: UInt8 {
+    case via, from, to, callID, cseq, maxForwards, contentLength, expires, other
+
+    init(_ name: SIPHeaderName) {
+        switch name.canonical {
+        case "via": self = .via
+        case "from": self = .from
+        case "to": self = .to
+        case "call-id": self = .callID
+        case "cseq": self = .cseq
+        case "max-forwards": self = .maxForwards
+        case "content-length": self = .contentLength
+        case "expires": self = .expires
+        default: self = .other
+        }
+    }
+}
+
 extension SIPHeaderName {
-    /// The name of the header whose name spans `range` of `bytes`, without building a lower-cased
-    /// copy for the common names (the parser's hot path).
-    static func recognise(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, spelled: String) -> SIPHeaderName {
-        let count = range.count
-        if count == 1 {
+    /// The name of the header whose name spans `range` of `bytes`, and its spelling, without
+    /// building a lower-cased copy for the common names (the parser's hot path). A common name
+    /// spelled the usual way (`Call-ID`) reuses a String literal.
+    static func recognise(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>
+    ) -> (name: SIPHeaderName, checked: SIPCheckedHeader, spelled: String) {
+        func text() -> String { SIPHeaderValueScanner.text(bytes, range) }
+        func folded(_ lower: StaticString) -> Bool { SIPHeaderValueScanner.equalsFolded(bytes, range, lower) }
+        // `usual` and `usualText` are the same spelling: a literal to compare, a String to keep.
+        func known(
+            _ canonical: String, _ usual: StaticString, _ usualText: String, _ checked: SIPCheckedHeader = .other
+        ) -> (name: SIPHeaderName, checked: SIPCheckedHeader, spelled: String) {
+            let spelled = SIPHeaderValueScanner.equalsLiteral(bytes, range, usual) ? usualText : text()
+            return (SIPHeaderName(canonical: canonical), checked, spelled)
+        }
+        switch range.count {
+        case 1:
             let c = bytes[range.lowerBound] | 0x20
-            if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z"), let long = compactTable[Int(c - UInt8(ascii: "a"))] {
-                return long
+            if c >= UInt8(ascii: "a"), c <= UInt8(ascii: "z"), let long = longForms[String(UnicodeScalar(c))] {
+                let name = SIPHeaderName(canonical: long)
+                return (name, SIPCheckedHeader(name), text())
             }
-        } else if count < knownByLength.count {
-            for candidate in knownByLength[count] where matches(bytes, range, candidate.lower) {
-                return candidate.name
+        case 2:
+            if folded("to") { return known("to", "To", "To", .to) }
+        case 3:
+            if folded("via") { return known("via", "Via", "Via", .via) }
+        case 4:
+            if folded("from") { return known("from", "From", "From", .from) }
+            if folded("cseq") { return known("cseq", "CSeq", "CSeq", .cseq) }
+            if folded("path") { return known("path", "Path", "Path") }
+            if folded("date") { return known("date", "Date", "Date") }
+        case 5:
+            if folded("route") { return known("route", "Route", "Route") }
+            if folded("allow") { return known("allow", "Allow", "Allow") }
+            if folded("event") { return known("event", "Event", "Event") }
+        case 6:
+            if folded("accept") { return known("accept", "Accept", "Accept") }
+            if folded("server") { return known("server", "Server", "Server") }
+            if folded("reason") { return known("reason", "Reason", "Reason") }
+            if folded("min-se") { return known("min-se", "Min-Se", "Min-Se") }
+        case 7:
+            if folded("call-id") { return known("call-id", "Call-ID", "Call-ID", .callID) }
+            if folded("contact") { return known("contact", "Contact", "Contact") }
+            if folded("expires") { return known("expires", "Expires", "Expires", .expires) }
+            if folded("require") { return known("require", "Require", "Require") }
+            if folded("subject") { return known("subject", "Subject", "Subject") }
+            if folded("privacy") { return known("privacy", "Privacy", "Privacy") }
+        case 9:
+            if folded("supported") { return known("supported", "Supported", "Supported") }
+            if folded("timestamp") { return known("timestamp", "Timestamp", "Timestamp") }
+        case 10:
+            if folded("user-agent") { return known("user-agent", "User-Agent", "User-Agent") }
+        case 11:
+            if folded("min-expires") { return known("min-expires", "Min-Expires", "Min-Expires") }
+            if folded("unsupported") { return known("unsupported", "Unsupported", "Unsupported") }
+            if folded("retry-after") { return known("retry-after", "Retry-After", "Retry-After") }
+        case 12:
+            if folded("max-forwards") { return known("max-forwards", "Max-Forwards", "Max-Forwards", .maxForwards) }
+            if folded("content-type") { return known("content-type", "Content-Type", "Content-Type") }
+            if folded("record-route") { return known("record-route", "Record-Route", "Record-Route") }
+            if folded("feature-caps") { return known("feature-caps", "Feature-Caps", "Feature-Caps") }
+            if folded("allow-events") { return known("allow-events", "Allow-Events", "Allow-Events") }
+            if folded("organization") { return known("organization", "Organization", "Organization") }
+            if folded("mime-version") { return known("mime-version", "MIME-Version", "MIME-Version") }
+        case 13:
+            if folded("proxy-require") { return known("proxy-require", "Proxy-Require", "Proxy-Require") }
+            if folded("authorization") { return known("authorization", "Authorization", "Authorization") }
+        case 14:
+            if folded("content-length") {
+                return known("content-length", "Content-Length", "Content-Length", .contentLength)
             }
+        case 15:
+            if folded("session-expires") { return known("session-expires", "Session-Expires", "Session-Expires") }
+        case 16:
+            if folded("www-authenticate") { return known("www-authenticate", "WWW-Authenticate", "WWW-Authenticate") }
+            if folded("content-encoding") { return known("content-encoding", "Content-Encoding", "Content-Encoding") }
+        case 18:
+            if folded("proxy-authenticate") {
+                return known("proxy-authenticate", "Proxy-Authenticate", "Proxy-Authenticate")
+            }
+        case 19:
+            if folded("proxy-authorization") {
+                return known("proxy-authorization", "Proxy-Authorization", "Proxy-Authorization")
+            }
+            if folded("content-disposition") {
+                return known("content-disposition", "Content-Disposition", "Content-Disposition")
+            }
+        default:
+            break
         }
-        return SIPHeaderName(spelled)
+        let spelled = text()
+        let name = SIPHeaderName(spelled)
+        return (name, SIPCheckedHeader(name), spelled)
     }
-
-    private static func matches(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lower: [UInt8]) -> Bool {
-        var k = 0
-        for i in range {
-            // Token bytes: OR-ing 0x20 folds A-Z and leaves '-' and digits alone (RFC 3261 §7.3.1).
-            if bytes[i] | 0x20 != lower[k] { return false }
-            k += 1
-        }
-        return true
-    }
-
-    private static let compactTable: [SIPHeaderName?] = (UInt8(ascii: "a")...UInt8(ascii: "z")).map { letter in
-        longForms[String(UnicodeScalar(letter))].map { SIPHeaderName(canonical: $0) }
-    }
-
-    private static let knownByLength: [[(lower: [UInt8], name: SIPHeaderName)]] = {
-        let names: [SIPHeaderName] = [
-            .via, .from, .to, .callID, .cseq, .contact, .maxForwards, .contentLength, .contentType, .expires,
-            .minExpires, .route, .recordRoute, .path, .allow, .accept, .supported, .require, .proxyRequire,
-            .unsupported, .userAgent, .server, .authorization, .proxyAuthorization, .wwwAuthenticate,
-            .proxyAuthenticate, .retryAfter, .reason, .featureCaps, .timestamp,
-            SIPHeaderName(canonical: "allow-events"), SIPHeaderName(canonical: "event"),
-            SIPHeaderName(canonical: "subject"), SIPHeaderName(canonical: "date"),
-            SIPHeaderName(canonical: "organization"), SIPHeaderName(canonical: "content-disposition"),
-            SIPHeaderName(canonical: "content-encoding"), SIPHeaderName(canonical: "session-expires"),
-            SIPHeaderName(canonical: "min-se"), SIPHeaderName(canonical: "p-asserted-identity"),
-            SIPHeaderName(canonical: "privacy"), SIPHeaderName(canonical: "mime-version"),
-        ]
-        var table = [[(lower: [UInt8], name: SIPHeaderName)]](repeating: [], count: 24)
-        for name in names where name.canonical.utf8.count < table.count {
-            table[name.canonical.utf8.count].append((Array(name.canonical.utf8), name))
-        }
-        return table
-    }()
 }

@@ -195,25 +195,15 @@ public enum SIPHeaderValueScanner {
         return SIPParameters(items)
     }
 
-    /// RFC 3261 §25.1 token characters.
+    /// RFC 3261 §25.1 token characters: alphanumerics and `-.!%*_+`'~`, tested as bits of two
+    /// 64-bit masks (bytes 0-63 and 64-127) rather than with a branch per character class.
     @inline(__always)
     static func isTokenByte(_ c: UInt8) -> Bool {
-        tokenTable[Int(c)]
-    }
-
-    private static let tokenTable: [Bool] = (0..<256).map { value in
-        let c = UInt8(value)
-        switch c {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "!"), UInt8(ascii: "%"),
-            UInt8(ascii: "*"), UInt8(ascii: "_"), UInt8(ascii: "+"), UInt8(ascii: "`"),
-            UInt8(ascii: "'"), UInt8(ascii: "~"):
-            return true
-        default:
-            return false
-        }
+        let low: UInt64 = 0x03FF_6CA2_0000_0000
+        let high: UInt64 = 0x47FF_FFFF_87FF_FFFE
+        if c < 64 { return (low >> UInt64(c)) & 1 == 1 }
+        if c < 128 { return (high >> UInt64(c - 64)) & 1 == 1 }
+        return false
     }
 }
 
@@ -246,7 +236,9 @@ extension String {
 
     /// Runs a throwing parser over the string's contiguous UTF-8 bytes.
     @inline(__always)
-    func parsingSIPBytes<T>(_ body: (UnsafeBufferPointer<UInt8>) throws(SIPValueError) -> T) throws(SIPValueError) -> T {
+    func parsingSIPBytes<T>(
+        _ body: (UnsafeBufferPointer<UInt8>) throws(SIPValueError) -> T
+    ) throws(SIPValueError) -> T {
         var text = self
         let result = text.withUTF8 { bytes in
             Result<T, SIPValueError>(catching: { () throws(SIPValueError) -> T in try body(bytes) })
@@ -263,5 +255,23 @@ extension SIPHeaderValueScanner {
             for k in 0..<other.count where other[k] != bytes[range.lowerBound + k] { return false }
             return true
         }
+    }
+
+    /// Byte-for-byte comparison of the range with a literal.
+    @inline(__always)
+    static func equalsLiteral(_ bytes: Bytes, _ range: Range<Int>, _ literal: StaticString) -> Bool {
+        guard range.count == literal.utf8CodeUnitCount else { return false }
+        let start = literal.utf8Start
+        for k in 0..<range.count where start[k] != bytes[range.lowerBound + k] { return false }
+        return true
+    }
+
+    /// Compares a header-name token with a lower-case literal: OR-ing 0x20 folds A-Z and leaves
+    /// the other token bytes that can match (`-`, digits) alone (RFC 3261 §7.3.1).
+    @inline(__always)
+    static func equalsFolded(_ bytes: Bytes, _ range: Range<Int>, _ lower: StaticString) -> Bool {
+        let start = lower.utf8Start
+        for k in 0..<range.count where bytes[range.lowerBound + k] | 0x20 != start[k] { return false }
+        return true
     }
 }

@@ -22,3 +22,20 @@ public struct SIPMethod: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let message = SIPMethod("MESSAGE")
     public static let publish = SIPMethod("PUBLISH")
 }
+
+extension SIPMethod {
+    /// The method whose token spans `range` of `bytes`, reusing the common methods' Strings.
+    static func recognise(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> SIPMethod {
+        switch range.count {
+        case 3 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "ACK"): return SIPMethod("ACK")
+        case 3 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "BYE"): return SIPMethod("BYE")
+        case 6 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "INVITE"): return SIPMethod("INVITE")
+        case 6 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "CANCEL"): return SIPMethod("CANCEL")
+        case 6 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "NOTIFY"): return SIPMethod("NOTIFY")
+        case 7 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "OPTIONS"): return SIPMethod("OPTIONS")
+        case 7 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "MESSAGE"): return SIPMethod("MESSAGE")
+        case 8 where SIPHeaderValueScanner.equalsLiteral(bytes, range, "REGISTER"): return SIPMethod("REGISTER")
+        default: return SIPMethod(SIPHeaderValueScanner.text(bytes, range))
+        }
+    }
+}

@@ -71,27 +71,35 @@ private struct MessageScanner {
         case bare
     }
 
-    /// Scans the line that starts at `start`; `hasNUL` tells whether it holds a NUL byte.
+    /// Scans the line that starts at `start`; `hasNUL` tells whether it holds a NUL byte. Skips
+    /// 16 bytes at a time while none of them is a control byte up to CR.
     private func scanLine(from start: Int, hasNUL: inout Bool) -> LineEnd {
         var i = start
         let n = bytes.count
-        while i < n {
-            let c = bytes[i]
-            if c > MessageScanner.cr {
-                i += 1
-                continue
+        guard let base = bytes.baseAddress else { return .unterminated }
+        let raw = UnsafeRawPointer(base)
+        let aboveCR = SIMD16<UInt8>(repeating: MessageScanner.cr + 1)
+        while true {
+            while i + 16 <= n {
+                let chunk = raw.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self)
+                if any(chunk .< aboveCR) { break }
+                i += 16
             }
-            if c == MessageScanner.cr {
-                if i + 1 < n {
-                    return bytes[i + 1] == MessageScanner.lf ? .crlf(i) : .bare
-                }
-                return .unterminated
+            while i < n, bytes[i] > MessageScanner.cr { i += 1 }
+            guard i < n else { return .unterminated }
+            switch bytes[i] {
+            case MessageScanner.cr:
+                guard i + 1 < n else { return .unterminated }
+                return bytes[i + 1] == MessageScanner.lf ? .crlf(i) : .bare
+            case MessageScanner.lf:
+                return .bare
+            case 0:
+                hasNUL = true
+            default:
+                break
             }
-            if c == MessageScanner.lf { return .bare }
-            if c == 0 { hasNUL = true }
             i += 1
         }
-        return .unterminated
     }
 
     mutating func parse() throws(SIPParseError) -> SIPMessage {
@@ -168,8 +176,8 @@ private struct MessageScanner {
                 let part = Scanner.trim(bytes, pos..<continuationEnd)
                 if !part.isEmpty {
                     if folded == nil { folded = Array(UnsafeBufferPointer(rebasing: bytes[firstValue])) }
-                    if !folded!.isEmpty { folded!.append(0x20) }
-                    folded!.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[part]))
+                    if folded?.isEmpty == false { folded?.append(0x20) }
+                    folded?.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[part]))
                 }
                 pos = continuationEnd + 2
             }
@@ -187,9 +195,8 @@ private struct MessageScanner {
                 note(513, "Header line too long")
                 continue
             }
-            let spelled = Scanner.text(bytes, nameRange)
-            let key = SIPHeaderName.recognise(bytes, nameRange, spelled: spelled)
-            if key != .contentLength {
+            let (key, checked, spelled) = SIPHeaderName.recognise(bytes, nameRange)
+            if checked != .contentLength {
                 headerCount += 1
                 if headerCount > limits.maxHeaderCount {
                     note(513, "Too many header lines")
@@ -197,7 +204,7 @@ private struct MessageScanner {
                 }
             }
             let value = folded.map { String(decoding: $0, as: UTF8.self) } ?? Scanner.text(bytes, firstValue)
-            index.record(key, at: fields.count)
+            index.record(checked, at: fields.count)
             fields.append(SIPHeader(key, value, spelled: spelled))
         }
         if bodyStart < 0 { note(400, "Missing blank line after headers") }
@@ -218,7 +225,7 @@ private struct MessageScanner {
                     let body = try takeBody(&fields, index, from: bodyStart, kind: .request)
                     return .request(
                         SIPRequest(
-                            method: SIPMethod(Scanner.text(bytes, request.method)), uri: uri,
+                            method: SIPMethod.recognise(bytes, request.method), uri: uri,
                             version: request.version, headers: SIPHeaders(fields), body: body))
                 }
             }
@@ -255,7 +262,9 @@ private struct MessageScanner {
 
     /// `Method SP Request-URI SP SIP-Version` (RFC 3261 §7.1), single spaces. Notes 505 for a
     /// version other than 2.0 (§8.2.6.1 via §21.5.6) and 400 for anything malformed.
-    private mutating func parseRequestLine(_ line: Range<Int>) -> (method: Range<Int>, uri: Range<Int>, version: String)? {
+    private mutating func parseRequestLine(
+        _ line: Range<Int>
+    ) -> (method: Range<Int>, uri: Range<Int>, version: String)? {
         guard let space1 = Scanner.firstIndex(of: 0x20, in: bytes, line),
             let space2 = Scanner.firstIndex(of: 0x20, in: bytes, (space1 + 1)..<line.upperBound)
         else {
@@ -280,7 +289,8 @@ private struct MessageScanner {
             }
             return nil
         }
-        return (method, uri, Scanner.text(bytes, version))
+        let spelled = Scanner.equalsLiteral(bytes, version, "SIP/2.0") ? "SIP/2.0" : Scanner.text(bytes, version)
+        return (method, uri, spelled)
     }
 
     /// `"SIP" "/" 1*DIGIT "." 1*DIGIT` (RFC 3261 §25.1).
@@ -304,9 +314,10 @@ private struct MessageScanner {
         return dots == 1 && digitsSinceDot > 0
     }
 
-    /// Checks a request beyond the lines every message needs: Max-Forwards, Contact, the
+    /// Checks a request beyond the lines every message needs: Max-Forwards, Expires, the
     /// Request-URI and the CSeq method (RFC 3261 §8.1.1, §8.2.2.1, §16.3). Returns the
-    /// Request-URI, or nil after noting the problem.
+    /// Request-URI, or nil after noting the problem. Contact is left to whoever uses it (a proxy
+    /// forwards it untouched, §16.6; the registrar answers 400 when `contacts` is nil, §10.3).
     private mutating func validateRequest(
         _ request: (method: Range<Int>, uri: Range<Int>, version: String), _ fields: [SIPHeader], _ index: KeyIndex
     ) -> SIPURI? {
@@ -328,10 +339,6 @@ private struct MessageScanner {
         }
         if let at = index.expires, !MessageScanner.isDeltaSeconds(fields[at].value) {
             note(400, "Malformed Expires header")
-            return nil
-        }
-        for at in index.contacts where !MessageScanner.isContactList(fields[at].value) {
-            note(400, "Malformed Contact header")
             return nil
         }
         let uri: SIPURI
@@ -368,8 +375,8 @@ private struct MessageScanner {
         if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
         if !MessageScanner.isTopViaUsable(fields[topVia].value) { return .failure("Malformed Via header") }
-        if (try? SIPNameAddress(parsing: fields[from].value)) == nil { return .failure("Malformed From header") }
-        if (try? SIPNameAddress(parsing: fields[to].value)) == nil { return .failure("Malformed To header") }
+        if !MessageScanner.isAddress(fields[from].value) { return .failure("Malformed From header") }
+        if !MessageScanner.isAddress(fields[to].value) { return .failure("Malformed To header") }
         if !MessageScanner.isCallID(fields[callID].value) { return .failure("Malformed Call-ID header") }
         guard let cseq = try? SIPCSeq(parsing: fields[cseqAt].value) else { return .failure("Malformed CSeq header") }
         return .success(cseq)
@@ -396,7 +403,10 @@ private struct MessageScanner {
                 throw error("Content-Length exceeds body", fields, index, kind)
             }
             end = start + length
-            fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
+            if fields[at].value.utf8.count > 1, fields[at].value.utf8.first == UInt8(ascii: "0") {
+                // Leading zeros: state the length as the serializer will write it.
+                fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
+            }
         } else {
             fields.append(SIPHeader(.contentLength, String(end - start)))
         }
@@ -417,8 +427,7 @@ private struct MessageScanner {
         guard let topVia = index.topVia, let from = index.from, let to = index.to, let callID = index.callID,
             let cseqAt = index.cseq, index.fromCount == 1, index.toCount == 1, index.callIDCount == 1,
             index.cseqCount == 1, isTopViaUsable(fields[topVia].value),
-            (try? SIPNameAddress(parsing: fields[from].value)) != nil,
-            (try? SIPNameAddress(parsing: fields[to].value)) != nil, isCallID(fields[callID].value),
+            isAddress(fields[from].value), isAddress(fields[to].value), isCallID(fields[callID].value),
             let cseq = try? SIPCSeq(parsing: fields[cseqAt].value), cseq.method != .ack, method != "ACK"
         else { return nil }
         var headers = SIPHeaders()
@@ -433,13 +442,33 @@ private struct MessageScanner {
     private static func isTopViaUsable(_ value: String) -> Bool {
         value.withSIPBytes { bytes in
             let end = Scanner.listElementEnd(bytes, 0..<bytes.count)
-            return (try? SIPVia(bytes, 0..<end)) != nil
+            do throws(SIPValueError) {
+                _ = try SIPVia.scan(bytes, 0..<end, build: false)
+                return true
+            } catch {
+                return false
+            }
+        }
+    }
+
+    private static func isAddress(_ value: String) -> Bool {
+        value.withSIPBytes { bytes in
+            do throws(SIPValueError) {
+                _ = try SIPNameAddress.scan(bytes, 0..<bytes.count, build: false)
+                return true
+            } catch {
+                return false
+            }
         }
     }
 
     /// `Call-ID = word [ "@" word ]` (RFC 3261 §20.8): not empty, no white space.
     private static func isCallID(_ value: String) -> Bool {
-        !value.isEmpty && value.utf8.allSatisfy { $0 > 0x20 && $0 != 0x7F }
+        value.withSIPBytes { bytes in
+            guard !bytes.isEmpty else { return false }
+            for c in bytes where c <= 0x20 || c == 0x7F { return false }
+            return true
+        }
     }
 
     /// RFC 3261 §20.22: an integer from 0 to 255 (leading zeros allowed, as RFC 4475 §3.1.1.1 sends).
@@ -469,21 +498,6 @@ private struct MessageScanner {
         return number
     }
 
-    private static func isContactList(_ value: String) -> Bool {
-        value.withSIPBytes { bytes in
-            var start = 0
-            var elements = 0
-            while start <= bytes.count {
-                let end = Scanner.listElementEnd(bytes, start..<bytes.count)
-                if !Scanner.trim(bytes, start..<end).isEmpty {
-                    guard (try? SIPContact(bytes, start..<end)) != nil else { return false }
-                    elements += 1
-                }
-                start = end + 1
-            }
-            return elements > 0
-        }
-    }
 }
 
 /// Where the headers the parser checks stand among the fields, and how often each occurs.
@@ -502,9 +516,8 @@ private struct KeyIndex {
     var contentLength: Int?
     var contentLengthCount = 0
     var expires: Int?
-    var contacts: [Int] = []
 
-    mutating func record(_ key: SIPHeaderName, at position: Int) {
+    mutating func record(_ key: SIPCheckedHeader, at position: Int) {
         switch key {
         case .via: if topVia == nil { topVia = position }
         case .from: KeyIndex.note(&from, &fromCount, position)
@@ -514,8 +527,7 @@ private struct KeyIndex {
         case .maxForwards: KeyIndex.note(&maxForwards, &maxForwardsCount, position)
         case .contentLength: KeyIndex.note(&contentLength, &contentLengthCount, position)
         case .expires: if expires == nil { expires = position }
-        case .contact: contacts.append(position)
-        default: break
+        case .other: break
         }
     }
 

@@ -4,11 +4,11 @@ public enum SIPSerializer {
     public static func serialize(_ request: SIPRequest) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512 + request.body.count)
-        out.append(contentsOf: request.method.rawValue.utf8)
+        appendClean(request.method.rawValue, to: &out)
         out.append(0x20)
-        out.append(contentsOf: request.uri.description.utf8)
+        appendClean(request.uri.description, to: &out)
         out.append(0x20)
-        out.append(contentsOf: request.version.utf8)
+        appendClean(request.version, to: &out)
         out.append(contentsOf: crlf)
         appendHeaders(request.headers, bodyLength: request.body.count, to: &out)
         out.append(contentsOf: request.body)
@@ -18,7 +18,7 @@ public enum SIPSerializer {
     public static func serialize(_ response: SIPResponse) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512 + response.body.count)
-        out.append(contentsOf: response.version.utf8)
+        appendClean(response.version, to: &out)
         out.append(0x20)
         out.append(contentsOf: String(response.statusCode).utf8)
         out.append(0x20)
@@ -65,8 +65,17 @@ public enum SIPSerializer {
 
     /// Appends text with CR, LF and NUL replaced by spaces.
     private static func appendClean(_ text: String, to out: inout [UInt8]) {
-        for byte in text.utf8 {
-            out.append(byte == 0x0D || byte == 0x0A || byte == 0x00 ? 0x20 : byte)
+        text.withSIPBytes { bytes in
+            var clean = true
+            for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0x00 {
+                clean = false
+                break
+            }
+            if clean {
+                out.append(contentsOf: bytes)
+            } else {
+                for byte in bytes { out.append(byte == 0x0D || byte == 0x0A || byte == 0x00 ? 0x20 : byte) }
+            }
         }
     }
 }

@@ -7,11 +7,14 @@ extension SIPURI {
     }
 
     init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        // With build: true, scan returns the value or throws.
         self = try SIPURI.scan(bytes, whole, build: true)!
     }
 
     /// Checks the URI's syntax; builds it only when `build` is true (else returns nil on success).
-    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool) throws(SIPValueError) -> SIPURI? {
+    static func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool
+    ) throws(SIPValueError) -> SIPURI? {
         let range = Scanner.trim(bytes, whole)
         guard let colon = Scanner.firstIndex(of: UInt8(ascii: ":"), in: bytes, range), colon > range.lowerBound else {
             throw SIPValueError("URI without scheme")
@@ -32,16 +35,25 @@ extension SIPURI {
         var lower = colon + 1
         var upper = range.upperBound
         guard lower < upper else { throw SIPValueError("empty URI") }
+        // One pass: reject white space and controls, find the first '?' and the '@' before it.
+        var question: Int? = nil
+        var at: Int? = nil
         for k in lower..<upper {
             let c = bytes[k]
-            if c <= 0x20 || c == 0x7F || c == UInt8(ascii: "<") || c == UInt8(ascii: ">") || c == UInt8(ascii: "\"") {
+            if c > UInt8(ascii: "@") {
+                if c == 0x7F { throw SIPValueError("white space or control character in URI") }
+                continue
+            }
+            if c <= 0x20 || c == UInt8(ascii: "<") || c == UInt8(ascii: ">") || c == UInt8(ascii: "\"") {
                 throw SIPValueError("white space or control character in URI")
             }
+            if c == UInt8(ascii: "?"), question == nil { question = k }
+            if c == UInt8(ascii: "@"), at == nil, question == nil { at = k }
         }
 
         // Headers (?a=b&c=d) come last (RFC 3261 §19.1.1).
         var headers: [SIPParameter] = []
-        if let question = Scanner.firstIndex(of: UInt8(ascii: "?"), in: bytes, lower..<upper) {
+        if let question {
             var partStart = question + 1
             while partStart < upper {
                 let partEnd = Scanner.firstIndex(of: UInt8(ascii: "&"), in: bytes, partStart..<upper) ?? upper
@@ -71,7 +83,7 @@ extension SIPURI {
 
         var userRange: Range<Int>? = nil
         var passwordRange: Range<Int>? = nil
-        if let at = Scanner.firstIndex(of: UInt8(ascii: "@"), in: bytes, lower..<upper) {
+        if let at {
             guard at > lower else { throw SIPValueError("empty user part in URI") }
             if let passwordColon = Scanner.firstIndex(of: UInt8(ascii: ":"), in: bytes, lower..<at) {
                 guard passwordColon > lower else { throw SIPValueError("empty user part in URI") }
@@ -187,11 +199,14 @@ extension SIPNameAddress {
     }
 
     init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        // With build: true, scan returns the value or throws.
         self = try SIPNameAddress.scan(bytes, whole, build: true)!
     }
 
     /// Checks the address's syntax; builds it only when `build` is true (else returns nil on success).
-    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool) throws(SIPValueError) -> SIPNameAddress? {
+    static func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool
+    ) throws(SIPValueError) -> SIPNameAddress? {
         let range = Scanner.trim(bytes, whole)
         guard !range.isEmpty else { throw SIPValueError("empty address") }
         var i = range.lowerBound
@@ -278,11 +293,14 @@ extension SIPVia {
     }
 
     init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
+        // With build: true, scan returns the value or throws.
         self = try SIPVia.scan(bytes, whole, build: true)!
     }
 
     /// Checks the Via element's syntax; builds it only when `build` is true (else returns nil on success).
-    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool) throws(SIPValueError) -> SIPVia? {
+    static func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool
+    ) throws(SIPValueError) -> SIPVia? {
         let range = Scanner.trim(bytes, whole)
         let end = range.upperBound
         // sent-protocol: three tokens separated by '/', with optional white space around '/'.
@@ -359,6 +377,6 @@ extension SIPCSeq {
         while i < range.upperBound, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 }
         guard i > numberEnd, i < range.upperBound else { throw SIPValueError("bad CSeq") }
         for k in i..<range.upperBound where !Scanner.isTokenByte(bytes[k]) { throw SIPValueError("bad CSeq") }
-        self.init(UInt32(number), SIPMethod(Scanner.text(bytes, i..<range.upperBound)))
+        self.init(UInt32(number), SIPMethod.recognise(bytes, i..<range.upperBound))
     }
 }

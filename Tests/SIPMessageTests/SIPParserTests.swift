@@ -250,6 +250,17 @@ final class SIPParserTests: XCTestCase {
         XCTAssertEqual(message, try SIPParser.parse(Self.linphoneRegister))
     }
 
+    func testParsesFromASliceAndARawBufferOfALargerRead() throws {
+        let read = Array("garbage before".utf8) + Self.linphoneRegister + Array("garbage after".utf8)
+        let slice = read[14..<(14 + Self.linphoneRegister.count)]
+        let expected = try SIPParser.parse(Self.linphoneRegister)
+        XCTAssertEqual(try SIPParser.parse(slice), expected)
+        let fromRaw = try slice.withUnsafeBytes { raw in try SIPParser.parse(raw) }
+        XCTAssertEqual(fromRaw, expected)
+        XCTAssertTrue([UInt8]([0x0D, 0x0A, 0x0D, 0x0A]).withUnsafeBytes(SIPParser.isKeepAlive))
+        XCTAssertFalse(Self.linphoneRegister.withUnsafeBytes(SIPParser.isKeepAlive))
+    }
+
     func testDatagramBodyIsCutAtContentLength() throws {
         let bytes = wire(
             """

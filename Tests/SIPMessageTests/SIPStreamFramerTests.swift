@@ -49,6 +49,18 @@ final class SIPStreamFramerTests: XCTestCase {
         XCTAssertEqual(String(decoding: body, as: UTF8.self), "Hello\r\nBob\r\n")
     }
 
+    /// Regression: a ping split as CRLF | CR | LF across reads was taken for a pong and a stray CR.
+    func testPingSplitAcrossReadsIsStillAPing() throws {
+        var framer = SIPStreamFramer()
+        var events: [SIPStreamFramer.Event] = []
+        for piece in [[0x0D, 0x0A], [0x0D], [0x0A]] as [[UInt8]] {
+            framer.append(piece)
+            while let event = try framer.next() { events.append(event) }
+        }
+        XCTAssertEqual(events, [.keepAlivePing])
+        XCTAssertEqual(framer.bufferedByteCount, 0)
+    }
+
     func testAPongBeforeAMessageIsSkipped() throws {
         let stream = [0x0D, 0x0A] + Self.options
         XCTAssertEqual(try frame(stream, chunkSizes: [1]), [.message(Self.options)])
