@@ -23,14 +23,16 @@ var targets: [Target] = [
     // The SIP core: pure Swift, no I/O.
     .target(name: "SIPMessage"),
     .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
+    // REGISTER, digest authentication, bindings and their push channels.
+    .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto"]),
     // Sockets, the event loop, flows and TLS.
     .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Storage", "CLinuxShims"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -42,6 +44,7 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
+    .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "SIPTransaction"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
         name: "SIPTransportTests",

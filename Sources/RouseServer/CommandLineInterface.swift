@@ -3,34 +3,54 @@ import Storage
 
 /// Rouse's command line. Each command returns the process exit status; messages for people go to
 /// standard output (results) or standard error (problems), one line each where possible.
-public struct CommandLineInterface {
+public struct CommandLineInterface: Sendable {
     let environment: [String: String]
 
     public init(environment: [String: String]) {
         self.environment = environment
     }
 
-    /// One command: its name, one-line summary and usage text.
-    struct Command {
+    /// One command: its name (a sub-command is "push-app add"), one-line summary, usage text,
+    /// whether its help lists the settings, and what it does with the remaining arguments.
+    struct Command: Sendable {
         let name: String
         let summary: String
         let usage: String
+        var listsSettings = false
+        let run: @Sendable (CommandLineInterface, [String]) -> Int32
     }
 
     static let version = "0.1.0"
 
-    static let commands: [Command] = [
+    /// Every command; each area of Rouse contributes its own list from its own file.
+    static var commands: [Command] { serverCommands }
+
+    static let serverCommands: [Command] = [
         Command(
             name: "serve", summary: "run the SIP server (and apply migrations first)",
-            usage: "rouse serve [--config FILE] [--SETTING VALUE ...]"),
+            usage: "rouse serve [--config FILE] [--SETTING VALUE ...]", listsSettings: true,
+            run: { $0.runServe($1) }),
         Command(
             name: "migrate", summary: "apply database migrations and exit",
-            usage: "rouse migrate [--config FILE] [--database-url URL]"),
+            usage: "rouse migrate [--config FILE] [--database-url URL]", listsSettings: true,
+            run: { $0.runMigrate($1) }),
         Command(
             name: "check-config", summary: "check the configuration without starting",
-            usage: "rouse check-config [--config FILE] [--SETTING VALUE ...]"),
-        Command(name: "version", summary: "print the version", usage: "rouse version"),
+            usage: "rouse check-config [--config FILE] [--SETTING VALUE ...]", listsSettings: true,
+            run: { $0.runCheckConfig($1) }),
+        Command(name: "version", summary: "print the version", usage: "rouse version", run: { cli, _ in cli.runVersion() }),
     ]
+
+    /// The command named by the leading words of `arguments` (longest name first), and the rest.
+    static func find(_ arguments: [String]) -> (Command, [String])? {
+        for command in commands.sorted(by: { $0.name.count > $1.name.count }) {
+            let words = command.name.split(separator: " ").map(String.init)
+            if arguments.count >= words.count, Array(arguments.prefix(words.count)) == words {
+                return (command, Array(arguments.dropFirst(words.count)))
+            }
+        }
+        return nil
+    }
 
     public func run(_ arguments: [String]) -> Int32 {
         guard let first = arguments.first else {
@@ -39,7 +59,7 @@ public struct CommandLineInterface {
         }
         let rest = Array(arguments.dropFirst())
         if first == "--help" || first == "-h" || first == "help" {
-            if let name = rest.first, let command = Self.commands.first(where: { $0.name == name }) {
+            if let (command, _) = Self.find(rest) {
                 print(Self.help(for: command))
             } else {
                 print(Self.mainHelp)
@@ -47,20 +67,15 @@ public struct CommandLineInterface {
             return 0
         }
         if first == "--version" { return runVersion() }
-        guard let command = Self.commands.first(where: { $0.name == first }) else {
+        guard let (command, remaining) = Self.find(arguments) else {
             printError("rouse: unknown command '\(first)' (see rouse --help)")
             return 2
         }
-        if rest.contains("--help") || rest.contains("-h") {
+        if remaining.contains("--help") || remaining.contains("-h") {
             print(Self.help(for: command))
             return 0
         }
-        switch command.name {
-        case "serve": return runServe(rest)
-        case "migrate": return runMigrate(rest)
-        case "check-config": return runCheckConfig(rest)
-        default: return runVersion()
-        }
+        return command.run(self, remaining)
     }
 
     func runVersion() -> Int32 {
@@ -132,7 +147,7 @@ public struct CommandLineInterface {
 
             """
         for command in commands {
-            text += "  " + command.name.padding(toLength: 14, withPad: " ", startingAt: 0) + command.summary + "\n"
+            text += "  " + command.name.padding(toLength: 22, withPad: " ", startingAt: 0) + command.summary + "\n"
         }
         text += "\nrouse <command> --help shows a command's options."
         return text
@@ -140,7 +155,7 @@ public struct CommandLineInterface {
 
     static func help(for command: Command) -> String {
         var text = "\(command.usage)\n\n\(command.summary)\n"
-        if command.name == "serve" || command.name == "check-config" || command.name == "migrate" {
+        if command.listsSettings {
             text += """
 
                 Settings come from, in increasing precedence: defaults, the JSON config file

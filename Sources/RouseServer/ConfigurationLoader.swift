@@ -100,7 +100,14 @@ public enum ConfigurationLoader {
             timerT1: reader.duration("sip_t1"),
             timerT2: reader.duration("sip_t2"),
             timerT4: reader.duration("sip_t4"),
-            databaseConnectTimeout: reader.integer("database_connect_timeout", 1...600))
+            databaseConnectTimeout: reader.integer("database_connect_timeout", 1...600),
+            registrationDefaultExpires: reader.integer("registration_default_expires", 1...31_536_000),
+            registrationMinExpires: reader.integer("registration_min_expires", 1...31_536_000),
+            registrationMaxExpires: reader.integer("registration_max_expires", 1...31_536_000),
+            pushBindingMinExpires: reader.integer("push_binding_min_expires", 1...31_536_000),
+            pushBindingMaxExpires: reader.integer("push_binding_max_expires", 1...31_536_000),
+            maxBindingsPerExtension: reader.integer("max_bindings_per_extension", 1...1_000),
+            nonceLifetime: reader.duration("nonce_lifetime"))
         problems.append(contentsOf: reader.problems)
 
         if configuration.sipListen.contains(where: { $0.transport == .tls }) {
@@ -110,6 +117,17 @@ public enum ConfigurationLoader {
             if configuration.tlsKeyPath == nil {
                 problems.append("tls_key: a tls: listen point needs a private key (ROUSE_TLS_KEY)")
             }
+        }
+        if configuration.registrationMinExpires > configuration.registrationMaxExpires {
+            problems.append("registration_min_expires: must not exceed registration_max_expires")
+        }
+        if !(configuration.registrationMinExpires...configuration.registrationMaxExpires).contains(configuration.registrationDefaultExpires),
+            configuration.registrationMinExpires <= configuration.registrationMaxExpires
+        {
+            problems.append("registration_default_expires: must lie between registration_min_expires and registration_max_expires")
+        }
+        if configuration.pushBindingMinExpires > configuration.pushBindingMaxExpires {
+            problems.append("push_binding_min_expires: must not exceed push_binding_max_expires")
         }
         if configuration.timerT2 < configuration.timerT1 {
             problems.append("sip_t2: must not be shorter than sip_t1")

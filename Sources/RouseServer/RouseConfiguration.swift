@@ -28,6 +28,16 @@ public struct RouseConfiguration: Sendable {
     public var timerT4: Duration
     /// Seconds libpq waits for PostgreSQL at start.
     public var databaseConnectTimeout: Int
+    /// Registration lifetimes (RFC 3261 §10.3; decisions.md).
+    public var registrationDefaultExpires: Int
+    public var registrationMinExpires: Int
+    public var registrationMaxExpires: Int
+    /// Bounds for bindings that carry push channels (apps ask for long registrations).
+    public var pushBindingMinExpires: Int
+    public var pushBindingMaxExpires: Int
+    public var maxBindingsPerExtension: Int
+    /// How long a digest nonce is good for before `stale=true`.
+    public var nonceLifetime: Duration
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -69,5 +79,19 @@ extension RouseConfiguration {
         .init(key: "sip_t4", defaultValue: "5", meaning: "RFC 3261 timer T4 in seconds"),
         .init(key: "database_connect_timeout", defaultValue: "10",
               meaning: "seconds to wait for PostgreSQL at start"),
+        .init(key: "registration_default_expires", defaultValue: "3600",
+              meaning: "seconds a registration lasts when the phone names no expiry"),
+        .init(key: "registration_min_expires", defaultValue: "60",
+              meaning: "shortest registration accepted; shorter ones get 423 with Min-Expires"),
+        .init(key: "registration_max_expires", defaultValue: "86400",
+              meaning: "longest registration granted; longer requests are granted this"),
+        .init(key: "push_binding_min_expires", defaultValue: "240",
+              meaning: "shortest registration accepted for a binding with push parameters (RFC 8599 §5.5)"),
+        .init(key: "push_binding_max_expires", defaultValue: "604800",
+              meaning: "longest registration granted to a binding with push parameters"),
+        .init(key: "max_bindings_per_extension", defaultValue: "10",
+              meaning: "most registered contacts per extension; the oldest without an instance id makes room"),
+        .init(key: "nonce_lifetime", defaultValue: "300",
+              meaning: "seconds a digest nonce is valid before the phone is told stale=true"),
     ]
 }

@@ -16,8 +16,14 @@ public struct Migration: Sendable {
 /// `schema_migrations`. Idempotent, and safe when several instances start at once (a PostgreSQL
 /// advisory lock serialises them).
 public enum Migrator {
-    /// Every migration Rouse knows, oldest first.
-    public static let all: [Migration] = [
+    /// Every migration Rouse knows, oldest first. Each area keeps its own list in its own file
+    /// (`Migrations+Registrar.swift`, `Migrations+Push.swift`), in its own range of versions.
+    public static var all: [Migration] {
+        (coreMigrations + registrarMigrations + pushMigrations).sorted { $0.version < $1.version }
+    }
+
+    /// Versions 1–9: Rouse itself.
+    static let coreMigrations: [Migration] = [
         Migration(
             version: 1, name: "instance settings",
             sql: """
