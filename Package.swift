@@ -27,12 +27,14 @@ var targets: [Target] = [
     .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto"]),
     // Sockets, the event loop, flows and TLS.
     .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
+    // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
+    .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -44,6 +46,7 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
+    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
     .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "SIPTransaction"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
@@ -52,7 +55,7 @@ var targets: [Target] = [
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "RouseTestSupport"]),
+        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport"]),
 ]
 
 var products: [Product] = [

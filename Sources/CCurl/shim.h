@@ -19,6 +19,14 @@ static inline CURLcode rouse_curl_easy_getinfo_long(CURL *handle, CURLINFO info,
 static inline CURLMcode rouse_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }
+/// CURLOPT_WRITEFUNCTION and CURLOPT_HEADERFUNCTION take a function pointer through the variadic setopt.
+static inline CURLcode rouse_curl_easy_setopt_write_callback(CURL *handle, CURLoption option, curl_write_callback value) {
+    return curl_easy_setopt(handle, option, value);
+}
+/// CURLOPT_HTTPHEADER takes a header list through the variadic setopt.
+static inline CURLcode rouse_curl_easy_setopt_slist(CURL *handle, CURLoption option, struct curl_slist *value) {
+    return curl_easy_setopt(handle, option, value);
+}
 /// CURLVERSION_NOW is a macro.
 static inline curl_version_info_data *rouse_curl_version_info(void) {
     return curl_version_info(CURLVERSION_NOW);

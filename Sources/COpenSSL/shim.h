@@ -10,6 +10,9 @@
 #include <openssl/x509.h>
 #include <openssl/rand.h>
 #include <openssl/hmac.h>
+#include <openssl/ec.h>
+#include <openssl/rsa.h>
+#include <openssl/bn.h>
 
 /// SSL_CTX_set_mode is a macro over SSL_CTX_ctrl.
 static inline long rouse_SSL_CTX_set_mode(SSL_CTX *ctx, long mode) {

@@ -1,25 +1,31 @@
+import Crypto
 import Dispatch
 import Foundation
 import Glibc
+import Registrar
 import SIPTransport
 import Storage
 
-/// A whole Rouse instance: checks PostgreSQL and applies migrations, then serves SIP until told to
-/// stop. Blocking: `start()` connects to the database on the calling thread (start-up only);
-/// serving runs on the SIP service's own threads.
-public final class RouseService: Sendable {
+/// A whole Rouse instance: checks PostgreSQL and applies migrations, loads the directory and the
+/// live bindings, then serves SIP until told to stop. Blocking: `start()` talks to the database on
+/// the calling thread (start-up only); serving runs on the services' own threads.
+public final class RouseService: @unchecked Sendable {
+    // @unchecked: the stored properties below are set once in `start()`, before any other thread
+    // sees the service, and only read afterwards.
     public let configuration: RouseConfiguration
     private let logger: Logger
-    private let sip: SIPService
+    private var sip: SIPService?
+    private var registrar: Registrar?
+    private var locationStore: PostgresLocationStore?
+    private var listener: PostgresNotificationListener?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        self.sip = SIPService(configuration: configuration, logger: logger)
     }
 
     /// Connects to PostgreSQL (one clear error naming host and port when it cannot), applies
-    /// migrations, and binds the SIP listen points.
+    /// migrations, loads extensions and bindings, and binds the SIP listen points.
     public func start() throws {
         let connection = try PostgresConnection(
             conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
@@ -28,6 +34,30 @@ public final class RouseService: Sendable {
         logger.info(
             "database.ready",
             ["database": connection.endpoint, "schema_version": String(version), "applied": applied.map(String.init).joined(separator: ",")])
+
+        let settings = PostgresSettings(conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+        let directory = PostgresDirectory(settings: settings)
+        let store = PostgresLocationStore(settings: settings)
+        let policy = RegistrationPolicy(
+            defaultExpires: configuration.registrationDefaultExpires, minExpires: configuration.registrationMinExpires,
+            maxExpires: configuration.registrationMaxExpires, pushMinExpires: configuration.pushBindingMinExpires,
+            pushMaxExpires: configuration.pushBindingMaxExpires, maxBindingsPerExtension: configuration.maxBindingsPerExtension)
+        let secret = try RouseService.sharedSecret(named: "digest_nonce_secret", connection)
+        let core = RegistrarCore(
+            policy: policy, directory: try directory.loadDirectory(),
+            supportedPushProviders: try RouseService.pushProvidersWithApps(connection),
+            authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
+            serverName: "Rouse/\(CommandLineInterface.version)")
+        let registrar = Registrar(core: core, store: store)
+        try registrar.loadBindings()
+        registrar.startExpiryTimer()
+        logger.info("registrar.ready", ["bindings": String(registrar.bindingCount)])
+
+        let sip = SIPService(configuration: configuration, logger: logger, registrar: registrar)
+        self.sip = sip
+        self.registrar = registrar
+        self.locationStore = store
+        listener = startListening(settings: settings, directory: directory, registrar: registrar)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -35,7 +65,53 @@ public final class RouseService: Sendable {
     }
 
     /// The SIP points bound.
-    public var listeningPoints: [ListenPoint] { sip.listeningPoints }
+    public var listeningPoints: [ListenPoint] { sip?.listeningPoints ?? [] }
+
+    /// A random secret shared by every instance through `rouse_settings`, made by whichever starts
+    /// first (decisions.md: nonces work across instances).
+    static func sharedSecret(named name: String, _ connection: PostgresConnection) throws -> [UInt8] {
+        try connection.query(
+            "INSERT INTO rouse_settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            [name, SecureRandom.hex(32)])
+        let rows = try connection.query("SELECT value FROM rouse_settings WHERE key = $1", [name])
+        guard let hex = rows.value(0, "value"), let bytes = Hex.decode(hex) else {
+            throw PostgresError(kind: .unexpectedResult, message: "rouse_settings holds no usable \(name)")
+        }
+        return bytes
+    }
+
+    /// The push providers some push app serves (none until push apps are configured).
+    static func pushProvidersWithApps(_ connection: PostgresConnection) throws -> Set<PushProviderFamily> {
+        let exists = try connection.query("SELECT to_regclass('push_apps') IS NOT NULL AS present")
+        guard exists.value(0, "present") == "t" else { return [] }
+        let rows = try connection.query("SELECT DISTINCT provider FROM push_apps")
+        return Set(rows.rows.compactMap { $0[0].flatMap(PushProviderFamily.init(rawValue:)) })
+    }
+
+    /// Follows changes made elsewhere: the directory (extensions added, passwords changed) and
+    /// bindings written by other instances. Notifications of this instance's own writes find the
+    /// index already up to date and are skipped.
+    private func startListening(settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar) -> PostgresNotificationListener {
+        let logger = self.logger
+        let work = DispatchQueue(label: "rouse.notifications")
+        let listener = PostgresNotificationListener(settings: settings, channels: ["rouse_directory", "rouse_bindings"]) { notification in
+            work.async {
+                do {
+                    if notification.channel == "rouse_directory" {
+                        registrar.updateDirectory(try directory.loadDirectory())
+                    } else if let change = BindingNotification(payload: notification.payload) {
+                        let known = registrar.bindings(for: change.aor).contains { $0.id == change.bindingID }
+                        let upToDate = (change.kind == .added || change.kind == .refreshed) ? known : !known
+                        if !upToDate { try registrar.reload(change.aor) }
+                    }
+                } catch {
+                    logger.warning("database.notification_failed", ["channel": notification.channel, "error": "\(error)"])
+                }
+            }
+        }
+        listener.start()
+        return listener
+    }
 
     /// Blocks until SIGINT or SIGTERM, then stops serving.
     public func waitForStopSignal() {
@@ -52,7 +128,10 @@ public final class RouseService: Sendable {
         }
         stop.wait()
         logger.info("rouse.stopping", [:])
-        sip.shutdown()
+        sip?.shutdown()
+        registrar?.stopExpiryTimer()
+        listener?.stop()
+        locationStore?.shutdown()
         sources.forEach { $0.cancel() }
         logger.info("rouse.stopped", [:])
     }

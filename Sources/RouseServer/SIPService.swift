@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Registrar
 import SIPMessage
 import SIPTransaction
 import SIPTransport
@@ -17,8 +18,16 @@ public final class SIPService: Sendable {
     private let limits: SIPParserLimits
     private let logger: Logger
     private let timerQueue = DispatchQueue(label: "rouse.sip.timers")
+    private let registrar: Registrar?
+    /// Names this process in binding flows, so a restarted or other instance knows a connection
+    /// recorded there is not its own.
+    public let instanceID: String
+    private let connections = ConnectionTable()
 
-    public init(configuration: RouseConfiguration, logger: Logger) {
+    /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
+    public init(configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString) {
+        self.registrar = registrar
+        self.instanceID = instanceID
         self.limits = configuration.parserLimits
         self.logger = logger
         let tls: TLSConfiguration? =
@@ -36,14 +45,17 @@ public final class SIPService: Sendable {
         transport = SIPTransportLayer(
             listen: configuration.sipListen, tls: tls, limits: limits,
             onPacket: { packet in wiring.service?.receive(packet) },
-            onFlowClosed: { flow, _ in wiring.service?.transactions.transportFailed(on: flow) })
+            onFlowClosed: { flow, _ in
+                wiring.service?.connections.remove(flow)
+                wiring.service?.transactions.transportFailed(on: flow)
+            })
         transactions = TransactionLayer<FlowID>(
             timers: TransactionTimers(t1: configuration.timerT1, t2: configuration.timerT2, t4: configuration.timerT4),
             scheduler: DispatchTimerScheduler(queue: timerQueue),
             send: { message, flow in wiring.service?.send(message, over: flow) },
             core: { event in wiring.service?.handle(event) })
         selfHandler = SelfRequestHandler(
-            allowedMethods: [.options],
+            allowedMethods: registrar == nil ? [.options] : [.options, .register],
             supportedExtensions: ["path", "outbound"],
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)")
@@ -84,6 +96,7 @@ public final class SIPService: Sendable {
                  "status": String(error.statusCode), "reason": error.reason])
             return
         }
+        if packet.isReliable { connections.note(packet) }
         switch message {
         case .request(var request):
             SIPService.recordSource(of: packet, in: &request)
@@ -109,8 +122,12 @@ public final class SIPService: Sendable {
 
     func handle(_ event: TransactionLayerEvent<FlowID>) {
         switch event {
-        case .request(let request, let handle, _):
-            if request.method == .cancel {
+        case .request(let request, let handle, let flow):
+            if request.method == .register, let registrar {
+                registrar.handleRegister(request, flow: bindingFlow(flow, request: request)) { [weak self] response in
+                    self?.transactions.respond(response, to: handle)
+                }
+            } else if request.method == .cancel {
                 answerCancel(request, handle)
             } else if let response = selfHandler.respond(to: request, toTag: SIPService.makeTag()) {
                 transactions.respond(response, to: handle)
@@ -131,6 +148,23 @@ public final class SIPService: Sendable {
         var response = SIPResponse(replyingTo: cancel, statusCode: status, toTag: SIPService.makeTag())
         response.headers.add(.server, selfHandler.serverName)
         transactions.respond(response, to: handle)
+    }
+
+    /// What a binding must remember of the flow a REGISTER came over (RFC 5626 §5.2).
+    func bindingFlow(_ flow: FlowID, request: SIPRequest) -> BindingFlow {
+        let (source, local) = connections.endpoints(of: flow) ?? (flow.datagramPeer, nil)
+        return BindingFlow(
+            transport: flow.transport.rawValue, source: source?.description ?? "",
+            connectionID: flow.description, localPoint: local?.description ?? listeningPoints.first { $0.transport == flow.transport }?.description ?? "",
+            instanceID: instanceID)
+    }
+
+    /// Whether a binding can be reached now: a UDP binding can; a TCP/TLS one only over its own
+    /// connection, held by this instance and still open.
+    public func isReachable(_ binding: Binding) -> Bool {
+        if binding.flow.transport == SIPTransportKind.udp.rawValue { return true }
+        guard binding.flow.instanceID == instanceID, let flow = connections.flow(named: binding.flow.connectionID) else { return false }
+        return transport.flowIsOpen(flow)
     }
 
     // MARK: Outbound
@@ -165,6 +199,44 @@ public final class SIPService: Sendable {
         }
         if wildcard { names.formUnion(InterfaceAddresses.all().map { $0.contains(":") ? "[\($0)]" : $0 }) }
         return names
+    }
+}
+
+/// The open TCP/TLS connections this service has heard from: their peer and listen point, and
+/// their flow by name (a binding records the name). Thread-safe behind a lock; bounded by the
+/// transport's connection limit, since closed connections are removed.
+final class ConnectionTable: @unchecked Sendable {
+    // @unchecked: both dictionaries are only touched under `lock`.
+    private let lock = NSLock()
+    private var endpointsByFlow: [FlowID: (SocketAddress, ListenPoint)] = [:]
+    private var flowsByName: [String: FlowID] = [:]
+
+    func note(_ packet: InboundPacket) {
+        lock.lock()
+        defer { lock.unlock() }
+        if endpointsByFlow[packet.flow] == nil {
+            endpointsByFlow[packet.flow] = (packet.source, packet.local)
+            flowsByName[packet.flow.description] = packet.flow
+        }
+    }
+
+    func remove(_ flow: FlowID) {
+        lock.lock()
+        defer { lock.unlock() }
+        endpointsByFlow[flow] = nil
+        flowsByName[flow.description] = nil
+    }
+
+    func endpoints(of flow: FlowID) -> (SocketAddress?, ListenPoint?)? {
+        lock.lock()
+        defer { lock.unlock() }
+        return endpointsByFlow[flow].map { ($0.0, $0.1) }
+    }
+
+    func flow(named name: String) -> FlowID? {
+        lock.lock()
+        defer { lock.unlock() }
+        return flowsByName[name]
     }
 }
 

@@ -21,6 +21,12 @@ public struct FlowID: Hashable, Sendable, CustomStringConvertible {
     /// Whether the flow is a TCP or TLS connection.
     public var isReliable: Bool { transport.isReliable }
 
+    /// The peer of a UDP flow; nil for a connection.
+    public var datagramPeer: SocketAddress? {
+        if case .datagram(_, let peer) = key { return peer }
+        return nil
+    }
+
     /// `udp#0/127.0.0.1:40000` or `tls#12`.
     public var description: String {
         switch key {

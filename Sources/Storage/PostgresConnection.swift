@@ -7,7 +7,8 @@ import Glibc
 /// layer, or a command-line run); every call blocks that thread until PostgreSQL answers, so it must
 /// never be used on the SIP event loop. Statements run only with bind parameters.
 public final class PostgresConnection {
-    private let connection: OpaquePointer
+    /// The libpq handle; internal so the storage layer's own extensions (probing, LISTEN) reach it.
+    let connection: OpaquePointer
     /// `host:port` (or the socket folder and port) this connection was opened to, for messages.
     public let endpoint: String
 

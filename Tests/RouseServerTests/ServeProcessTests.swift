@@ -120,7 +120,7 @@ final class ServeProcessTests: XCTestCase {
         try client.send(Self.request("INVITE", uri: "sip:1001@127.0.0.1", transport: "TCP"))
         let invite = try finalResponse(from: client)
         XCTAssertEqual(invite.statusCode, 405)
-        XCTAssertEqual(invite.headers[.allow], "OPTIONS")
+        XCTAssertEqual(invite.headers.values(.allow), ["OPTIONS", "REGISTER"])
 
         try client.send(Self.request("FROB", uri: "sip:127.0.0.1", transport: "TCP"))
         let unknown = try finalResponse(from: client)

@@ -1,0 +1,164 @@
+import Crypto
+import Foundation
+
+/// Sends FCM HTTP v1 messages for one service account over its own HTTP/2 client. The OAuth2
+/// access token comes from an RS256 JWT assertion POSTed to the account's `token_uri`; it is
+/// cached until shortly before it expires and fetched again once when FCM answers 401.
+///
+/// Threading: an actor; `send` may run from many tasks at once. Concurrent sends that find no valid
+/// access token share one fetch.
+public actor FCMClient {
+    public nonisolated let account: FCMServiceAccount
+    private let key: SigningKey
+    private let http: HTTP2Client
+    private let baseURL: String
+    private let timeout: Duration
+    private let now: @Sendable () -> Date
+    private var accessToken: (value: String, refreshAt: Date)?
+    private var fetching: Task<Result<String, TokenFailure>, Never>?
+    /// How many access tokens were fetched (tests check caching and the refresh on 401).
+    public private(set) var tokenFetches = 0
+
+    /// The OAuth2 scope FCM sending needs.
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+
+    /// Why no access token could be had, as an outcome.
+    struct TokenFailure: Error {
+        let outcome: PushOutcome
+    }
+
+    public init(
+        account: FCMServiceAccount, baseURL: String, caFile: String?, timeout: Duration,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) throws(PushAppError) {
+        do {
+            key = try SigningKey.rsa(pem: account.privateKeyPEM)
+        } catch {
+            throw PushAppError(field: "private_key", problem: "\(error)")
+        }
+        self.account = account
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.timeout = timeout
+        self.now = now
+        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout))
+    }
+
+    /// The `messages:send` URL of the account's project.
+    public nonisolated var sendURL: String { "\(baseURL)/v1/projects/\(account.projectID)/messages:send" }
+
+    /// Sends one message body (`PushPayload.fcmBody`).
+    public func send(_ body: [UInt8]) async -> PushOutcome {
+        let started = ContinuousClock.now
+        var refreshed = false
+        var retriedTransient = false
+        while true {
+            let token: String
+            switch await currentAccessToken() {
+            case .success(let value): token = value
+            case .failure(let failure):
+                return PushOutcome(result: failure.outcome.result, latency: ContinuousClock.now - started)
+            }
+            let answer = await http.send(HTTP2Request(
+                url: sendURL,
+                headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json; charset=utf-8")],
+                body: body, timeout: timeout))
+            switch answer {
+            case .failure(let error):
+                return PushOutcome(result: PushOutcome.failure(error).result, latency: ContinuousClock.now - started)
+            case .success(let response):
+                if response.status == 200 {
+                    let name = ((try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any])?["name"] as? String
+                    return PushOutcome(result: .accepted(providerID: name), latency: ContinuousClock.now - started)
+                }
+                if response.status == 401, !refreshed {
+                    refreshed = true
+                    if accessToken?.value == token { accessToken = nil }
+                    continue
+                }
+                let (code, message) = Self.error(in: response)
+                if (response.status == 500 || response.status == 503), !retriedTransient {
+                    retriedTransient = true
+                    continue
+                }
+                return PushOutcome(
+                    result: .refused(status: response.status, reason: code, explanation: FCMReason.explanation(status: response.status, code: code, message: message)),
+                    latency: ContinuousClock.now - started,
+                    isDeadToken: FCMReason.isDead(status: response.status, code: code))
+            }
+        }
+    }
+
+    /// The cached access token, or a fresh one (one fetch shared by concurrent callers).
+    private func currentAccessToken() async -> Result<String, TokenFailure> {
+        if let cached = accessToken, now() < cached.refreshAt { return .success(cached.value) }
+        if let fetching { return await fetching.value }
+        let task = Task { await self.fetchAccessToken() }
+        fetching = task
+        let result = await task.value
+        fetching = nil
+        return result
+    }
+
+    private func fetchAccessToken() async -> Result<String, TokenFailure> {
+        tokenFetches += 1
+        let issued = now()
+        let iat = Int64(issued.timeIntervalSince1970)
+        let assertion: String
+        do {
+            assertion = try JSONWebToken.make(
+                header: [("typ", .string("JWT"))],
+                claims: [
+                    ("iss", .string(account.clientEmail)), ("scope", .string(Self.scope)), ("aud", .string(account.tokenURI)),
+                    ("iat", .integer(iat)), ("exp", .integer(iat + 3600)),
+                ],
+                key: key)
+        } catch {
+            return .failure(TokenFailure(outcome: PushOutcome(result: .failed(.credentials, message: "cannot sign the token request: \(error)"), latency: .zero)))
+        }
+        let form = "grant_type=" + Self.formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer") + "&assertion=" + Self.formEncode(assertion)
+        let answer = await http.send(HTTP2Request(
+            url: account.tokenURI, headers: [("content-type", "application/x-www-form-urlencoded")],
+            body: Array(form.utf8), timeout: timeout))
+        switch answer {
+        case .failure(let error):
+            let failure = PushOutcome.failure(error)
+            let message: String
+            if case .failed(_, let text) = failure.result { message = text } else { message = "\(error)" }
+            return .failure(TokenFailure(outcome: PushOutcome(
+                result: .failed(failure.reason.flatMap(PushOutcome.FailureKind.init(rawValue:)) ?? .other, message: "access token: \(message)"),
+                latency: error.latency)))
+        case .success(let response):
+            let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any]
+            guard response.status == 200, let token = object?["access_token"] as? String, !token.isEmpty else {
+                let detail = (object?["error_description"] as? String) ?? (object?["error"] as? String) ?? "HTTP \(response.status)"
+                return .failure(TokenFailure(outcome: PushOutcome(
+                    result: .failed(.credentials, message: "the token endpoint refused the service account \(account.clientEmail): \(detail)"),
+                    latency: response.latency)))
+            }
+            let lifetime = (object?["expires_in"] as? NSNumber)?.doubleValue ?? 3600
+            // Refresh a minute (or a tenth of a short lifetime) before the token runs out.
+            let margin = min(60, lifetime / 10)
+            accessToken = (token, issued.addingTimeInterval(lifetime - margin))
+            return .success(token)
+        }
+    }
+
+    /// FCM's error code (the `FcmError` detail's `errorCode`, else `error.status`) and message.
+    static func error(in response: HTTP2Response) -> (code: String, message: String) {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any],
+            let error = object["error"] as? [String: Any]
+        else { return ("HTTP \(response.status)", "") }
+        let message = error["message"] as? String ?? ""
+        for detail in error["details"] as? [[String: Any]] ?? [] {
+            if let code = detail["errorCode"] as? String { return (code, message) }
+        }
+        return (error["status"] as? String ?? "HTTP \(response.status)", message)
+    }
+
+    /// `application/x-www-form-urlencoded` value encoding.
+    static func formEncode(_ value: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
+    }
+}

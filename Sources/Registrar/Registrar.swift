@@ -1,0 +1,182 @@
+import Dispatch
+import Foundation
+import SIPMessage
+
+/// The registrar service: owns a `RegistrarCore` on its own serial queue, makes its changes durable
+/// through a `LocationStore` before answering (a 200 means the binding is in PostgreSQL), expires
+/// bindings on time, and announces every change to subscribers.
+///
+/// Threading: every public method is thread-safe and returns without waiting for storage; the core
+/// is only touched on `queue`. Responses and events are delivered on the store's completion thread
+/// or on `queue`; handlers must not block.
+public final class Registrar: @unchecked Sendable {
+    // @unchecked: `core` and `subscribers` are only read and written on `queue`.
+    private var core: RegistrarCore
+    private var subscribers: [@Sendable (BindingEvent) -> Void] = []
+    private let store: any LocationStore
+    private let queue = DispatchQueue(label: "rouse.registrar")
+    private let clock: @Sendable () -> Date
+    private var expiryTimer: DispatchSourceTimer?
+
+    public init(core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+        self.core = core
+        self.store = store
+        self.clock = clock
+    }
+
+    /// Loads every live binding from the store (blocking; at start, before serving).
+    public func loadBindings() throws {
+        let loaded = try store.loadBindings(now: clock())
+        queue.sync { core.load(loaded) }
+    }
+
+    /// Handles a REGISTER that arrived over `flow`; `respond` gets the answer once any change is durable.
+    public func handleRegister(_ request: SIPRequest, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
+        queue.async { [self] in
+            let decision = core.register(request, flow: flow, now: clock())
+            switch decision {
+            case .respond(let response):
+                respond(response)
+            case .commit(let changes, let events, let response, let previous):
+                store.apply(changes) { [self] result in
+                    switch result {
+                    case .success:
+                        respond(response)
+                        publish(events)
+                    case .failure:
+                        // Never a 200 that a restart would forget: put the index back and ask the
+                        // phone to try again shortly.
+                        queue.async { [self] in
+                            for (aor, list) in previous { core.replace(aor, with: list) }
+                        }
+                        var unavailable = SIPResponse(replyingTo: request, statusCode: 503, toTag: RegistrarCore.tag(for: request))
+                        unavailable.headers.add(.retryAfter, "5")
+                        respond(unavailable)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The live bindings of an extension.
+    public func bindings(for aor: AddressOfRecord) -> [Binding] {
+        queue.sync { core.bindings(for: aor) }
+    }
+
+    /// How many bindings are live.
+    public var bindingCount: Int { queue.sync { core.bindingCount } }
+
+    /// Calls `handler` with every binding event from now on.
+    public func subscribe(_ handler: @escaping @Sendable (BindingEvent) -> Void) {
+        queue.sync { subscribers.append(handler) }
+    }
+
+    /// Swaps in a new directory (after an extension was added, removed or changed its password).
+    public func updateDirectory(_ snapshot: DirectorySnapshot) {
+        queue.async { [self] in core.directory = snapshot }
+    }
+
+    /// Sets which push providers have a push app (RFC 8599 §5.2).
+    public func updateSupportedPushProviders(_ providers: Set<PushProviderFamily>) {
+        queue.async { [self] in core.supportedPushProviders = providers }
+    }
+
+    /// Reloads one extension's bindings from the store (another instance changed them). Blocking
+    /// read; call it off the SIP path.
+    public func reload(_ aor: AddressOfRecord) throws {
+        let loaded = try store.loadBindings(for: aor, now: clock())
+        queue.async { [self] in core.replace(aor, with: loaded) }
+    }
+
+    /// Removes expired bindings now (the timer calls this every `interval`).
+    public func expireNow() {
+        queue.async { [self] in
+            let (changes, events) = core.expire(now: clock())
+            guard !changes.isEmpty else { return }
+            store.apply(changes) { [self] result in
+                if case .success = result { publish(events) }
+            }
+        }
+    }
+
+    /// Starts the expiry timer.
+    public func startExpiryTimer(interval: Duration = .seconds(1)) {
+        queue.sync {
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            let nanoseconds = Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
+            timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
+            timer.setEventHandler { [weak self] in self?.expireNow() }
+            timer.resume()
+            expiryTimer = timer
+        }
+    }
+
+    public func stopExpiryTimer() {
+        queue.sync {
+            expiryTimer?.cancel()
+            expiryTimer = nil
+        }
+    }
+
+    private func publish(_ events: [BindingEvent]) {
+        queue.async { [self] in
+            for event in events {
+                for subscriber in subscribers { subscriber(event) }
+            }
+        }
+    }
+}
+
+/// A `LocationStore` held in memory: for unit tests of the registrar's logic and for benchmarks of
+/// the SIP path alone. Durable it is not. Thread-safe behind a lock.
+public final class InMemoryLocationStore: LocationStore, @unchecked Sendable {
+    // @unchecked: `stored` and `failNextWrite` are only touched under `lock`.
+    private let lock = NSLock()
+    private var stored: [UUID: Binding] = [:]
+    private var failNextWrite = false
+
+    public init() {}
+
+    /// Makes the next `apply` fail, as a database outage would.
+    public func failNextApply() {
+        lock.lock()
+        failNextWrite = true
+        lock.unlock()
+    }
+
+    public var all: [Binding] {
+        lock.lock()
+        defer { lock.unlock() }
+        return Array(stored.values)
+    }
+
+    public func loadBindings(now: Date) throws -> [Binding] {
+        all.filter { $0.expiresAt > now }
+    }
+
+    public func loadBindings(for aor: AddressOfRecord, now: Date) throws -> [Binding] {
+        all.filter { $0.aor == aor && $0.expiresAt > now }
+    }
+
+    public func apply(_ changes: [BindingChange], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        lock.lock()
+        if failNextWrite {
+            failNextWrite = false
+            lock.unlock()
+            completion(.failure(InMemoryStoreFailure()))
+            return
+        }
+        for change in changes {
+            switch change {
+            case .save(let binding): stored[binding.id] = binding
+            case .delete(let binding, _): stored[binding.id] = nil
+            }
+        }
+        lock.unlock()
+        completion(.success(()))
+    }
+
+    struct InMemoryStoreFailure: Error, CustomStringConvertible {
+        var description: String { "the in-memory store was told to fail" }
+    }
+}

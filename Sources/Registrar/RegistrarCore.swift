@@ -1,0 +1,352 @@
+import Foundation
+import SIPMessage
+
+/// What the registrar decided about one REGISTER.
+public enum RegisterDecision: Sendable {
+    /// Answer at once: a challenge, an error, or a query that changes nothing.
+    case respond(SIPResponse)
+    /// Make `changes` durable, then answer `response` (or 503 if the write fails, putting back
+    /// `previous`); announce `events` once durable.
+    case commit(changes: [BindingChange], events: [BindingEvent], response: SIPResponse, previous: [AddressOfRecord: [Binding]])
+}
+
+/// The registrar's logic (RFC 3261 §10.3, RFC 5626, RFC 8599, RFC 3327) over an in-memory index of
+/// bindings. A value with `mutating` methods that return decisions: it does no I/O, takes the time
+/// as an argument, and is tested on literal REGISTER texts. Not thread-safe: one owner.
+public struct RegistrarCore: Sendable {
+    public var policy: RegistrationPolicy
+    public var directory: DirectorySnapshot
+    /// Push providers some push app serves: RFC 8599 §5.2 answers 555 for the others.
+    public var supportedPushProviders: Set<PushProviderFamily>
+    public let authenticator: DigestAuthenticator
+    public var serverName: String
+
+    /// Live bindings by extension.
+    public private(set) var bindings: [AddressOfRecord: [Binding]] = [:]
+    /// Which binding holds each push token (decisions.md: a token lives on one extension only).
+    private var tokenOwners: [TokenKey: UUID] = [:]
+    private var bindingAOR: [UUID: AddressOfRecord] = [:]
+
+    struct TokenKey: Hashable, Sendable {
+        let family: PushProviderFamily
+        let token: String
+    }
+
+    public init(
+        policy: RegistrationPolicy, directory: DirectorySnapshot, supportedPushProviders: Set<PushProviderFamily>,
+        authenticator: DigestAuthenticator, serverName: String
+    ) {
+        self.policy = policy
+        self.directory = directory
+        self.supportedPushProviders = supportedPushProviders
+        self.authenticator = authenticator
+        self.serverName = serverName
+    }
+
+    // MARK: The index
+
+    /// Replaces the index with `loaded` (at start, from the location store).
+    public mutating func load(_ loaded: [Binding]) {
+        bindings = [:]
+        tokenOwners = [:]
+        bindingAOR = [:]
+        for binding in loaded { insert(binding) }
+    }
+
+    /// Replaces one extension's bindings (another instance changed them, or a write failed).
+    public mutating func replace(_ aor: AddressOfRecord, with replacement: [Binding]) {
+        for binding in bindings[aor] ?? [] { removeFromIndex(binding) }
+        for binding in replacement { insert(binding) }
+    }
+
+    /// Every live binding of an extension, highest q first.
+    public func bindings(for aor: AddressOfRecord) -> [Binding] {
+        (bindings[aor] ?? []).sorted { ($0.q ?? 1) > ($1.q ?? 1) }
+    }
+
+    public var bindingCount: Int { bindingAOR.count }
+
+    private mutating func insert(_ binding: Binding) {
+        bindings[binding.aor, default: []].removeAll { $0.id == binding.id }
+        bindings[binding.aor, default: []].append(binding)
+        bindingAOR[binding.id] = binding.aor
+        for channel in binding.pushChannels {
+            tokenOwners[TokenKey(family: channel.family, token: channel.token)] = binding.id
+        }
+    }
+
+    private mutating func removeFromIndex(_ binding: Binding) {
+        bindings[binding.aor]?.removeAll { $0.id == binding.id }
+        if bindings[binding.aor]?.isEmpty == true { bindings[binding.aor] = nil }
+        bindingAOR[binding.id] = nil
+        for channel in binding.pushChannels {
+            let key = TokenKey(family: channel.family, token: channel.token)
+            if tokenOwners[key] == binding.id { tokenOwners[key] = nil }
+        }
+    }
+
+    private func binding(withID id: UUID) -> Binding? {
+        guard let aor = bindingAOR[id] else { return nil }
+        return bindings[aor]?.first { $0.id == id }
+    }
+
+    /// Removes every binding expired at `now`; returns what to make durable and announce.
+    public mutating func expire(now: Date) -> (changes: [BindingChange], events: [BindingEvent]) {
+        var changes: [BindingChange] = []
+        var events: [BindingEvent] = []
+        for (_, list) in bindings {
+            for binding in list where binding.expiresAt <= now {
+                removeFromIndex(binding)
+                changes.append(.delete(binding, .expired))
+                events.append(BindingEvent(kind: .expired, binding: binding))
+            }
+        }
+        return (changes, events)
+    }
+
+    // MARK: REGISTER
+
+    /// Decides a REGISTER that arrived over `flow` at `now`.
+    public mutating func register(_ request: SIPRequest, flow: BindingFlow, now: Date) -> RegisterDecision {
+        guard let to = request.to, to.uri.scheme != .tel, let number = to.uri.user else {
+            return .respond(reply(request, 404, "Not Found"))
+        }
+        let domain = to.uri.host.lowercased()
+        guard directory.domains.contains(domain) else {
+            return .respond(reply(request, 404, "Domain Not Served Here"))
+        }
+        let target = AddressOfRecord(number: PushParameters.unescape(number), domain: domain)
+
+        // RFC 3261 §22: challenge, then check the answer.
+        let credentials = request.headers.lines(.authorization).compactMap(DigestCredentials.init)
+            .first { $0.realm?.lowercased() == domain }
+        guard let credentials else { return .respond(challenge(request, realm: domain, stale: false, now: now)) }
+        switch authenticator.verify(credentials, method: request.method.rawValue, realm: domain, now: now, lookup: { directory.extensions[$0] }) {
+        case .rejected:
+            return .respond(challenge(request, realm: domain, stale: false, now: now))
+        case .stale:
+            return .respond(challenge(request, realm: domain, stale: true, now: now))
+        case .authenticated(let authenticated):
+            guard authenticated == target else {
+                return .respond(reply(request, 403, "Forbidden"))  // an extension registers only its own AOR
+            }
+        }
+
+        guard request.headers.contains(.contact) else {
+            return .respond(okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false))
+        }
+        guard let contacts = request.contacts else { return .respond(reply(request, 400, "Invalid Contact header")) }
+        let headerExpires = request.expires
+        let previous = [target: bindings[target] ?? []]
+
+        if contacts.contains(.wildcard) {
+            // RFC 3261 §10.3 step 6: `*` only alone and with Expires: 0.
+            guard contacts.count == 1, headerExpires == 0 else {
+                return .respond(reply(request, 400, "Invalid wildcard Contact"))
+            }
+            if (bindings[target] ?? []).contains(where: { $0.callID == request.callID && $0.cseq >= (request.cseq?.number ?? 0) }) {
+                return .respond(reply(request, 400, "Invalid CSeq number"))
+            }
+            var changes: [BindingChange] = []
+            var events: [BindingEvent] = []
+            for binding in bindings[target] ?? [] {
+                removeFromIndex(binding)
+                changes.append(.delete(binding, .removed))
+                events.append(BindingEvent(kind: .removed, binding: binding))
+            }
+            let response = okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false)
+            return changes.isEmpty ? .respond(response) : .commit(changes: changes, events: events, response: response, previous: previous)
+        }
+
+        // Check every contact before changing anything, so a request is applied whole or not at all.
+        struct Planned {
+            let address: SIPNameAddress
+            let expires: Int
+            let push: PushParameters?
+        }
+        var planned: [Planned] = []
+        var pushProviders: [PushProvider] = []
+        var wantsRefresh = false
+        for contact in contacts {
+            guard case .address(let address) = contact else { continue }
+            if address.parameters.contains("expires"), address.expires == nil || address.expires! < 0 {
+                return .respond(reply(request, 400, "Invalid Contact expires"))
+            }
+            let push: PushParameters?
+            do {
+                push = try PushParameters.parse(address)
+            } catch {
+                if case .unknownProvider = error { return .respond(reply(request, 555, nil)) }
+                return .respond(reply(request, 400, error.description))
+            }
+            if let push {
+                guard supportedPushProviders.contains(push.provider.family) else {
+                    return .respond(reply(request, 555, nil))  // RFC 8599 §5.2
+                }
+                pushProviders.append(push.provider)
+                if address.parameters.contains("+sip.pnsreg") || address.uri.parameters.contains("+sip.pnsreg") {
+                    wantsRefresh = true
+                }
+            }
+            let hasChannels = !(push?.channels.isEmpty ?? true)
+            var expires = address.expires ?? headerExpires ?? policy.defaultExpires
+            if expires > 0 {
+                let minimum = hasChannels ? max(policy.minExpires, policy.pushMinExpires) : policy.minExpires
+                if expires < minimum {
+                    var response = reply(request, 423, nil)
+                    response.headers.add(.minExpires, String(minimum))
+                    return .respond(response)
+                }
+                expires = min(expires, hasChannels ? policy.pushMaxExpires : policy.maxExpires)
+            }
+            if let existing = match(address, in: target), existing.callID == request.callID,
+                let cseq = request.cseq?.number, cseq <= existing.cseq
+            {
+                return .respond(reply(request, 400, "Invalid CSeq number"))
+            }
+            planned.append(Planned(address: address, expires: expires, push: push))
+        }
+
+        var changes: [BindingChange] = []
+        var events: [BindingEvent] = []
+        var touched: Set<UUID> = []
+        var previousAll = previous
+        let path = request.headers.values(.path)
+        let userAgent = request.headers[.userAgent]
+        for item in planned {
+            let existing = match(item.address, in: target)
+            if item.expires == 0 {
+                if let existing {
+                    removeFromIndex(existing)
+                    changes.append(.delete(existing, .removed))
+                    events.append(BindingEvent(kind: .removed, binding: existing))
+                }
+                continue
+            }
+            let channels = item.push?.channels ?? []
+            // Tokens live on one binding: a token held elsewhere moves here (decisions.md).
+            for channel in channels {
+                let key = TokenKey(family: channel.family, token: channel.token)
+                guard let ownerID = tokenOwners[key], ownerID != existing?.id, var owner = binding(withID: ownerID) else { continue }
+                if previousAll[owner.aor] == nil { previousAll[owner.aor] = bindings[owner.aor] ?? [] }
+                removeFromIndex(owner)
+                if owner.aor == target {
+                    // A reinstall: the same token on a new binding replaces the older one.
+                    changes.append(.delete(owner, .removed))
+                    events.append(BindingEvent(kind: .removed, binding: owner))
+                } else {
+                    owner.pushChannels.removeAll { $0.family == channel.family && $0.token == channel.token }
+                    insert(owner)
+                    changes.append(.save(owner))
+                    events.append(BindingEvent(kind: .refreshed, binding: owner))
+                }
+            }
+            let binding = Binding(
+                id: existing?.id ?? UUID(), aor: target, contact: item.address.uri.description,
+                instance: item.address.instance, regID: item.address.regID, q: item.address.q,
+                callID: request.callID ?? "", cseq: request.cseq?.number ?? 0, registeredAt: now,
+                expiresAt: now.addingTimeInterval(TimeInterval(item.expires)), path: path, userAgent: userAgent,
+                flow: flow, pushChannels: channels)
+            if let existing { removeFromIndex(existing) }
+            insert(binding)
+            touched.insert(binding.id)
+            changes.append(.save(binding))
+            events.append(BindingEvent(kind: existing == nil ? .added : .refreshed, binding: binding))
+        }
+
+        // The cap: the oldest binding without an instance id makes room (decisions.md).
+        while (bindings[target]?.count ?? 0) > policy.maxBindingsPerExtension {
+            let list = bindings[target] ?? []
+            let candidates = list.filter { !touched.contains($0.id) }
+            let pool = candidates.filter { $0.instance == nil }.isEmpty ? candidates : candidates.filter { $0.instance == nil }
+            guard let oldest = pool.min(by: { $0.registeredAt < $1.registeredAt }) else { break }
+            removeFromIndex(oldest)
+            changes.append(.delete(oldest, .removed))
+            events.append(BindingEvent(kind: .removed, binding: oldest))
+        }
+
+        let response = okResponse(request, aor: target, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh)
+        if changes.isEmpty { return .respond(response) }
+        return .commit(changes: changes, events: events, response: response, previous: previousAll)
+    }
+
+    /// The existing binding a Contact refers to: same `+sip.instance` (RFC 5626 §6: one binding per
+    /// instance, whatever the Call-ID or source port), else the same URI (RFC 3261 §19.1.4).
+    func match(_ address: SIPNameAddress, in aor: AddressOfRecord) -> Binding? {
+        let list = bindings[aor] ?? []
+        if let instance = address.instance {
+            return list.first { $0.instance == instance }
+        }
+        let key = RegistrarCore.comparisonKey(address.uri)
+        return list.first { $0.instance == nil && (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
+    }
+
+    /// The parts of a URI that RFC 3261 §19.1.4 compares: scheme, user, host (case-insensitive),
+    /// port and the transport, user, method, ttl and maddr parameters.
+    static func comparisonKey(_ uri: SIPURI) -> String {
+        var key = "\(uri.scheme.rawValue):\(uri.user ?? "")@\(uri.host.lowercased()):\(uri.port.map(String.init) ?? "")"
+        for name in ["transport", "user", "method", "ttl", "maddr"] {
+            if let value = uri.parameters.value(name) { key += ";\(name)=\(value.lowercased())" }
+        }
+        return key
+    }
+
+    // MARK: Responses
+
+    func reply(_ request: SIPRequest, _ status: Int, _ reason: String?) -> SIPResponse {
+        var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: RegistrarCore.tag(for: request))
+        response.headers.add(.server, serverName)
+        return response
+    }
+
+    /// The 401 for a missing, wrong or stale answer. Wrong password and unknown extension go through
+    /// the same path, so the two answers differ only in the nonce and what is echoed (decisions.md).
+    func challenge(_ request: SIPRequest, realm: String, stale: Bool, now: Date) -> SIPResponse {
+        var response = reply(request, 401, "Unauthorized")
+        for value in authenticator.challenges(realm: realm, stale: stale, now: now) {
+            response.headers.add(.wwwAuthenticate, value)
+        }
+        return response
+    }
+
+    /// 200 listing every current binding with its remaining lifetime (RFC 3261 §10.3 step 8), the
+    /// Path received (RFC 3327 §5.3), and Feature-Caps for push (RFC 8599 §5.3).
+    func okResponse(_ request: SIPRequest, aor: AddressOfRecord, now: Date, pushProviders: [PushProvider], wantsRefresh: Bool) -> SIPResponse {
+        var response = reply(request, 200, "OK")
+        for binding in bindings(for: aor) {
+            var parameters = SIPParameters([SIPParameter("expires", String(binding.remainingSeconds(at: now)))])
+            if let q = binding.q { parameters.set("q", String(q)) }
+            if let instance = binding.instance { parameters.set("+sip.instance", SIPHeaderValueScanner.quote(instance)) }
+            if let regID = binding.regID { parameters.set("reg-id", String(regID)) }
+            let uri = (try? SIPURI(parsing: binding.contact)).map(\.description) ?? binding.contact
+            response.headers.add(.contact, "<\(uri)>" + parameters.serialized)
+        }
+        for value in request.headers.lines(.path) { response.headers.add(.path, value) }
+        var announced: Set<PushProviderFamily> = []
+        for provider in pushProviders where supportedPushProviders.contains(provider.family) && !announced.contains(provider.family) {
+            announced.insert(provider.family)
+            var value = "*;+sip.pns=\"\(provider.family.rawValue)\""
+            if wantsRefresh { value += ";+sip.pnsreg=\"\(policy.bindingRefreshSeconds)\"" }
+            response.headers.add(.featureCaps, value)
+        }
+        response.headers.add(SIPHeaderName("Date"), RegistrarCore.httpDate(now))
+        return response
+    }
+
+    /// A To tag stable for one request (its Call-ID and CSeq), so retransmissions answered from the
+    /// transaction and from here agree.
+    static func tag(for request: SIPRequest) -> String {
+        var hasher = Hasher()
+        hasher.combine(request.callID)
+        hasher.combine(request.cseq?.number)
+        return String(UInt64(bitPattern: Int64(hasher.finalize())), radix: 36)
+    }
+
+    static func httpDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+}

@@ -1,0 +1,247 @@
+import Foundation
+import Glibc
+import Registrar
+import Storage
+
+/// The operator's commands for organisations, extensions and their registrations. Each reads the
+/// database setting as `rouse migrate` does, runs one operation and exits: 0 on success, 1 with
+/// one line on standard error otherwise. Passwords are taken from `--password` or one line of
+/// standard input, and are never printed.
+extension CommandLineInterface {
+    static let directoryCommands: [Command] = [
+        Command(
+            name: "domain add", summary: "add an organisation (SIP domain)",
+            usage: "rouse domain add DOMAIN [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse domain add DOMAIN", positional: 1...1) { context in
+                    let domain = try context.directory.addDomain(context.positional[0])
+                    print("added domain \(domain)")
+                }
+            }),
+        Command(
+            name: "domain list", summary: "list the organisations",
+            usage: "rouse domain list [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse domain list", positional: 0...0) { context in
+                    let domains = try context.directory.listDomains()
+                    if domains.isEmpty { print("no domains") }
+                    for domain in domains {
+                        print("\(domain.domain)  \(domain.extensionCount) extension\(domain.extensionCount == 1 ? "" : "s")")
+                    }
+                }
+            }),
+        Command(
+            name: "domain remove", summary: "remove an organisation that has no extensions left",
+            usage: "rouse domain remove DOMAIN [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse domain remove DOMAIN", positional: 1...1) { context in
+                    try context.directory.removeDomain(context.positional[0])
+                    print("removed domain \(context.positional[0].lowercased())")
+                }
+            }),
+        Command(
+            name: "extension add",
+            summary: "add an extension; the password comes from --password or one line on standard input",
+            usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(
+                    arguments, usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD]", positional: 1...1,
+                    acceptsPassword: true
+                ) { context in
+                    let aor = try DirectoryError.parseAddress(context.positional[0])
+                    let password = try context.password(for: aor)
+                    try context.directory.addExtension(aor, password: password)
+                    print("added extension \(aor)")
+                }
+            }),
+        Command(
+            name: "extension list", summary: "list the extensions, of one organisation or all",
+            usage: "rouse extension list [DOMAIN] [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse extension list [DOMAIN]", positional: 0...1) { context in
+                    let extensions = try context.directory.listExtensions(domain: context.positional.first)
+                    if extensions.isEmpty { print("no extensions") }
+                    for item in extensions {
+                        let count = item.liveBindingCount
+                        print("\(item.aor)  \(count) registration\(count == 1 ? "" : "s")")
+                    }
+                }
+            }),
+        Command(
+            name: "extension passwd",
+            summary: "change an extension's password (from --password or one line on standard input)",
+            usage: "rouse extension passwd NUMBER@DOMAIN [--password PASSWORD] [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(
+                    arguments, usage: "rouse extension passwd NUMBER@DOMAIN [--password PASSWORD]", positional: 1...1,
+                    acceptsPassword: true
+                ) { context in
+                    let aor = try DirectoryError.parseAddress(context.positional[0])
+                    let password = try context.password(for: aor)
+                    try context.directory.changePassword(aor, password: password)
+                    print("changed the password of \(aor)")
+                }
+            }),
+        Command(
+            name: "extension remove", summary: "remove an extension and its registrations",
+            usage: "rouse extension remove NUMBER@DOMAIN [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse extension remove NUMBER@DOMAIN", positional: 1...1) { context in
+                    let aor = try DirectoryError.parseAddress(context.positional[0])
+                    try context.directory.removeExtension(aor)
+                    print("removed extension \(aor)")
+                }
+            }),
+        Command(
+            name: "registrations", summary: "show live registrations and their push channels",
+            usage: "rouse registrations [NUMBER@DOMAIN] [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse registrations [NUMBER@DOMAIN]", positional: 0...1) { context in
+                    try context.showRegistrations()
+                }
+            }),
+    ]
+
+    /// What a directory command works with once its arguments and settings are read.
+    struct DirectoryCommandContext {
+        let positional: [String]
+        let givenPassword: String?
+        let settings: PostgresSettings
+        let directory: PostgresDirectory
+
+        /// `--password`, or one line of standard input (without echo on a terminal).
+        func password(for aor: AddressOfRecord) throws -> String {
+            if let givenPassword { return givenPassword }
+            guard let line = PasswordReader.readLine(prompt: "password for \(aor): ") else {
+                throw CommandLineProblem("no password given: pass --password or one line on standard input")
+            }
+            return line
+        }
+
+        func showRegistrations() throws {
+            let aor = try positional.first.map { text throws(DirectoryError) in try DirectoryError.parseAddress(text) }
+            if let aor, try !directory.hasExtension(aor) { throw DirectoryError.noSuchExtension(aor) }
+            let connection = try settings.connect()
+            let now = Date()
+            let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
+            if bindings.isEmpty {
+                print(aor.map { "no registrations for \($0)" } ?? "no registrations")
+                return
+            }
+            let dead = try PostgresLocationStore.deadTokens(on: connection, among: bindings.flatMap(\.pushChannels))
+            let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
+            for binding in bindings {
+                print(
+                    "\(binding.aor)  \(binding.contact)  user agent: \(binding.userAgent ?? "-")  "
+                        + "\(binding.flow.transport) from \(binding.flow.source)  expires in \(binding.remainingSeconds(at: now)) s")
+                for channel in binding.pushChannels {
+                    let isDead = deadKeys.contains("\(channel.family.rawValue) \(channel.token)")
+                    print(
+                        "    push \(channel.provider.rawValue) / \(Self.shortened(channel.token)) / \(channel.param ?? "-") / "
+                            + "\(channel.kind.rawValue)\(isDead ? " DEAD" : "")")
+                }
+            }
+        }
+
+        /// A token as shown to people: its first 8 and last 4 characters.
+        static func shortened(_ token: String) -> String {
+            let characters = Array(token)
+            guard characters.count > 12 else { return String(characters.prefix(characters.count / 2)) + "…" }
+            return String(characters.prefix(8)) + "…" + String(characters.suffix(4))
+        }
+    }
+
+    /// A refusal by the command line itself (bad usage, no password), shown as one line.
+    struct CommandLineProblem: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// Splits this command's own arguments (positional ones, `--password`) from the setting flags,
+    /// reads the settings, and runs `body`; any error is one line on standard error and status 1.
+    func runDirectoryCommand(
+        _ arguments: [String], usage: String, positional allowed: ClosedRange<Int>, acceptsPassword: Bool = false,
+        _ body: (DirectoryCommandContext) throws -> Void
+    ) -> Int32 {
+        var positional: [String] = []
+        var password: String? = nil
+        var settingFlags: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            if acceptsPassword, argument == "--password" || argument.hasPrefix("--password=") {
+                if argument == "--password" {
+                    guard index + 1 < arguments.count else {
+                        printError("rouse: option '--password' needs a value")
+                        return 1
+                    }
+                    password = arguments[index + 1]
+                    index += 2
+                } else {
+                    password = String(argument.dropFirst("--password=".count))
+                    index += 1
+                }
+            } else if argument.hasPrefix("--") {
+                let name = String(argument.prefix { $0 != "=" })
+                guard name == "--config" || RouseConfiguration.settings.contains(where: { $0.flag == name }) else {
+                    printError("rouse: unknown option '\(name)'; usage: \(usage)")
+                    return 1
+                }
+                settingFlags.append(argument)
+                if !argument.contains("="), index + 1 < arguments.count {
+                    settingFlags.append(arguments[index + 1])
+                    index += 1
+                }
+                index += 1
+            } else {
+                positional.append(argument)
+                index += 1
+            }
+        }
+        guard allowed.contains(positional.count) else {
+            printError("rouse: usage: \(usage)")
+            return 1
+        }
+        guard let configuration = loadConfiguration(settingFlags) else { return 1 }
+        let settings = PostgresSettings(
+            conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+        let context = DirectoryCommandContext(
+            positional: positional, givenPassword: password, settings: settings,
+            directory: PostgresDirectory(settings: settings))
+        do {
+            let connection = try settings.connect()
+            guard try Migrator.currentVersion(connection) >= 10 else {
+                throw CommandLineProblem("the database has no directory yet: run rouse migrate first")
+            }
+            try body(context)
+            return 0
+        } catch {
+            printError("rouse: \(error)")
+            return 1
+        }
+    }
+}
+
+/// Reads one line of standard input, with echo off when it is a terminal.
+enum PasswordReader {
+    static func readLine(prompt: String) -> String? {
+        let isTerminal = isatty(STDIN_FILENO) == 1
+        var saved = termios()
+        if isTerminal {
+            FileHandle.standardError.write(Data(prompt.utf8))
+            tcgetattr(STDIN_FILENO, &saved)
+            var silent = saved
+            silent.c_lflag &= ~tcflag_t(ECHO)
+            tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
+        }
+        defer {
+            if isTerminal {
+                tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+                FileHandle.standardError.write(Data("\n".utf8))
+            }
+        }
+        guard var line = Swift.readLine(strippingNewline: true) else { return nil }
+        if line.hasSuffix("\r") { line.removeLast() }
+        return line
+    }
+}

@@ -1,0 +1,350 @@
+import Foundation
+import Registrar
+
+/// The SQL of the location store: bindings and their push channels as rows. Each batch travels as
+/// one `jsonb` bind parameter unpacked with `jsonb_to_recordset`, so a transaction of any size costs
+/// a handful of statements.
+///
+/// Threading: stateless; each function runs on the connection it is given, on that connection's
+/// thread.
+enum BindingRecords {
+    /// The net effect of several batches: the last change per binding id, in first-seen order.
+    struct WritePlan {
+        enum Operation {
+            case save(Binding)
+            case delete(Binding, BindingEvent.Kind)
+        }
+
+        private(set) var order: [UUID] = []
+        private(set) var operations: [UUID: (operation: Operation, member: Int)] = [:]
+        private(set) var members: [Int] = []
+        private(set) var changeCount = 0
+
+        var isEmpty: Bool { order.isEmpty }
+
+        mutating func add(_ changes: [BindingChange], member: Int) {
+            members.append(member)
+            changeCount += changes.count
+            for change in changes {
+                let operation: Operation
+                let id: UUID
+                switch change {
+                case .save(let binding):
+                    operation = .save(binding)
+                    id = binding.id
+                case .delete(let binding, let kind):
+                    operation = .delete(binding, kind)
+                    id = binding.id
+                }
+                if operations[id] == nil { order.append(id) }
+                operations[id] = (operation, member)
+            }
+        }
+    }
+
+    /// What a committed write did not do: saves whose extension no longer exists.
+    struct WriteOutcome {
+        var failedMembers: [(Int, any Error)] = []
+    }
+
+    /// The first NUL character in the changes' texts (PostgreSQL text cannot hold one), as an error.
+    static func unstorable(_ changes: [BindingChange]) -> LocationStoreError? {
+        for change in changes {
+            guard case .save(let binding) = change else { continue }
+            let fields: [(String, String?)] = [
+                ("contact", binding.contact), ("call-id", binding.callID), ("instance", binding.instance),
+                ("user agent", binding.userAgent), ("flow", binding.flow.transport), ("flow", binding.flow.source),
+                ("flow", binding.flow.connectionID), ("flow", binding.flow.localPoint), ("flow", binding.flow.instanceID),
+            ] + binding.path.map { ("path", $0) } + binding.pushChannels.flatMap { [("push token", $0.token), ("push param", $0.param)] }
+            for (name, value) in fields where value?.utf8.contains(0) == true {
+                return .unstorableText(field: name, aor: binding.aor)
+            }
+        }
+        return nil
+    }
+
+    // MARK: - Writing
+
+    static func write(_ plan: WritePlan, on connection: PostgresConnection) throws -> WriteOutcome {
+        var outcome = WriteOutcome()
+        var notifications: [String] = []
+        var saves: [(binding: Binding, member: Int)] = []
+        var deletes: [(binding: Binding, kind: BindingEvent.Kind)] = []
+        for id in plan.order {
+            guard let entry = plan.operations[id] else { continue }
+            switch entry.operation {
+            case .save(let binding): saves.append((binding, entry.member))
+            case .delete(let binding, let kind): deletes.append((binding, kind))
+            }
+        }
+
+        if !deletes.isEmpty {
+            let rows = try connection.query(
+                "DELETE FROM bindings WHERE id = ANY($1::uuid[]) RETURNING id::text AS id",
+                [uuidArray(deletes.map(\.binding.id))])
+            let gone = Set(rows.rows.compactMap { $0[0].flatMap(UUID.init(uuidString:)) })
+            for (binding, kind) in deletes where gone.contains(binding.id) {
+                notifications.append(BindingNotification(kind: kind, aor: binding.aor, bindingID: binding.id).payload)
+            }
+        }
+
+        if !saves.isEmpty {
+            let rows = try connection.query(upsertSQL, [encodeBindings(saves.map(\.binding))])
+            var inserted: [UUID: Bool] = [:]
+            for row in rows.rows {
+                guard let id = row[0].flatMap(UUID.init(uuidString:)) else { continue }
+                inserted[id] = row[1] == "t"
+            }
+            var stored: [Binding] = []
+            var replaced: [UUID] = []
+            for (binding, member) in saves {
+                guard let isNew = inserted[binding.id] else {
+                    outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
+                    continue
+                }
+                stored.append(binding)
+                if !isNew { replaced.append(binding.id) }
+                notifications.append(
+                    BindingNotification(kind: isNew ? .added : .refreshed, aor: binding.aor, bindingID: binding.id).payload)
+            }
+            if !replaced.isEmpty {
+                try connection.query(
+                    "DELETE FROM binding_push_channels WHERE binding_id = ANY($1::uuid[])", [uuidArray(replaced)])
+            }
+            let channels = encodeChannels(of: stored)
+            if channels.count > 0 {
+                try connection.query(insertChannelsSQL, [channels.json])
+                try connection.query(clearDeadMarksSQL, [channels.json])
+            }
+        }
+
+        try announce(notifications, on: connection)
+        return outcome
+    }
+
+    static func announce(_ payloads: [String], on connection: PostgresConnection) throws {
+        guard !payloads.isEmpty else { return }
+        var json = JSONText(capacity: payloads.count * 64)
+        json.beginArray()
+        for payload in payloads { json.string(payload) }
+        json.endArray()
+        try connection.query(
+            "SELECT pg_notify($1, n) FROM jsonb_array_elements_text($2::jsonb) AS n",
+            [PostgresLocationStore.notificationChannel, json.text])
+    }
+
+    static let upsertSQL = """
+        INSERT INTO bindings (id, extension_id, aor, contact, instance, reg_id, q, call_id, cseq, registered_at,
+            expires_at, path, user_agent, flow_transport, flow_source, flow_connection, flow_local, flow_instance,
+            updated_at)
+        SELECT r.id, e.id, r.aor, r.contact, r.instance, r.reg_id, r.q, r.call_id, r.cseq,
+            to_timestamp(r.registered_at), to_timestamp(r.expires_at), ARRAY(SELECT jsonb_array_elements_text(r.path)),
+            r.user_agent, r.flow_transport, r.flow_source, r.flow_connection, r.flow_local, r.flow_instance, now()
+        FROM jsonb_to_recordset($1::jsonb) AS r(id uuid, aor text, contact text, instance text, reg_id integer,
+            q double precision, call_id text, cseq bigint, registered_at double precision, expires_at double precision,
+            path jsonb, user_agent text, flow_transport text, flow_source text, flow_connection text, flow_local text,
+            flow_instance text)
+        JOIN sip_domains d ON d.domain = split_part(r.aor, '@', 2)
+        JOIN extensions e ON e.domain_id = d.id AND e.number = split_part(r.aor, '@', 1)
+        ORDER BY r.id
+        ON CONFLICT (id) DO UPDATE SET
+            extension_id = EXCLUDED.extension_id, aor = EXCLUDED.aor, contact = EXCLUDED.contact,
+            instance = EXCLUDED.instance, reg_id = EXCLUDED.reg_id, q = EXCLUDED.q, call_id = EXCLUDED.call_id,
+            cseq = EXCLUDED.cseq, registered_at = EXCLUDED.registered_at, expires_at = EXCLUDED.expires_at,
+            path = EXCLUDED.path, user_agent = EXCLUDED.user_agent, flow_transport = EXCLUDED.flow_transport,
+            flow_source = EXCLUDED.flow_source, flow_connection = EXCLUDED.flow_connection,
+            flow_local = EXCLUDED.flow_local, flow_instance = EXCLUDED.flow_instance, updated_at = now()
+        RETURNING id::text AS id, (xmax = 0) AS inserted
+        """
+
+    static let insertChannelsSQL = """
+        INSERT INTO binding_push_channels (binding_id, position, provider, family, token, param, kind)
+        SELECT r.binding_id, r.position, r.provider, r.family, r.token, r.param, r.kind
+        FROM jsonb_to_recordset($1::jsonb) AS r(binding_id uuid, position integer, provider text, family text,
+            token text, param text, kind text)
+        """
+
+    static let clearDeadMarksSQL = """
+        DELETE FROM push_dead_tokens p
+        USING jsonb_to_recordset($1::jsonb) AS r(family text, token text)
+        WHERE p.family = r.family AND p.token = r.token
+        """
+
+    static func encodeBindings(_ bindings: [Binding]) -> String {
+        var json = JSONText(capacity: bindings.count * 400)
+        json.beginArray()
+        for binding in bindings {
+            json.beginObject()
+            json.field("id", binding.id.uuidString)
+            json.field("aor", binding.aor.description)
+            json.field("contact", binding.contact)
+            json.field("instance", binding.instance)
+            json.field("reg_id", binding.regID)
+            json.field("q", binding.q)
+            json.field("call_id", binding.callID)
+            json.field("cseq", Int(binding.cseq))
+            json.field("registered_at", binding.registeredAt.timeIntervalSince1970)
+            json.field("expires_at", binding.expiresAt.timeIntervalSince1970)
+            json.field("path", strings: binding.path)
+            json.field("user_agent", binding.userAgent)
+            json.field("flow_transport", binding.flow.transport)
+            json.field("flow_source", binding.flow.source)
+            json.field("flow_connection", binding.flow.connectionID)
+            json.field("flow_local", binding.flow.localPoint)
+            json.field("flow_instance", binding.flow.instanceID)
+            json.endObject()
+        }
+        json.endArray()
+        return json.text
+    }
+
+    /// The push channels of `bindings`, one row each (a token repeated within a binding counts once).
+    static func encodeChannels(of bindings: [Binding]) -> (json: String, count: Int) {
+        var json = JSONText(capacity: 256)
+        var count = 0
+        json.beginArray()
+        for binding in bindings {
+            var seen: Set<String> = []
+            for (position, channel) in binding.pushChannels.enumerated() {
+                guard seen.insert(channel.family.rawValue + " " + channel.token).inserted else { continue }
+                json.beginObject()
+                json.field("binding_id", binding.id.uuidString)
+                json.field("position", position)
+                json.field("provider", channel.provider.rawValue)
+                json.field("family", channel.family.rawValue)
+                json.field("token", channel.token)
+                json.field("param", channel.param)
+                json.field("kind", channel.kind.rawValue)
+                json.endObject()
+                count += 1
+            }
+        }
+        json.endArray()
+        return (json.text, count)
+    }
+
+    /// A PostgreSQL array literal of uuids (their text holds only hex digits and hyphens).
+    static func uuidArray(_ ids: [UUID]) -> String {
+        "{" + ids.map(\.uuidString).joined(separator: ",") + "}"
+    }
+
+    // MARK: - Reading
+
+    private static let columns = """
+        b.id::text, b.aor, b.contact, b.instance, b.reg_id, b.q, b.call_id, b.cseq,
+            extract(epoch FROM b.registered_at), extract(epoch FROM b.expires_at), array_to_json(b.path),
+            b.user_agent, b.flow_transport, b.flow_source, b.flow_connection, b.flow_local, b.flow_instance,
+            coalesce((SELECT json_agg(json_build_array(c.provider, c.token, c.param, c.kind) ORDER BY c.position)
+                FROM binding_push_channels c WHERE c.binding_id = b.id), '[]'::json)
+        """
+
+    static let loadAllSQL = """
+        SELECT \(columns) FROM bindings b WHERE b.expires_at > to_timestamp($1)
+        ORDER BY b.aor, b.registered_at, b.id
+        """
+
+    static let loadOneSQL = """
+        SELECT \(columns) FROM bindings b WHERE b.aor = $2 AND b.expires_at > to_timestamp($1)
+        ORDER BY b.registered_at, b.id
+        """
+
+    static let deleteExpiredSQL = """
+        WITH gone AS (DELETE FROM bindings WHERE expires_at < to_timestamp($1) RETURNING *)
+        SELECT \(columns) FROM gone b ORDER BY b.aor, b.id
+        """
+
+    static func load(_ connection: PostgresConnection, aor: AddressOfRecord?, now: Date) throws -> [Binding] {
+        let rows: PostgresRows
+        if let aor {
+            rows = try connection.query(loadOneSQL, [String(now.timeIntervalSince1970), aor.description])
+        } else {
+            rows = try connection.query(loadAllSQL, [String(now.timeIntervalSince1970)])
+        }
+        return try rows.rows.map(decodeBinding)
+    }
+
+    static func deleteExpired(_ connection: PostgresConnection, before date: Date) throws -> [Binding] {
+        let bindings = try connection.query(deleteExpiredSQL, [String(date.timeIntervalSince1970)]).rows.map(decodeBinding)
+        try announce(
+            bindings.map { BindingNotification(kind: .expired, aor: $0.aor, bindingID: $0.id).payload }, on: connection)
+        return bindings
+    }
+
+    static func decodeBinding(_ row: [String?]) throws -> Binding {
+        func required(_ index: Int) throws -> String {
+            guard let value = row[index] else {
+                throw PostgresError(kind: .unexpectedResult, message: "a stored binding lacks a required column")
+            }
+            return value
+        }
+        guard let id = UUID(uuidString: try required(0)) else {
+            throw PostgresError(kind: .unexpectedResult, message: "a stored binding has an unreadable id")
+        }
+        let aorText = try required(1)
+        let aor: AddressOfRecord
+        if let parsed = AddressOfRecord(parsing: aorText) {
+            aor = parsed
+        } else if let at = aorText.lastIndex(of: "@") {
+            aor = AddressOfRecord(number: String(aorText[..<at]), domain: String(aorText[aorText.index(after: at)...]))
+        } else {
+            throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unreadable address of record")
+        }
+        let path = (try? JSONSerialization.jsonObject(with: Data(try required(10).utf8))) as? [Any] ?? []
+        let channelRows = (try? JSONSerialization.jsonObject(with: Data(try required(17).utf8))) as? [[Any]] ?? []
+        let channels: [PushChannel] = channelRows.compactMap { item in
+            guard item.count == 4, let providerName = item[0] as? String, let provider = PushProvider(rawValue: providerName),
+                let token = item[1] as? String, let kindName = item[3] as? String, let kind = PushChannelKind(rawValue: kindName)
+            else { return nil }
+            return PushChannel(provider: provider, token: token, param: item[2] as? String, kind: kind)
+        }
+        return Binding(
+            id: id, aor: aor, contact: try required(2), instance: row[3], regID: row[4].flatMap { Int($0) },
+            q: row[5].flatMap { Double($0) }, callID: try required(6), cseq: UInt32(clamping: Int64(try required(7)) ?? 0),
+            registeredAt: Date(timeIntervalSince1970: Double(try required(8)) ?? 0),
+            expiresAt: Date(timeIntervalSince1970: Double(try required(9)) ?? 0),
+            path: path.compactMap { $0 as? String }, userAgent: row[11],
+            flow: BindingFlow(
+                transport: try required(12), source: try required(13), connectionID: try required(14),
+                localPoint: try required(15), instanceID: try required(16)),
+            pushChannels: channels)
+    }
+
+    // MARK: - Dead tokens
+
+    static func markDead(
+        _ connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String, at date: Date
+    ) throws {
+        try connection.query(
+            """
+            INSERT INTO push_dead_tokens (family, token, reason, marked_at) VALUES ($1, $2, $3, to_timestamp($4))
+            ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
+            """,
+            [family.rawValue, family == .apns ? token.lowercased() : token, reason, String(date.timeIntervalSince1970)])
+    }
+
+    static func deadTokens(_ connection: PostgresConnection, among channels: [PushChannel]) throws -> [DeadPushToken] {
+        var json = JSONText(capacity: channels.count * 128)
+        json.beginArray()
+        for channel in channels {
+            json.beginObject()
+            json.field("family", channel.family.rawValue)
+            json.field("token", channel.token)
+            json.endObject()
+        }
+        json.endArray()
+        let rows = try connection.query(
+            """
+            SELECT DISTINCT p.family, p.token, p.reason, extract(epoch FROM p.marked_at)
+            FROM push_dead_tokens p JOIN jsonb_to_recordset($1::jsonb) AS r(family text, token text)
+                ON p.family = r.family AND p.token = r.token
+            """,
+            [json.text])
+        return rows.rows.compactMap { row in
+            guard let familyName = row[0], let family = PushProviderFamily(rawValue: familyName), let token = row[1]
+            else { return nil }
+            return DeadPushToken(
+                family: family, token: token, reason: row[2] ?? "",
+                markedAt: Date(timeIntervalSince1970: row[3].flatMap { Double($0) } ?? 0))
+        }
+    }
+}

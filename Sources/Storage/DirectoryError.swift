@@ -1,0 +1,71 @@
+import Registrar
+
+/// Why a directory operation was refused. Its description is one line for a person; it never
+/// holds a password or hash.
+public enum DirectoryError: Error, Sendable, Hashable, CustomStringConvertible {
+    case invalidDomain(String)
+    case invalidNumber(String)
+    /// Text that is not `number@domain` at all.
+    case invalidAddress(String)
+    case invalidPassword(reason: String)
+    case noSuchDomain(String)
+    case domainExists(String)
+    case domainHasExtensions(String, count: Int)
+    case noSuchExtension(AddressOfRecord)
+    case extensionExists(AddressOfRecord)
+
+    public var description: String {
+        switch self {
+        case .invalidDomain(let text): return "'\(Self.shown(text))' is not a valid domain"
+        case .invalidNumber(let text): return "'\(Self.shown(text))' is not a valid extension number"
+        case .invalidAddress(let text): return "'\(Self.shown(text))' is not an extension address (NUMBER@DOMAIN)"
+        case .invalidPassword(let reason): return "unusable password: \(reason)"
+        case .noSuchDomain(let domain): return "no such domain \(domain)"
+        case .domainExists(let domain): return "domain \(domain) already exists"
+        case .domainHasExtensions(let domain, let count):
+            return "domain \(domain) still has \(count) extension\(count == 1 ? "" : "s"); remove \(count == 1 ? "it" : "them") first"
+        case .noSuchExtension(let aor): return "no such extension \(aor)"
+        case .extensionExists(let aor): return "extension \(aor) already exists"
+        }
+    }
+
+    /// Input echoed back on one line: control characters escaped, long text cut.
+    static func shown(_ text: String) -> String {
+        var shown = ""
+        for scalar in text.unicodeScalars.prefix(80) {
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                shown += "\\u{\(String(scalar.value, radix: 16))}"
+            } else {
+                shown.unicodeScalars.append(scalar)
+            }
+        }
+        return text.unicodeScalars.count > 80 ? shown + "…" : shown
+    }
+
+    /// Parses `number@domain`, saying which part is wrong.
+    public static func parseAddress(_ text: String) throws(DirectoryError) -> AddressOfRecord {
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2 else { throw .invalidAddress(text) }
+        let number = String(parts[0])
+        let domain = String(parts[1])
+        guard AddressOfRecord.isValidNumber(number) else { throw .invalidNumber(number) }
+        guard AddressOfRecord.isValidDomain(domain) else { throw .invalidDomain(domain) }
+        return AddressOfRecord(number: number, domain: domain)
+    }
+
+    /// Checks and normalises (lower case) a domain.
+    public static func parseDomain(_ text: String) throws(DirectoryError) -> String {
+        guard AddressOfRecord.isValidDomain(text) else { throw .invalidDomain(text) }
+        return text.lowercased()
+    }
+
+    /// A password must be 1 to 256 characters with no control characters (it is typed or pasted
+    /// into a phone, and read from one line of input).
+    public static func checkPassword(_ password: String) throws(DirectoryError) {
+        guard !password.isEmpty else { throw .invalidPassword(reason: "it is empty") }
+        guard password.count <= 256 else { throw .invalidPassword(reason: "it is longer than 256 characters") }
+        guard !password.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw .invalidPassword(reason: "it holds a control character")
+        }
+    }
+}

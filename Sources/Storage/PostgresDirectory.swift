@@ -1,0 +1,273 @@
+import Foundation
+import Registrar
+
+/// An organisation as the directory lists it.
+public struct DirectoryDomain: Hashable, Sendable {
+    public let domain: String
+    public let extensionCount: Int
+    public let createdAt: Date
+}
+
+/// An extension as the directory lists it: never its hashes.
+public struct DirectoryExtension: Hashable, Sendable {
+    public let aor: AddressOfRecord
+    /// Bindings stored for it that had not expired when listed.
+    public let liveBindingCount: Int
+    public let createdAt: Date
+    public let updatedAt: Date
+}
+
+/// The organisations (SIP domains) and extensions in PostgreSQL: what the registrar loads, and
+/// the operator's operations on them. Passwords are kept only as `ExtensionCredentials` hashes.
+/// Every change commits together with `NOTIFY rouse_directory` (payload `<what> <name>`, e.g.
+/// `extension-added 1001@example.com`, `domain-removed example.org`) so every instance reloads.
+///
+/// Threading: every method may be called from any thread and blocks it until PostgreSQL answers
+/// (on a short-lived connection of its own, or on a worker of the pool it was given), so call it
+/// off the SIP path. Refusals are `DirectoryError`s; database failures are `PostgresError`s.
+public final class PostgresDirectory: DirectorySource, Sendable {
+    /// The channel directory changes are announced on.
+    public static let notificationChannel = "rouse_directory"
+
+    private enum Executor: Sendable {
+        case connectPerCall(PostgresSettings)
+        case pool(PostgresWorkerPool)
+    }
+
+    private let executor: Executor
+
+    /// Each call opens its own connection and closes it (the command line, rare admin work).
+    public init(settings: PostgresSettings) {
+        executor = .connectPerCall(settings)
+    }
+
+    /// Each call runs on a worker of `pool` (and waits for it).
+    public init(pool: PostgresWorkerPool) {
+        executor = .pool(pool)
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) throws -> T {
+        switch executor {
+        case .connectPerCall(let settings): return try body(try settings.connect())
+        case .pool(let pool): return try pool.run(body)
+        }
+    }
+
+    // MARK: - DirectorySource
+
+    public func loadDirectory() throws -> DirectorySnapshot {
+        try run { connection in
+            try connection.transaction { connection in
+                let domains = try connection.query("SELECT domain FROM sip_domains").rows.compactMap { $0[0] }
+                let rows = try connection.query(
+                    """
+                    SELECT e.number, d.domain, e.ha1_md5, e.ha1_sha256
+                    FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+                    """)
+                var extensions: [AddressOfRecord: ExtensionCredentials] = [:]
+                for row in rows.rows {
+                    guard let number = row[0], let domain = row[1], let md5 = row[2], let sha256 = row[3] else { continue }
+                    let aor = AddressOfRecord(number: number, domain: domain)
+                    extensions[aor] = ExtensionCredentials(aor: aor, ha1MD5: md5, ha1SHA256: sha256)
+                }
+                return DirectorySnapshot(domains: Set(domains), extensions: extensions)
+            }
+        }
+    }
+
+    // MARK: - Domains
+
+    /// Adds an organisation; returns the domain as stored (lower case).
+    @discardableResult
+    public func addDomain(_ text: String) throws -> String {
+        let domain = try DirectoryError.parseDomain(text)
+        return try run { connection in
+            try connection.transaction { connection in
+                do {
+                    try connection.query("INSERT INTO sip_domains (domain) VALUES ($1)", [domain])
+                } catch let error as PostgresError where error.isUniqueViolation {
+                    throw DirectoryError.domainExists(domain)
+                }
+                try Self.announce("domain-added \(domain)", on: connection)
+                return domain
+            }
+        }
+    }
+
+    /// Every organisation, by name.
+    public func listDomains() throws -> [DirectoryDomain] {
+        try run { connection in
+            try connection.query(
+                """
+                SELECT d.domain, (SELECT count(*) FROM extensions e WHERE e.domain_id = d.id),
+                    extract(epoch FROM d.created_at)
+                FROM sip_domains d ORDER BY d.domain
+                """
+            ).rows.compactMap { row in
+                guard let domain = row[0] else { return nil }
+                return DirectoryDomain(
+                    domain: domain, extensionCount: row[1].flatMap { Int($0) } ?? 0, createdAt: Self.date(row[2]))
+            }
+        }
+    }
+
+    /// Removes an organisation; refused while it still has extensions.
+    public func removeDomain(_ text: String) throws {
+        let domain = try DirectoryError.parseDomain(text)
+        try run { connection in
+            try connection.transaction { connection in
+                let found = try connection.query("SELECT id FROM sip_domains WHERE domain = $1 FOR UPDATE", [domain])
+                guard let id = found.rows.first?[0] else { throw DirectoryError.noSuchDomain(domain) }
+                let count = Int(try connection.query(
+                    "SELECT count(*) FROM extensions WHERE domain_id = $1", [id]).rows.first?[0] ?? "0") ?? 0
+                guard count == 0 else { throw DirectoryError.domainHasExtensions(domain, count: count) }
+                do {
+                    try connection.query("DELETE FROM sip_domains WHERE id = $1", [id])
+                } catch let error as PostgresError where error.sqlState == "23503" {
+                    throw DirectoryError.domainHasExtensions(domain, count: 1)
+                }
+                try Self.announce("domain-removed \(domain)", on: connection)
+            }
+        }
+    }
+
+    // MARK: - Extensions
+
+    /// Adds an extension with its password (stored only as HA1 hashes). The domain must exist.
+    public func addExtension(_ aor: AddressOfRecord, password: String) throws {
+        try Self.check(aor)
+        try DirectoryError.checkPassword(password)
+        let credentials = ExtensionCredentials(aor: aor, password: password)
+        try run { connection in
+            try connection.transaction { connection in
+                let inserted: PostgresRows
+                do {
+                    inserted = try connection.query(
+                        """
+                        INSERT INTO extensions (domain_id, number, ha1_md5, ha1_sha256)
+                        SELECT id, $2, $3, $4 FROM sip_domains WHERE domain = $1
+                        RETURNING id
+                        """,
+                        [aor.domain, aor.number, credentials.ha1MD5, credentials.ha1SHA256])
+                } catch let error as PostgresError where error.isUniqueViolation {
+                    throw DirectoryError.extensionExists(aor)
+                }
+                guard !inserted.isEmpty else { throw DirectoryError.noSuchDomain(aor.domain) }
+                try Self.announce("extension-added \(aor)", on: connection)
+            }
+        }
+    }
+
+    /// The extensions of one organisation, or of all, ordered by domain then number.
+    public func listExtensions(domain text: String? = nil) throws -> [DirectoryExtension] {
+        let domain = try text.map { text throws(DirectoryError) in try DirectoryError.parseDomain(text) }
+        return try run { connection in
+            if let domain, try connection.query("SELECT 1 FROM sip_domains WHERE domain = $1", [domain]).isEmpty {
+                throw DirectoryError.noSuchDomain(domain)
+            }
+            let rows = try connection.query(
+                """
+                SELECT e.number, d.domain,
+                    (SELECT count(*) FROM bindings b WHERE b.extension_id = e.id AND b.expires_at > now()),
+                    extract(epoch FROM e.created_at), extract(epoch FROM e.updated_at)
+                FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+                WHERE $1::text IS NULL OR d.domain = $1
+                ORDER BY d.domain, e.number
+                """,
+                [domain])
+            return rows.rows.compactMap { row in
+                guard let number = row[0], let domain = row[1] else { return nil }
+                return DirectoryExtension(
+                    aor: AddressOfRecord(number: number, domain: domain), liveBindingCount: row[2].flatMap { Int($0) } ?? 0,
+                    createdAt: Self.date(row[3]), updatedAt: Self.date(row[4]))
+            }
+        }
+    }
+
+    /// True when the extension exists.
+    public func hasExtension(_ aor: AddressOfRecord) throws -> Bool {
+        try run { connection in
+            try !connection.query(
+                """
+                SELECT 1 FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+                WHERE d.domain = $1 AND e.number = $2
+                """,
+                [aor.domain, aor.number]
+            ).isEmpty
+        }
+    }
+
+    /// Replaces an extension's password (its hashes).
+    public func changePassword(_ aor: AddressOfRecord, password: String) throws {
+        try Self.check(aor)
+        try DirectoryError.checkPassword(password)
+        let credentials = ExtensionCredentials(aor: aor, password: password)
+        try run { connection in
+            try connection.transaction { connection in
+                let updated = try connection.query(
+                    """
+                    UPDATE extensions e SET ha1_md5 = $3, ha1_sha256 = $4, updated_at = now()
+                    FROM sip_domains d WHERE d.id = e.domain_id AND d.domain = $1 AND e.number = $2
+                    """,
+                    [aor.domain, aor.number, credentials.ha1MD5, credentials.ha1SHA256])
+                guard updated.affectedRows > 0 else { throw try Self.missing(aor, on: connection) }
+                try Self.announce("extension-password \(aor)", on: connection)
+            }
+        }
+    }
+
+    /// Removes an extension and its bindings (each announced on `rouse_bindings` as `removed`).
+    public func removeExtension(_ aor: AddressOfRecord) throws {
+        try Self.check(aor)
+        try run { connection in
+            try connection.transaction { connection in
+                // Locking the extension row first keeps bindings from being added meanwhile.
+                try connection.query(
+                    """
+                    SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+                    WHERE d.domain = $1 AND e.number = $2 FOR UPDATE OF e
+                    """,
+                    [aor.domain, aor.number])
+                let bindings = try connection.query(
+                    """
+                    SELECT b.id::text FROM bindings b JOIN extensions e ON e.id = b.extension_id
+                    JOIN sip_domains d ON d.id = e.domain_id
+                    WHERE d.domain = $1 AND e.number = $2
+                    """,
+                    [aor.domain, aor.number]
+                ).rows.compactMap { $0[0].flatMap(UUID.init(uuidString:)) }
+                let removed = try connection.query(
+                    """
+                    DELETE FROM extensions e USING sip_domains d
+                    WHERE d.id = e.domain_id AND d.domain = $1 AND e.number = $2
+                    """,
+                    [aor.domain, aor.number])
+                guard removed.affectedRows > 0 else { throw try Self.missing(aor, on: connection) }
+                try BindingRecords.announce(
+                    bindings.map { BindingNotification(kind: .removed, aor: aor, bindingID: $0).payload }, on: connection)
+                try Self.announce("extension-removed \(aor)", on: connection)
+            }
+        }
+    }
+
+    // MARK: - Helpers
+
+    private static func check(_ aor: AddressOfRecord) throws(DirectoryError) {
+        guard AddressOfRecord.isValidNumber(aor.number) else { throw .invalidNumber(aor.number) }
+        guard AddressOfRecord.isValidDomain(aor.domain) else { throw .invalidDomain(aor.domain) }
+    }
+
+    /// Which of the domain or the extension is missing.
+    private static func missing(_ aor: AddressOfRecord, on connection: PostgresConnection) throws -> DirectoryError {
+        try connection.query("SELECT 1 FROM sip_domains WHERE domain = $1", [aor.domain]).isEmpty
+            ? .noSuchDomain(aor.domain) : .noSuchExtension(aor)
+    }
+
+    private static func announce(_ payload: String, on connection: PostgresConnection) throws {
+        try connection.query("SELECT pg_notify($1, $2)", [notificationChannel, payload])
+    }
+
+    private static func date(_ text: String?) -> Date {
+        Date(timeIntervalSince1970: text.flatMap { Double($0) } ?? 0)
+    }
+}

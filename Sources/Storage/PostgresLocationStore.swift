@@ -1,0 +1,275 @@
+import Foundation
+import Registrar
+
+/// Why the location store refused a change. Its description is one line for a person and names
+/// no token, Contact or other stored value beyond the extension's address.
+public enum LocationStoreError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The binding's extension is not in the directory (it was removed meanwhile).
+    case noSuchExtension(AddressOfRecord)
+    /// A stored text held a NUL character, which PostgreSQL text cannot hold.
+    case unstorableText(field: String, aor: AddressOfRecord)
+    /// The store was shut down.
+    case stopped
+
+    public var description: String {
+        switch self {
+        case .noSuchExtension(let aor): return "no such extension \(aor)"
+        case .unstorableText(let field, let aor): return "binding of \(aor): \(field) holds a NUL character"
+        case .stopped: return "the location store is shut down"
+        }
+    }
+}
+
+/// The durable location service on PostgreSQL, with group commit.
+///
+/// Threading: every method may be called from any thread. `apply` never blocks: it queues the
+/// changes for the store's one writer thread, which takes every queued batch at once (up to
+/// `maxBatchChanges` changes), applies them in one transaction on its own connection, announces
+/// them with `NOTIFY rouse_bindings`, commits, and only then calls the completions, on the writer
+/// thread, in submission order (so they must be short; hop to your own queue for real work). If
+/// the transaction fails, every batch in it gets the error. `loadBindings`, `deleteExpired` and the
+/// dead-token helpers block the caller while a reader pool thread runs them: call them off the
+/// SIP path, and never from a completion.
+///
+/// Within one transaction, changes to the same binding id collapse to the last one, so each
+/// binding is announced once per transaction: `added` when its row is new, `refreshed` when it
+/// replaced one, or the kind its delete named (deletes of rows already gone are not announced).
+public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
+    // @unchecked: `pending`, `accepting`, `writerRunning` and the counters are only touched under
+    // `condition`; the writer's connection is a local of the writer thread.
+    /// The channel binding changes are announced on; payload `<kind> <aor> <binding id>`.
+    public static let notificationChannel = "rouse_bindings"
+
+    public let settings: PostgresSettings
+    /// Most changes one transaction takes (a single larger batch still goes alone).
+    public let maxBatchChanges: Int
+    private let readers: PostgresWorkerPool
+    private let ownsReaders: Bool
+    private let condition = NSCondition()
+    private var pending: [PendingBatch] = []
+    private var accepting = true
+    private var writerRunning = true
+    private var transactions = 0
+    private var changesCommitted = 0
+
+    private struct PendingBatch {
+        let changes: [BindingChange]
+        let completion: @Sendable (Result<Void, any Error>) -> Void
+    }
+
+    /// - Parameters:
+    ///   - readers: the pool that runs the blocking reads; by default the store makes its own
+    ///     one-thread pool (and shuts it down with the store).
+    public init(settings: PostgresSettings, maxBatchChanges: Int = 1000, readers: PostgresWorkerPool? = nil) {
+        self.settings = settings
+        self.maxBatchChanges = max(1, maxBatchChanges)
+        if let readers {
+            self.readers = readers
+            ownsReaders = false
+        } else {
+            self.readers = PostgresWorkerPool(settings: settings, threads: 1, name: "rouse-location-read")
+            ownsReaders = true
+        }
+        let thread = Thread { [self] in writerLoop() }
+        thread.name = "rouse-location-write"
+        thread.start()
+    }
+
+    /// Transactions committed so far (each carries one or more batches).
+    public var transactionCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return transactions
+    }
+
+    /// Changes committed so far.
+    public var committedChangeCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return changesCommitted
+    }
+
+    public func apply(_ changes: [BindingChange], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        condition.lock()
+        guard accepting else {
+            condition.unlock()
+            DispatchQueue.global().async { completion(.failure(LocationStoreError.stopped)) }
+            return
+        }
+        pending.append(PendingBatch(changes: changes, completion: completion))
+        condition.signal()
+        condition.unlock()
+    }
+
+    public func loadBindings(now: Date) throws -> [Binding] {
+        try readers.run { connection in
+            try BindingRecords.load(connection, aor: nil, now: now)
+        }
+    }
+
+    public func loadBindings(for aor: AddressOfRecord, now: Date) throws -> [Binding] {
+        try readers.run { connection in
+            try BindingRecords.load(connection, aor: aor, now: now)
+        }
+    }
+
+    /// Deletes every binding that expired before `date`, announces each as `expired`, and returns
+    /// them (with their push channels). Blocking; for the expiry sweeper.
+    @discardableResult
+    public func deleteExpired(before date: Date) throws -> [Binding] {
+        try readers.run { connection in
+            try connection.transaction { connection in
+                try BindingRecords.deleteExpired(connection, before: date)
+            }
+        }
+    }
+
+    /// Marks a push token dead (the provider said it is unregistered). A later save of a binding
+    /// with that token clears the mark. Blocking.
+    public func markTokenDead(family: PushProviderFamily, token: String, reason: String, at date: Date = Date()) throws {
+        try readers.run { connection in
+            try BindingRecords.markDead(connection, family: family, token: token, reason: reason, at: date)
+        }
+    }
+
+    /// The dead marks among `channels`' tokens. Blocking.
+    public func deadTokens(among channels: [PushChannel]) throws -> [DeadPushToken] {
+        guard !channels.isEmpty else { return [] }
+        return try readers.run { connection in
+            try BindingRecords.deadTokens(connection, among: channels)
+        }
+    }
+
+    /// The live bindings (of one extension, or all) read on a connection the caller owns, for a
+    /// one-shot reader such as the command line. Blocking.
+    public static func loadBindings(on connection: PostgresConnection, for aor: AddressOfRecord?, now: Date) throws -> [Binding] {
+        try BindingRecords.load(connection, aor: aor, now: now)
+    }
+
+    /// The dead marks among `channels`' tokens, read on a connection the caller owns. Blocking.
+    public static func deadTokens(on connection: PostgresConnection, among channels: [PushChannel]) throws -> [DeadPushToken] {
+        guard !channels.isEmpty else { return [] }
+        return try BindingRecords.deadTokens(connection, among: channels)
+    }
+
+    /// Stops taking changes, commits what is queued, and waits for the writer (and the store's own
+    /// reader pool) to end. Must not be called from a completion.
+    public func shutdown() {
+        condition.lock()
+        accepting = false
+        condition.broadcast()
+        while writerRunning { condition.wait() }
+        condition.unlock()
+        if ownsReaders { readers.shutdown() }
+    }
+
+    // MARK: - The writer
+
+    private func nextBatch() -> [PendingBatch]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while pending.isEmpty && accepting { condition.wait() }
+        guard !pending.isEmpty else { return nil }
+        var taken = 0
+        var total = 0
+        while taken < pending.count {
+            let size = pending[taken].changes.count
+            if taken > 0 && total + size > maxBatchChanges { break }
+            total += size
+            taken += 1
+        }
+        let batch = Array(pending.prefix(taken))
+        pending.removeFirst(taken)
+        return batch
+    }
+
+    private func writerLoop() {
+        var connection: PostgresConnection? = nil
+        while let batch = nextBatch() {
+            let results = commit(batch, connection: &connection)
+            for (member, result) in zip(batch, results) { member.completion(result) }
+        }
+        connection = nil
+        condition.lock()
+        writerRunning = false
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// One transaction for the whole batch; one result per member.
+    private func commit(_ batch: [PendingBatch], connection: inout PostgresConnection?) -> [Result<Void, any Error>] {
+        var results = [Result<Void, any Error>](repeating: .success(()), count: batch.count)
+        var plan = BindingRecords.WritePlan()
+        for (index, member) in batch.enumerated() {
+            if let problem = BindingRecords.unstorable(member.changes) {
+                results[index] = .failure(problem)
+            } else {
+                plan.add(member.changes, member: index)
+            }
+        }
+        guard !plan.isEmpty else { return results }
+        do {
+            if let current = connection, !current.probe() { connection = nil }
+            if connection == nil { connection = try settings.connect() }
+            guard let current = connection else { return results }
+            let outcome: BindingRecords.WriteOutcome
+            do {
+                try current.query("BEGIN")
+                outcome = try BindingRecords.write(plan, on: current)
+                try current.query("COMMIT")
+            } catch {
+                _ = try? current.query("ROLLBACK")
+                if !current.isHealthy { connection = nil }
+                throw error
+            }
+            for (member, error) in outcome.failedMembers { results[member] = .failure(error) }
+            condition.lock()
+            transactions += 1
+            changesCommitted += plan.changeCount
+            condition.unlock()
+        } catch {
+            for index in plan.members { results[index] = .failure(error) }
+        }
+        return results
+    }
+}
+
+/// A push token a provider reported as no longer valid.
+public struct DeadPushToken: Hashable, Sendable {
+    public let family: PushProviderFamily
+    public let token: String
+    public let reason: String
+    public let markedAt: Date
+
+    public init(family: PushProviderFamily, token: String, reason: String, markedAt: Date) {
+        self.family = family
+        self.token = token
+        self.reason = reason
+        self.markedAt = markedAt
+    }
+}
+
+/// A `rouse_bindings` notification, parsed: `<kind> <aor> <binding id>`.
+public struct BindingNotification: Hashable, Sendable {
+    public let kind: BindingEvent.Kind
+    public let aor: AddressOfRecord
+    public let bindingID: UUID
+
+    public init(kind: BindingEvent.Kind, aor: AddressOfRecord, bindingID: UUID) {
+        self.kind = kind
+        self.aor = aor
+        self.bindingID = bindingID
+    }
+
+    /// Parses a payload; nil when it is not one the store sends.
+    public init?(payload: String) {
+        let parts = payload.split(separator: " ")
+        guard parts.count == 3, let kind = BindingEvent.Kind(rawValue: String(parts[0])),
+            let aor = AddressOfRecord(parsing: String(parts[1])), let id = UUID(uuidString: String(parts[2]))
+        else { return nil }
+        self.init(kind: kind, aor: aor, bindingID: id)
+    }
+
+    /// The payload text: the binding id in lower case, as PostgreSQL prints uuids.
+    public var payload: String { "\(kind.rawValue) \(aor) \(bindingID.uuidString.lowercased())" }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import Registrar
+import SIPMessage
+import XCTest
+
+/// The registrar service around the core: an answer only after the store committed, 503 when it
+/// could not, and events for subscribers.
+final class RegistrarServiceTests: XCTestCase {
+    typealias F = RegistrarFixture
+
+    func makeRegistrar(store: InMemoryLocationStore) -> Registrar {
+        Registrar(core: F().core, store: store, clock: { F.start })
+    }
+
+    func exchange(_ registrar: Registrar, _ text: String) throws -> SIPResponse {
+        let answered = expectation(description: "answer")
+        let box = ResponseBox()
+        registrar.handleRegister(try F.parse(text), flow: F.flow()) { response in
+            box.set(response)
+            answered.fulfill()
+        }
+        wait(for: [answered], timeout: 30)
+        return try XCTUnwrap(box.value)
+    }
+
+    func authenticatedRegister(_ registrar: Registrar) throws -> SIPResponse {
+        let challenge = try exchange(registrar, F.register())
+        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: "alice-secret")
+        return try exchange(registrar, F.register(cseq: 2, authorization: authorization))
+    }
+
+    func testOKOnlyAfterTheStoreHasTheBindingAndSubscribersHearOfIt() throws {
+        let store = InMemoryLocationStore()
+        let registrar = makeRegistrar(store: store)
+        let heard = expectation(description: "event")
+        registrar.subscribe { event in
+            if event.kind == .added { heard.fulfill() }
+        }
+        XCTAssertEqual(try authenticatedRegister(registrar).statusCode, 200)
+        XCTAssertEqual(store.all.map(\.aor), [F.alice])
+        wait(for: [heard], timeout: 30)
+        XCTAssertEqual(registrar.bindings(for: F.alice).count, 1)
+    }
+
+    func testFailedWriteGives503WithRetryAfterAndLeavesNoBinding() throws {
+        let store = InMemoryLocationStore()
+        let registrar = makeRegistrar(store: store)
+        store.failNextApply()
+        let response = try authenticatedRegister(registrar)
+        XCTAssertEqual(response.statusCode, 503)
+        XCTAssertEqual(response.headers[.retryAfter], "5")
+        XCTAssertTrue(store.all.isEmpty)
+        XCTAssertEqual(registrar.bindings(for: F.alice).count, 0)
+    }
+
+    func testLoadBindingsRestoresTheIndex() throws {
+        let store = InMemoryLocationStore()
+        XCTAssertEqual(try authenticatedRegister(makeRegistrar(store: store)).statusCode, 200)
+        let restarted = makeRegistrar(store: store)
+        try restarted.loadBindings()
+        XCTAssertEqual(restarted.bindings(for: F.alice).map(\.contact), ["sip:1001@192.0.2.7:5060"])
+    }
+}
+
+/// Carries a response out of a completion handler.
+final class ResponseBox: @unchecked Sendable {
+    // @unchecked: `stored` is only touched under `lock`.
+    private let lock = NSLock()
+    private var stored: SIPResponse?
+    func set(_ response: SIPResponse) { lock.lock(); stored = response; lock.unlock() }
+    var value: SIPResponse? { lock.lock(); defer { lock.unlock() }; return stored }
+}

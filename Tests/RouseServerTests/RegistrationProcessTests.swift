@@ -1,0 +1,141 @@
+import Crypto
+import Foundation
+import Registrar
+import RouseTestSupport
+import SIPMessage
+import SIPTransport
+import Storage
+import XCTest
+
+/// A phone registering with `rouse serve` over real sockets, against PostgreSQL, including a
+/// `kill -9` of the server.
+final class RegistrationProcessTests: XCTestCase {
+    var database: TestDatabase!
+    var rouse: RouseProcess?
+    var points: [ListenPoint] = []
+    var certificate: (certificatePath: String, keyPath: String)!
+
+    override func setUpWithError() throws {
+        database = try TestDatabase()
+        certificate = try TestCertificate.make(commonName: "rouse.test")
+        // The schema, a domain and an extension, made the way `rouse migrate` and the CLI make them.
+        let connection = try database.connect()
+        try Migrator.migrate(connection)
+        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        _ = try directory.addDomain("example.com")
+        try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "s3cret-1001")
+        try startRouse()
+    }
+
+    override func tearDown() {
+        _ = rouse?.stop()
+        rouse = nil
+        database?.drop()
+    }
+
+    func startRouse() throws {
+        let process = try RouseProcess(
+            arguments: ["serve"],
+            environment: [
+                "ROUSE_DATABASE_URL": database.conninfo,
+                "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0,tls:127.0.0.1:0",
+                "ROUSE_TLS_CERT": certificate.certificatePath,
+                "ROUSE_TLS_KEY": certificate.keyPath,
+            ])
+        XCTAssertTrue(process.waitForOutput(containing: "serving SIP on"), process.outputText)
+        let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
+        points = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ").map { try ListenPoint(parsing: $0) }
+        rouse = process
+    }
+
+    func client(_ transport: SIPTransportKind) throws -> TestSIPClient {
+        let point = try XCTUnwrap(points.first { $0.transport == transport })
+        let kind: TestSIPClient.Transport = transport == .udp ? .udp : transport == .tcp ? .tcp : .tls
+        return try TestSIPClient(transport: kind, host: point.host, port: point.port)
+    }
+
+    static func register(
+        transport: String, port: UInt16, contact: String?, callID: String, cseq: Int, authorization: String? = nil, expires: Int = 3600
+    ) -> String {
+        var text = "REGISTER sip:example.com SIP/2.0\r\n"
+        text += "Via: SIP/2.0/\(transport) 127.0.0.1:\(port);branch=z9hG4bK\(UUID().uuidString);rport\r\n"
+        text += "Max-Forwards: 70\r\nFrom: <sip:1001@example.com>;tag=reg\(cseq)\r\nTo: <sip:1001@example.com>\r\n"
+        text += "Call-ID: \(callID)\r\nCSeq: \(cseq) REGISTER\r\nUser-Agent: RouseTestPhone/1\r\n"
+        if let contact { text += "Contact: \(contact)\r\nExpires: \(expires)\r\n" }
+        if let authorization { text += "Authorization: \(authorization)\r\n" }
+        return text + "Content-Length: 0\r\n\r\n"
+    }
+
+    func finalResponse(_ client: TestSIPClient) throws -> SIPResponse {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            guard let bytes = try client.receive(timeout: .seconds(10)) else { break }
+            if case .response(let response) = try SIPParser.parse(bytes), response.statusCode >= 200 { return response }
+        }
+        throw NoAnswer()
+    }
+
+    struct NoAnswer: Error {}
+
+    /// Challenge, answer with `algorithm`, return the final response.
+    func registerWithDigest(
+        _ transport: SIPTransportKind, contact: String?, algorithm: Digest.Algorithm, password: String = "s3cret-1001"
+    ) throws -> SIPResponse {
+        let client = try client(transport)
+        defer { client.close() }
+        let callID = UUID().uuidString
+        let name = transport.rawValue.uppercased()
+        try client.send(Self.register(transport: name, port: client.localPort, contact: contact, callID: callID, cseq: 1))
+        let challenge = try finalResponse(client)
+        XCTAssertEqual(challenge.statusCode, 401)
+        let offer = try XCTUnwrap(challenge.headers.lines(.wwwAuthenticate).first { $0.contains("algorithm=\(algorithm.rawValue)") })
+        let parameters = try XCTUnwrap(DigestCredentials(header: offer))
+        let ha1 = Digest.hex(algorithm, "1001:example.com:\(password)")
+        let ha2 = Digest.hex(algorithm, "REGISTER:sip:example.com")
+        let response = Digest.hex(algorithm, "\(ha1):\(parameters.nonce!):00000001:c0ffee:auth:\(ha2)")
+        let authorization = "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(parameters.nonce!)\", uri=\"sip:example.com\", response=\"\(response)\", algorithm=\(algorithm.rawValue), cnonce=\"c0ffee\", qop=auth, nc=00000001, opaque=\"\(parameters.opaque ?? "")\""
+        try client.send(Self.register(transport: name, port: client.localPort, contact: contact, callID: callID, cseq: 2, authorization: authorization))
+        return try finalResponse(client)
+    }
+
+    func storedBindings() throws -> [Binding] {
+        try PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo)).loadBindings(now: Date())
+    }
+
+    func testPhoneRegistersOverUDPTCPAndTLSWithMD5AndSHA256() throws {
+        let udp = try registerWithDigest(.udp, contact: "<sip:1001@127.0.0.1:5071>", algorithm: .md5)
+        XCTAssertEqual(udp.statusCode, 200)
+        let tcp = try registerWithDigest(.tcp, contact: "<sip:1001@127.0.0.1:5072;transport=tcp>", algorithm: .sha256)
+        XCTAssertEqual(tcp.statusCode, 200)
+        let tls = try registerWithDigest(.tls, contact: "<sips:1001@127.0.0.1:5073;transport=tls>", algorithm: .sha256)
+        XCTAssertEqual(tls.statusCode, 200)
+        XCTAssertEqual(tls.headers.values(.contact).count, 3, "the 200 lists every current binding")
+        // A 200 means the binding is in PostgreSQL already.
+        let stored = try storedBindings()
+        XCTAssertEqual(Set(stored.map(\.flow.transport)), ["udp", "tcp", "tls"])
+        XCTAssertTrue(stored.allSatisfy { $0.userAgent == "RouseTestPhone/1" })
+    }
+
+    func testWrongPasswordIsChallengedAgainAndStoresNothing() throws {
+        let response = try registerWithDigest(.udp, contact: "<sip:1001@127.0.0.1:5071>", algorithm: .md5, password: "wrong")
+        XCTAssertEqual(response.statusCode, 401)
+        XCTAssertTrue(try storedBindings().isEmpty)
+    }
+
+    func testBindingsSurviveKillNine() throws {
+        XCTAssertEqual(try registerWithDigest(.tcp, contact: "<sip:1001@127.0.0.1:5072;transport=tcp>", algorithm: .md5).statusCode, 200)
+        XCTAssertEqual(try registerWithDigest(.udp, contact: "<sip:1001@127.0.0.1:5071>", algorithm: .md5).statusCode, 200)
+        let process = try XCTUnwrap(rouse)
+        kill(process.process.processIdentifier, SIGKILL)
+        XCTAssertNotNil(process.waitForExit(timeout: 30))
+        rouse = nil
+        try startRouse()
+        XCTAssertTrue(rouse!.waitForOutput(containing: "bindings=2"), rouse!.outputText)
+        // A query REGISTER (no Contact) lists both bindings from the restarted server.
+        let query = try registerWithDigest(.udp, contact: nil, algorithm: .sha256)
+        XCTAssertEqual(query.statusCode, 200)
+        XCTAssertEqual(Set(query.headers.values(.contact).map { $0.components(separatedBy: ";expires=")[0] }), [
+            "<sip:1001@127.0.0.1:5072;transport=tcp>", "<sip:1001@127.0.0.1:5071>",
+        ])
+    }
+}
