@@ -125,6 +125,7 @@ public final class SIPService: Sendable {
         case .request(let request, let handle, let flow):
             if request.method == .register, let registrar {
                 registrar.handleRegister(request, flow: bindingFlow(flow, request: request)) { [weak self] response in
+                    if response.statusCode == 200 { self?.connections.remember(flow) }
                     self?.transactions.respond(response, to: handle)
                 }
             } else if request.method == .cancel {
@@ -159,12 +160,42 @@ public final class SIPService: Sendable {
             instanceID: instanceID)
     }
 
-    /// Whether a binding can be reached now: a UDP binding can; a TCP/TLS one only over its own
-    /// connection, held by this instance and still open.
+    /// Whether a binding can be reached now: over its own flow, held by this instance (a UDP flow
+    /// stays usable; a TCP/TLS connection must still be open). A binding whose connection has gone
+    /// is unreachable until the phone registers again: it is never tried some other way.
     public func isReachable(_ binding: Binding) -> Bool {
-        if binding.flow.transport == SIPTransportKind.udp.rawValue { return true }
-        guard binding.flow.instanceID == instanceID, let flow = connections.flow(named: binding.flow.connectionID) else { return false }
-        return transport.flowIsOpen(flow)
+        flow(for: binding) != nil
+    }
+
+    /// The flow to reach a binding over, if it still exists here.
+    func flow(for binding: Binding) -> FlowID? {
+        guard binding.flow.instanceID == instanceID, let flow = connections.flow(named: binding.flow.connectionID) else { return nil }
+        if flow.isReliable, !transport.flowIsOpen(flow) { return nil }
+        return flow
+    }
+
+    /// Sends a request to a registered device over the flow its REGISTER came in on (RFC 5626
+    /// §5.3), in a client transaction. Adds Rouse's Via (with a fresh branch) and a Route for each
+    /// Path the binding recorded (RFC 3327 §5.3). Returns false, sending nothing, when the binding
+    /// is unreachable.
+    @discardableResult
+    public func sendRequest(
+        _ request: SIPRequest, to binding: Binding, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) -> Bool {
+        guard let flow = flow(for: binding) else { return false }
+        var outgoing = request
+        for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
+        let local = listeningPoints.first { $0.transport == flow.transport } ?? listeningPoints.first
+        let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
+        let sentBy = local.map { "\(host):\($0.port)" } ?? host
+        outgoing.headers.prepend(.via, "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=\(SIPVia.magicCookie)\(SIPService.makeTag());rport")
+        do {
+            try transactions.sendRequest(outgoing, over: flow, isReliable: flow.isReliable, onResponse: onResponse)
+            return true
+        } catch {
+            logger.warning("sip.send_failed", ["binding": binding.id.uuidString, "error": "\(error)"])
+            return false
+        }
     }
 
     // MARK: Outbound
@@ -218,6 +249,14 @@ final class ConnectionTable: @unchecked Sendable {
             endpointsByFlow[packet.flow] = (packet.source, packet.local)
             flowsByName[packet.flow.description] = packet.flow
         }
+    }
+
+    /// Keeps a flow findable by name after a successful REGISTER over it (UDP flows included,
+    /// which have no connection to note).
+    func remember(_ flow: FlowID) {
+        lock.lock()
+        defer { lock.unlock() }
+        flowsByName[flow.description] = flow
     }
 
     func remove(_ flow: FlowID) {

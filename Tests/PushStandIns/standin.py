@@ -725,7 +725,7 @@ class Connection:
             pass
         self.writer.close()
         try:
-            await asyncio.wait_for(self.writer.wait_closed(), 2)
+            await asyncio.wait_for(self.writer.wait_closed(), 0.5)
         except Exception:
             pass
 
@@ -744,9 +744,9 @@ class Server:
         task = asyncio.current_task()
         self.connections[connection.id] = task
         try:
-            await connection.run()
+            await connection.run()  # closes the connection however it ends, cancelled too
         except asyncio.CancelledError:
-            await connection.close()
+            pass
         finally:
             self.connections.pop(connection.id, None)
 

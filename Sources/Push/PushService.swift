@@ -1,0 +1,261 @@
+import Crypto
+import Foundation
+import Registrar
+
+/// Marks a token dead (protocol.md's dead-token rules) so that it is not pushed again until the
+/// device registers or posts it again. Storage implements it; tests use an in-memory one.
+/// Implementations are thread-safe and must not block the caller's thread.
+public protocol DeadTokenRecorder: Sendable {
+    func markDead(family: PushProviderFamily, token: String, reason: String) async throws
+}
+
+/// One push as the admin pages show it ("Recent pushes"). Holds a shortened token only.
+public struct PushRecord: Sendable, Equatable {
+    public var createdAt: Date
+    public var aor: String?
+    public var callID: String?
+    public var provider: PushProvider
+    /// The first 8 characters of the token and an ellipsis.
+    public var tokenShort: String
+    public var appID: Int64?
+    /// `accepted`, `refused` or `failed`.
+    public var outcome: String
+    public var status: Int?
+    public var reason: String?
+    public var explanation: String
+    public var latencyMilliseconds: Int
+
+    public init(
+        createdAt: Date, aor: String?, callID: String?, provider: PushProvider, tokenShort: String, appID: Int64?,
+        outcome: String, status: Int?, reason: String?, explanation: String, latencyMilliseconds: Int
+    ) {
+        self.createdAt = createdAt
+        self.aor = aor
+        self.callID = callID
+        self.provider = provider
+        self.tokenShort = tokenShort
+        self.appID = appID
+        self.outcome = outcome
+        self.status = status
+        self.reason = reason
+        self.explanation = explanation
+        self.latencyMilliseconds = latencyMilliseconds
+    }
+
+    /// A token as records and logs show it.
+    public static func shorten(_ token: String) -> String {
+        token.count <= 8 ? token : String(token.prefix(8)) + "…"
+    }
+}
+
+/// Keeps every push's outcome. Storage implements it. Thread-safe; must not block the caller.
+public protocol PushRecordStore: Sendable {
+    func record(_ record: PushRecord) async throws
+}
+
+/// Where the providers are and how long a push may take (settings `apns_production_url`,
+/// `apns_sandbox_url`, `fcm_url`, `push_ca_file`, `push_timeout`).
+public struct PushSettings: Sendable, Equatable {
+    public var apns: APNsEndpoints
+    public var fcmURL: String
+    /// Extra PEM CA file to trust; nil = the system's CAs only.
+    public var caFile: String?
+    /// Deadline of every push request.
+    public var timeout: Duration
+
+    public init(apns: APNsEndpoints = APNsEndpoints(), fcmURL: String = "https://fcm.googleapis.com", caFile: String? = nil, timeout: Duration = .seconds(5)) {
+        self.apns = apns
+        self.fcmURL = fcmURL
+        self.caFile = caFile
+        self.timeout = timeout
+    }
+}
+
+/// Sends ring, cancel and test pushes (Flexisip's shape: service → one client per app → request):
+/// chooses the app for a channel, builds the request, classifies the answer, marks dead tokens and
+/// records every outcome. Timing policy (when to push, when to give up) belongs to the caller.
+///
+/// Threading: thread-safe; call from any task. A lock guards the app list and the client cache;
+/// each client has its own HTTP/2 thread.
+public final class PushService: @unchecked Sendable {
+    public let settings: PushSettings
+    private let deadTokens: (any DeadTokenRecorder)?
+    private let records: (any PushRecordStore)?
+    private let lock = NSLock()
+    private var selector: PushAppSelector
+    private var apnsClients: [String: APNsClient] = [:]
+    private var fcmClients: [String: FCMClient] = [:]
+
+    public init(settings: PushSettings, apps: [PushApp], deadTokens: (any DeadTokenRecorder)? = nil, records: (any PushRecordStore)? = nil) {
+        self.settings = settings
+        self.deadTokens = deadTokens
+        self.records = records
+        selector = PushAppSelector(apps: apps)
+    }
+
+    /// Replaces the apps (after an operator added or removed one); clients of removed apps go.
+    public func replaceApps(_ apps: [PushApp]) {
+        lock.lock()
+        defer { lock.unlock() }
+        selector = PushAppSelector(apps: apps)
+        let keys = Set(apps.map(Self.cacheKey))
+        apnsClients = apnsClients.filter { keys.contains($0.key) }
+        fcmClients = fcmClients.filter { keys.contains($0.key) }
+    }
+
+    /// The app that would push to `channel`.
+    public func app(for channel: PushChannel) -> PushApp? {
+        lock.lock()
+        defer { lock.unlock() }
+        return selector.app(for: channel)
+    }
+
+    /// The ring push of a call to one channel. `expiresAt` is the last moment the call could still
+    /// reach this device (decisions.md "Ring push expiry").
+    public func sendRing(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String? = nil) async -> PushOutcome {
+        guard let app = app(for: channel) else {
+            return await finish(.noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID)
+        }
+        return await send(.ring(call, test: false), kind: .ring, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID)
+    }
+
+    /// The cancel push (`call.canceled`/`call.ended`): FCM data with the ring's collapse key; APNs a
+    /// background push to the regular (non-VoIP) token, never a VoIP push.
+    public func sendCancel(
+        _ call: CallPushContent, event: PushEvent = .canceled, reason: String, to channel: PushChannel, expiresAt: Date, aor: String? = nil
+    ) async -> PushOutcome {
+        guard let app = app(for: channel) else {
+            return await finish(.noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID)
+        }
+        return await send(.cancel(call, event: event, reason: reason), kind: .cancel, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID)
+    }
+
+    /// The operator's test push: one ring push exactly as a call sends it, marked `test`, to `token`
+    /// through `app`. `provider` picks the APNs host (`apns`/`apns.dev`); by default the app's
+    /// environment, else production.
+    public func sendTest(app: PushApp, token: String, provider: PushProvider? = nil, ringTimeoutSeconds: Int = 30) async -> PushOutcome {
+        let chosen: PushProvider
+        switch app.credentials {
+        case .apns(let apns): chosen = provider ?? (apns.environment == .sandbox ? .apnsSandbox : .apns)
+        case .fcm: chosen = .fcm
+        }
+        let channel = PushChannel(provider: chosen, token: token, param: app.param.isEmpty ? nil : app.param, kind: app.family == .apns ? .voip : .standard)
+        guard chosen.family == app.family else {
+            return PushOutcome(result: .failed(.noApp, message: "app #\(app.id ?? 0) is an \(app.kind) app, not \(chosen.rawValue)"), latency: .zero)
+        }
+        let now = Date()
+        let call = CallPushContent(
+            callID: "test-" + UUID().uuidString.lowercased(), callerNumber: "test", callerName: "Rouse test push",
+            calleeNumber: "test", ringTimeoutSeconds: ringTimeoutSeconds, timestamp: now)
+        return await send(.ring(call, test: true), kind: .ring, channel: channel, app: app,
+                          expiresAt: now.addingTimeInterval(TimeInterval(ringTimeoutSeconds)), aor: nil, callID: nil)
+    }
+
+    private enum Kind { case ring, cancel }
+
+    private func send(
+        _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, expiresAt: Date, aor: String?, callID: String?
+    ) async -> PushOutcome {
+        let outcome: PushOutcome
+        switch app.credentials {
+        case .apns(let credentials):
+            outcome = await sendAPNs(payload, kind: kind, channel: channel, app: app, credentials: credentials, expiresAt: expiresAt)
+        case .fcm:
+            do {
+                let client = try fcmClient(app)
+                let ttl = max(0, Int(expiresAt.timeIntervalSinceNow.rounded(.up)))
+                outcome = await client.send(payload.fcmBody(token: channel.token, ttlSeconds: ttl, collapseKey: payload.value("uuid") ?? ""))
+            } catch {
+                outcome = PushOutcome(result: .failed(.credentials, message: "app #\(app.id ?? 0): \(error)"), latency: .zero)
+            }
+        }
+        return await finish(outcome, channel: channel, app: app, aor: aor, callID: callID)
+    }
+
+    private func sendAPNs(
+        _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, credentials: APNsCredentials, expiresAt: Date
+    ) async -> PushOutcome {
+        let request: APNsRequest
+        switch kind {
+        case .ring:
+            guard channel.kind != .remote else {
+                return PushOutcome(result: .failed(.other, message: "a ring push goes only to a VoIP (PushKit) token, not a regular one"), latency: .zero)
+            }
+            request = .ring(token: channel.token, credentials: credentials, payload: payload, expiresAt: expiresAt)
+        case .cancel:
+            guard channel.kind == .remote else {
+                return PushOutcome(result: .failed(.other, message: "an APNs cancel push goes only to the regular (non-VoIP) token"), latency: .zero)
+            }
+            request = .cancel(token: channel.token, credentials: credentials, payload: payload, expiresAt: expiresAt)
+        }
+        let client: APNsClient
+        do {
+            client = try apnsClient(app)
+        } catch {
+            return PushOutcome(result: .failed(.credentials, message: "app #\(app.id ?? 0): \(error)"), latency: .zero)
+        }
+        let environment = credentials.environment ?? (channel.provider == .apnsSandbox ? .sandbox : .production)
+        let outcome = await client.send(request, environment: environment)
+        guard case .refused(400, "BadDeviceToken", let explanation) = outcome.result else { return outcome }
+        // Usually a sandbox/production mix-up: dead only when the other host refuses it too.
+        let other = await client.send(request, environment: environment.other)
+        let latency = outcome.latency + other.latency
+        switch other.result {
+        case .refused(400, "BadDeviceToken", _):
+            return PushOutcome(
+                result: .refused(status: 400, reason: "BadDeviceToken", explanation: "neither production nor sandbox knows the token: it is dead"),
+                latency: latency, isDeadToken: true)
+        case .accepted:
+            return PushOutcome(
+                result: .refused(status: 400, reason: "BadDeviceToken", explanation: explanation + " (the \(environment.other.rawValue) host accepted it)"),
+                latency: latency)
+        default:
+            return PushOutcome(result: outcome.result, latency: latency)
+        }
+    }
+
+    private func finish(_ outcome: PushOutcome, channel: PushChannel, app: PushApp?, aor: String?, callID: String?) async -> PushOutcome {
+        if outcome.isDeadToken, let deadTokens {
+            try? await deadTokens.markDead(family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
+        }
+        if let records {
+            try? await records.record(PushRecord(
+                createdAt: Date(), aor: aor, callID: callID, provider: channel.provider, tokenShort: PushRecord.shorten(channel.token),
+                appID: app?.id, outcome: outcome.word, status: outcome.status, reason: outcome.reason,
+                explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds))
+        }
+        return outcome
+    }
+
+    private func apnsClient(_ app: PushApp) throws -> APNsClient {
+        guard case .apns(let credentials) = app.credentials else { preconditionFailure("not an APNs app") }
+        let key = Self.cacheKey(app)
+        lock.lock()
+        defer { lock.unlock() }
+        if let client = apnsClients[key] { return client }
+        let client = try APNsClient(credentials: credentials, endpoints: settings.apns, caFile: settings.caFile, timeout: settings.timeout)
+        apnsClients[key] = client
+        return client
+    }
+
+    private func fcmClient(_ app: PushApp) throws -> FCMClient {
+        guard case .fcm(let account) = app.credentials else { preconditionFailure("not an FCM app") }
+        let key = Self.cacheKey(app)
+        lock.lock()
+        defer { lock.unlock() }
+        if let client = fcmClients[key] { return client }
+        let client = try FCMClient(account: account, baseURL: settings.fcmURL, caFile: settings.caFile, timeout: settings.timeout)
+        fcmClients[key] = client
+        return client
+    }
+
+    /// Clients are kept per app and credentials (an edited app gets a new client).
+    private static func cacheKey(_ app: PushApp) -> String {
+        let secretDigest: String
+        switch app.credentials {
+        case .apns(let apns): secretDigest = "apns|\(apns.teamID)|\(apns.keyID)|\(apns.topic)|\(apns.environment?.rawValue ?? "")|" + Digest.hex(.sha256, apns.privateKeyPEM)
+        case .fcm(let fcm): secretDigest = "fcm|\(fcm.projectID)|\(fcm.clientEmail)|\(fcm.tokenURI)|" + Digest.hex(.sha256, fcm.privateKeyPEM)
+        }
+        return "\(app.id ?? 0)|\(app.param)|" + secretDigest
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import Registrar
+import RouseTestSupport
+import Storage
+import XCTest
+
+/// A migrated test database with a directory of `domain` and extensions `1000…`.
+final class MigratedDatabase {
+    let database: TestDatabase
+    let settings: PostgresSettings
+    let directory: PostgresDirectory
+
+    init(domain: String = "example.com", extensions: Int = 0) throws {
+        database = try TestDatabase()
+        settings = PostgresSettings(conninfo: database.conninfo, connectTimeout: 5, statementTimeout: 10)
+        try Migrator.migrate(try database.connect())
+        directory = PostgresDirectory(settings: settings)
+        if extensions > 0 {
+            try directory.addDomain(domain)
+            for number in 0..<extensions {
+                try directory.addExtension(AddressOfRecord(number: String(1000 + number), domain: domain), password: "pw-\(number)")
+            }
+        }
+    }
+
+    func drop() { database.drop() }
+}
+
+/// Collects results handed over on other threads.
+final class Collector<T: Sendable>: @unchecked Sendable {
+    // @unchecked: `items` is only touched under `lock`.
+    private let lock = NSLock()
+    private var items: [T] = []
+
+    func append(_ item: T) {
+        lock.lock()
+        items.append(item)
+        lock.unlock()
+    }
+
+    var all: [T] {
+        lock.lock()
+        defer { lock.unlock() }
+        return items
+    }
+
+    /// Waits until at least `count` items arrived, up to `timeout`.
+    func wait(for count: Int, timeout: TimeInterval = 30) -> [T] {
+        let deadline = Date().addingTimeInterval(timeout)
+        while all.count < count, Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        return all
+    }
+}
+
+func makeBinding(
+    _ aor: AddressOfRecord, id: UUID = UUID(), expiresIn: TimeInterval = 3600, channels: [PushChannel] = [],
+    cseq: UInt32 = 1, now: Date = Date()
+) -> Binding {
+    Binding(
+        id: id, aor: aor, contact: "<sip:\(aor.number)@192.0.2.7:5060;transport=tcp>;+sip.instance=\"<urn:uuid:x>\"",
+        instance: "<urn:uuid:\(id.uuidString.lowercased())>", regID: 1, q: 0.5, callID: "call-\(id.uuidString)@phone",
+        cseq: cseq, registeredAt: now, expiresAt: now.addingTimeInterval(expiresIn),
+        path: ["<sip:proxy.example.net;lr>", "<sip:edge.example.net;lr;ob>"], userAgent: "Phone \"1\"/2.0",
+        flow: BindingFlow(
+            transport: "tcp", source: "192.0.2.7:5060", connectionID: "tcp-17", localPoint: "tcp:127.0.0.1:5060",
+            instanceID: "instance-a"),
+        pushChannels: channels)
+}
+
+extension PostgresLocationStore {
+    /// `apply`, waiting for the completion.
+    func applyAndWait(_ changes: [BindingChange], timeout: TimeInterval = 30) throws {
+        let done = Collector<Result<Void, any Error>>()
+        apply(changes) { done.append($0) }
+        guard let result = done.wait(for: 1, timeout: timeout).first else {
+            throw PostgresError(kind: .unexpectedResult, message: "no completion within \(timeout) s")
+        }
+        try result.get()
+    }
+}
