@@ -7,6 +7,7 @@ final class RouseProcess {
     private let output = Pipe()
     private let errors = Pipe()
     private let collected = Collected()
+    private let collectedErrors = Collected()
 
     /// Lines written so far, both streams.
     final class Collected: @unchecked Sendable {
@@ -26,7 +27,9 @@ final class RouseProcess {
         return bundle
     }
 
-    init(arguments: [String], environment: [String: String]) throws {
+    /// - Parameter standardInput: text fed to the process's standard input, which is then closed;
+    ///   nil leaves it unconnected.
+    init(arguments: [String], environment: [String: String], standardInput: String? = nil) throws {
         process.executableURL = Self.executable
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
@@ -34,17 +37,32 @@ final class RouseProcess {
         process.environment = env
         process.standardOutput = output
         process.standardError = errors
+        let input = standardInput.map { _ in Pipe() }
+        if let input { process.standardInput = input }
         let collected = self.collected
+        let collectedErrors = self.collectedErrors
         for pipe in [output, errors] {
+            let isErrors = pipe === errors
             pipe.fileHandleForReading.readabilityHandler = { handle in
                 let data = handle.availableData
-                if !data.isEmpty { collected.append(String(decoding: data, as: UTF8.self)) }
+                if !data.isEmpty {
+                    let text = String(decoding: data, as: UTF8.self)
+                    collected.append(text)
+                    if isErrors { collectedErrors.append(text) }
+                }
             }
         }
         try process.run()
+        if let input, let standardInput {
+            input.fileHandleForWriting.write(Data(standardInput.utf8))
+            try input.fileHandleForWriting.close()
+        }
     }
 
     var outputText: String { collected.all }
+
+    /// What the process wrote to standard error alone.
+    var errorText: String { collectedErrors.all }
 
     /// Waits until the output contains `text` or the process exits, up to `timeout`.
     func waitForOutput(containing text: String, timeout: TimeInterval = 60) -> Bool {
@@ -70,7 +88,10 @@ final class RouseProcess {
         for pipe in [output, errors] {
             pipe.fileHandleForReading.readabilityHandler = nil
             let rest = pipe.fileHandleForReading.readDataToEndOfFile()
-            if !rest.isEmpty { collected.append(String(decoding: rest, as: UTF8.self)) }
+            if !rest.isEmpty {
+                collected.append(String(decoding: rest, as: UTF8.self))
+                if pipe === errors { collectedErrors.append(String(decoding: rest, as: UTF8.self)) }
+            }
         }
     }
 

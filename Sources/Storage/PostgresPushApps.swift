@@ -1,0 +1,134 @@
+import Foundation
+import Push
+
+/// The operator's push apps in PostgreSQL (`push_apps`). The key text is stored in its own column
+/// and is returned only to the push service (`all()`), never listed (`summaries()`).
+///
+/// Threading: not thread-safe, like the `PostgresConnection` it uses; every call blocks until
+/// PostgreSQL answers, so it belongs to a command-line run or a storage worker, never the SIP path.
+public struct PostgresPushApps {
+    let connection: PostgresConnection
+
+    public init(connection: PostgresConnection) {
+        self.connection = connection
+    }
+
+    /// What `push-app list` shows of an app: everything but the key.
+    public struct Summary: Sendable, Equatable {
+        public let id: Int64
+        public let kind: String
+        public let param: String
+        public let environment: String?
+        /// Team/key id and topic (APNs) or project and account (FCM).
+        public let details: String
+        public let createdAt: String
+    }
+
+    /// Validates and stores `app`; returns its id and the validation notes.
+    public func add(_ app: PushApp) throws -> (id: Int64, notes: [String]) {
+        let notes = try app.validate()
+        let (fields, key, environment) = Self.columns(of: app)
+        do {
+            let rows = try connection.query(
+                "INSERT INTO push_apps (kind, fields, key_text, param, environment) VALUES ($1, $2::jsonb, $3, $4, $5) RETURNING id",
+                [app.kind, fields, key, app.param, environment])
+            guard let id = rows.value(0, "id").flatMap({ Int64($0) }) else {
+                throw PostgresError(kind: .unexpectedResult, message: "PostgreSQL at \(connection.endpoint): INSERT into push_apps returned no id")
+            }
+            return (id, notes)
+        } catch let error as PostgresError where error.isUniqueViolation {
+            throw PushAppError(
+                field: "param",
+                problem: app.param.isEmpty
+                    ? "there already is a default \(app.kind) app (one with no --param)"
+                    : "there already is an \(app.kind) app answering to \(app.param)")
+        }
+    }
+
+    /// Every app with its key, for the push service.
+    public func all() throws -> [PushApp] {
+        let rows = try connection.query("SELECT id, kind, fields::text AS fields, key_text, param, environment FROM push_apps ORDER BY id")
+        return rows.rows.indices.compactMap { index in
+            Self.app(
+                id: rows.value(index, "id"), kind: rows.value(index, "kind"), fields: rows.value(index, "fields"),
+                key: rows.value(index, "key_text"), param: rows.value(index, "param"), environment: rows.value(index, "environment"))
+        }
+    }
+
+    /// One app with its key, or nil.
+    public func app(id: Int64) throws -> PushApp? {
+        let rows = try connection.query(
+            "SELECT id, kind, fields::text AS fields, key_text, param, environment FROM push_apps WHERE id = $1", [String(id)])
+        guard !rows.isEmpty else { return nil }
+        return Self.app(
+            id: rows.value(0, "id"), kind: rows.value(0, "kind"), fields: rows.value(0, "fields"),
+            key: rows.value(0, "key_text"), param: rows.value(0, "param"), environment: rows.value(0, "environment"))
+    }
+
+    /// Every app without its key.
+    public func summaries() throws -> [Summary] {
+        let rows = try connection.query(
+            "SELECT id, kind, fields::text AS fields, param, environment, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') AS created FROM push_apps ORDER BY id")
+        return rows.rows.indices.map { index in
+            let fields = Self.decode(rows.value(index, "fields"))
+            let kind = rows.value(index, "kind") ?? ""
+            let details = kind == "apns"
+                ? "team \(fields["team_id"] ?? "?") key \(fields["key_id"] ?? "?") topic \(fields["topic"] ?? "?")"
+                : "project \(fields["project_id"] ?? "?") as \(fields["client_email"] ?? "?")"
+            return Summary(
+                id: Int64(rows.value(index, "id") ?? "0") ?? 0, kind: kind, param: rows.value(index, "param") ?? "",
+                environment: rows.value(index, "environment"), details: details, createdAt: rows.value(index, "created") ?? "")
+        }
+    }
+
+    /// Removes an app; false when there was none with that id.
+    @discardableResult
+    public func remove(id: Int64) throws -> Bool {
+        try connection.query("DELETE FROM push_apps WHERE id = $1", [String(id)]).affectedRows == 1
+    }
+
+    static func columns(of app: PushApp) -> (fields: String, key: String, environment: String?) {
+        let fields: [String: String]
+        switch app.credentials {
+        case .apns(let apns):
+            fields = ["team_id": apns.teamID, "key_id": apns.keyID, "topic": apns.topic]
+            return (encode(fields), apns.privateKeyPEM, apns.environment?.rawValue)
+        case .fcm(let fcm):
+            fields = ["project_id": fcm.projectID, "client_email": fcm.clientEmail, "token_uri": fcm.tokenURI]
+            return (encode(fields), fcm.privateKeyPEM, nil)
+        }
+    }
+
+    static func app(id: String?, kind: String?, fields: String?, key: String?, param: String?, environment: String?) -> PushApp? {
+        guard let id = id.flatMap({ Int64($0) }), let key else { return nil }
+        let values = decode(fields)
+        switch kind {
+        case "apns":
+            return PushApp(
+                id: id,
+                credentials: .apns(APNsCredentials(
+                    teamID: values["team_id"] ?? "", keyID: values["key_id"] ?? "", topic: values["topic"] ?? "",
+                    privateKeyPEM: key, environment: environment.flatMap(APNsEnvironment.init(rawValue:)))),
+                param: param ?? "")
+        case "fcm":
+            return PushApp(
+                id: id,
+                credentials: .fcm(FCMServiceAccount(
+                    projectID: values["project_id"] ?? "", clientEmail: values["client_email"] ?? "",
+                    privateKeyPEM: key, tokenURI: values["token_uri"] ?? "")),
+                param: param ?? "")
+        default:
+            return nil
+        }
+    }
+
+    static func encode(_ fields: [String: String]) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func decode(_ text: String?) -> [String: String] {
+        guard let text, let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else { return [:] }
+        return object.compactMapValues { $0 as? String }
+    }
+}
