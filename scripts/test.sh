@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/deps.sh
+bash scripts/standins-venv.sh >/dev/null  # Python venv of the APNs/FCM stand-ins (Tests/PushStandIns)
 
 pgdir=$(mktemp -d /tmp/rouse-test-pg.XXXXXX)
 chmod 0755 "$pgdir"

@@ -199,7 +199,7 @@ public final class SigningKey: @unchecked Sendable, CustomStringConvertible, Cus
     private static func readPrivateKey(_ pem: String) throws(SigningError) -> OpaquePointer {
         let trimmed = pem.trimmingCharacters(in: .whitespacesAndNewlines)
         guard trimmed.contains("-----BEGIN"), trimmed.contains("PRIVATE KEY-----") else {
-            throw SigningError("the key is not a PEM private key (no \"-----BEGIN PRIVATE KEY-----\" block)")
+            throw SigningError("the key is not a PEM private key (no BEGIN line)")
         }
         if trimmed.contains("ENCRYPTED") {
             throw SigningError("the key is encrypted; give the unencrypted key")

@@ -76,7 +76,8 @@ public struct HTTP2Error: Error, Sendable, CustomStringConvertible {
 public final class HTTP2Client: Sendable {
     /// Settings for every request of this client.
     public struct Options: Sendable {
-        /// An extra PEM CA file to trust (test stand-ins with a self-signed CA); nil = the system's.
+        /// A PEM CA file to trust instead of the system's (test stand-ins with a self-signed CA); it is
+        /// read again for each new connection. nil = the system's CAs.
         public var caFile: String?
         /// Cap on connecting (TCP + TLS); each request's own deadline still applies.
         public var connectTimeout: Duration
@@ -280,6 +281,8 @@ final class Transfer {
         check(rouse_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, Self.milliseconds(min(options.connectTimeout, r.timeout)))))
         if let caFile = options.caFile, !caFile.isEmpty {
             check(rouse_curl_easy_setopt_string(easy, CURLOPT_CAINFO, caFile))
+            // Read the extra CA file at each new connection, so that a replaced file applies at once.
+            check(rouse_curl_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 0))
         }
         switch r.method {
         case "GET": check(rouse_curl_easy_setopt_long(easy, CURLOPT_HTTPGET, 1))

@@ -395,7 +395,7 @@ private struct OptionsTemplate {
 
 /// A non-blocking UDP socket connected to one loopback peer (so the kernel delivers only that
 /// peer's datagrams). Owns its descriptor until `close()`. Not thread-safe.
-private struct UDPSocket {
+struct UDPSocket {
     let descriptor: Int32
     let localPort: UInt16
 
@@ -490,7 +490,7 @@ private struct UDPSocket {
 }
 
 /// Nanoseconds of CLOCK_MONOTONIC: cheap enough to read around every datagram.
-private enum MonotonicClock {
+enum MonotonicClock {
     static func now() -> UInt64 {
         var time = timespec()
         clock_gettime(CLOCK_MONOTONIC, &time)

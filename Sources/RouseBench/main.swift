@@ -8,15 +8,40 @@ struct BenchOptions {
     var jsonPath: String?
     /// How the OPTIONS throughput phase releases requests.
     var pacing = UDPLoadGenerator.Pacing.window(64)
+    /// Which phases run, in this order: parser, options, register.
+    var phases: Set<String> = ["parser", "options", "register"]
+    /// libpq conninfo of a scratch database; without it the REGISTER phase is skipped.
+    var databaseURL: String?
+    /// The `rouse` executable the REGISTER phase starts; by default the one beside rouse-bench.
+    var rouseExecutable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("rouse").path
+    var registerExtensions = 10_000
+    var registerSeconds = 5.0
+    var registerWindow = 64
+    var memoryBindings = 100_000
+
+    static let phaseNames: Set<String> = ["parser", "options", "register"]
 
     static let usage = """
-        usage: rouse-bench [--seconds N] [--json FILE] [--window N | --rate R]
+        usage: rouse-bench [--seconds N] [--json FILE] [--window N | --rate R] [--phases LIST]
+                           [--database-url CONNINFO] [--rouse PATH] [--register-extensions N]
+                           [--register-seconds N] [--register-window N] [--memory-bindings N]
 
           --seconds N   duration of each OPTIONS phase, in seconds (default 3); the parser
                         benchmarks always take about 1.5 s each
           --json FILE   also write the figures to FILE as JSON
           --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
           --rate R      instead of a window, send R OPTIONS requests per second
+          --phases LIST comma list of parser, options, register (default all three)
+
+        REGISTER phase (needs PostgreSQL; `make bench` starts one and passes its database):
+          --database-url CONNINFO   a scratch database to fill; without it the phase is skipped
+          --rouse PATH              the rouse executable to serve (default: beside rouse-bench)
+          --register-extensions N   phones (extensions) in the measured passes (default 10000)
+          --register-seconds N      length of the refresh phase in seconds (default 5)
+          --register-window N       REGISTERs kept in flight (default 64)
+          --memory-bindings N       bindings held for the memory-per-binding figure (default
+                                    100000, sending for at most 60 s; 0 skips the memory pass)
         """
 
     /// Reads the arguments (without the program name); the error is a message for the user.
@@ -48,6 +73,36 @@ struct BenchOptions {
                     throw UsageError(message: "--rate needs a number of requests per second")
                 }
                 options.pacing = .rate(perSecond: rate, maxInFlight: 10_000)
+            case "--phases":
+                let names = Set(try value(flag).split(separator: ",").map { String($0) })
+                guard !names.isEmpty, names.isSubset(of: phaseNames) else {
+                    throw UsageError(message: "--phases takes a comma list of parser, options, register")
+                }
+                options.phases = names
+            case "--database-url":
+                options.databaseURL = try value(flag)
+            case "--rouse":
+                options.rouseExecutable = try value(flag)
+            case "--register-extensions":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--register-extensions needs a whole number between 1 and 1000000")
+                }
+                options.registerExtensions = count
+            case "--register-seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--register-seconds needs a number of seconds between 0 and 3600")
+                }
+                options.registerSeconds = seconds
+            case "--register-window":
+                guard let size = Int(try value(flag)), size > 0, size <= 10_000 else {
+                    throw UsageError(message: "--register-window needs a whole number between 1 and 10000")
+                }
+                options.registerWindow = size
+            case "--memory-bindings":
+                guard let count = Int(try value(flag)), count >= 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--memory-bindings needs a whole number between 0 and 1000000")
+                }
+                options.memoryBindings = count
             case "--help", "-h":
                 throw UsageError(message: nil)
             default:
@@ -125,14 +180,36 @@ do {
     exit(0)
 }
 
-print("parser and serializer, one core…")
-var figures = ParserBenchmark.run()
-print("OPTIONS over UDP on loopback, \(options.seconds) s per phase…")
-do {
-    figures += try OptionsBenchmark.run(seconds: options.seconds, pacing: options.pacing)
-} catch {
-    FileHandle.standardError.write(Data("rouse-bench: \(error)\n".utf8))
-    exit(1)
+var figures: [BenchFigure] = []
+if options.phases.contains("parser") {
+    print("parser and serializer, one core…")
+    figures += ParserBenchmark.run()
+}
+if options.phases.contains("options") {
+    print("OPTIONS over UDP on loopback, \(options.seconds) s per phase…")
+    do {
+        figures += try OptionsBenchmark.run(seconds: options.seconds, pacing: options.pacing)
+    } catch {
+        FileHandle.standardError.write(Data("rouse-bench: \(error)\n".utf8))
+        exit(1)
+    }
+}
+if options.phases.contains("register") {
+    if let databaseURL = options.databaseURL {
+        print("REGISTER with digest over UDP on loopback to rouse serve and PostgreSQL, \(options.registerExtensions) phones…")
+        do {
+            figures += try RegisterBenchmark.run(
+                RegisterBenchmark.Settings(
+                    databaseURL: databaseURL, rouseExecutable: options.rouseExecutable,
+                    extensions: options.registerExtensions, seconds: options.registerSeconds,
+                    window: options.registerWindow, memoryBindings: options.memoryBindings))
+        } catch {
+            FileHandle.standardError.write(Data("rouse-bench: REGISTER benchmark: \(error)\n".utf8))
+            exit(1)
+        }
+    } else {
+        print("REGISTER phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
+    }
 }
 
 print("")

@@ -107,7 +107,12 @@ public enum ConfigurationLoader {
             pushBindingMinExpires: reader.integer("push_binding_min_expires", 1...31_536_000),
             pushBindingMaxExpires: reader.integer("push_binding_max_expires", 1...31_536_000),
             maxBindingsPerExtension: reader.integer("max_bindings_per_extension", 1...1_000),
-            nonceLifetime: reader.duration("nonce_lifetime"))
+            nonceLifetime: reader.duration("nonce_lifetime"),
+            apnsProductionURL: reader.url("apns_production_url"),
+            apnsSandboxURL: reader.url("apns_sandbox_url"),
+            fcmURL: reader.url("fcm_url"),
+            pushCAFile: reader.optionalPath("push_ca_file"),
+            pushTimeout: reader.duration("push_timeout"))
         problems.append(contentsOf: reader.problems)
 
         if configuration.sipListen.contains(where: { $0.transport == .tls }) {
@@ -216,6 +221,18 @@ struct SettingReader {
         guard !value.isEmpty else { return nil }
         if !FileManager.default.isReadableFile(atPath: value) {
             problem(key, source, "cannot read file '\(value)'")
+        }
+        return value
+    }
+
+    /// An http(s) base URL.
+    mutating func url(_ key: String) -> String {
+        let (value, source) = text(key)
+        guard let components = URLComponents(string: value), components.scheme == "https" || components.scheme == "http",
+            components.host?.isEmpty == false
+        else {
+            problem(key, source, "'\(value)' is not an https:// URL")
+            return value
         }
         return value
     }

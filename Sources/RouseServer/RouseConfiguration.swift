@@ -38,6 +38,13 @@ public struct RouseConfiguration: Sendable {
     public var maxBindingsPerExtension: Int
     /// How long a digest nonce is good for before `stale=true`.
     public var nonceLifetime: Duration
+    /// Push endpoints (tests point them at local stand-ins) and the deadline of each push request.
+    public var apnsProductionURL: String
+    public var apnsSandboxURL: String
+    public var fcmURL: String
+    /// Extra PEM CA file trusted for push requests.
+    public var pushCAFile: String?
+    public var pushTimeout: Duration
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -93,5 +100,15 @@ extension RouseConfiguration {
               meaning: "most registered contacts per extension; the oldest without an instance id makes room"),
         .init(key: "nonce_lifetime", defaultValue: "300",
               meaning: "seconds a digest nonce is valid before the phone is told stale=true"),
+        .init(key: "apns_production_url", defaultValue: "https://api.push.apple.com",
+              meaning: "base URL of Apple's production push host"),
+        .init(key: "apns_sandbox_url", defaultValue: "https://api.sandbox.push.apple.com",
+              meaning: "base URL of Apple's sandbox push host (development builds)"),
+        .init(key: "fcm_url", defaultValue: "https://fcm.googleapis.com",
+              meaning: "base URL of Firebase Cloud Messaging (HTTP v1); the token URL comes from the service account"),
+        .init(key: "push_ca_file", defaultValue: "",
+              meaning: "extra PEM CA file to trust for push requests (test stand-ins)"),
+        .init(key: "push_timeout", defaultValue: "5",
+              meaning: "seconds one push request may take, connect included"),
     ]
 }

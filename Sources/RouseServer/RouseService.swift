@@ -45,7 +45,7 @@ public final class RouseService: @unchecked Sendable {
         let secret = try RouseService.sharedSecret(named: "digest_nonce_secret", connection)
         let core = RegistrarCore(
             policy: policy, directory: try directory.loadDirectory(),
-            supportedPushProviders: try RouseService.pushProvidersWithApps(connection),
+            supportedPushProviders: try PostgresPushApps.providerFamilies(on: connection),
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
             serverName: "Rouse/\(CommandLineInterface.version)")
         let registrar = Registrar(core: core, store: store)
@@ -80,25 +80,21 @@ public final class RouseService: @unchecked Sendable {
         return bytes
     }
 
-    /// The push providers some push app serves (none until push apps are configured).
-    static func pushProvidersWithApps(_ connection: PostgresConnection) throws -> Set<PushProviderFamily> {
-        let exists = try connection.query("SELECT to_regclass('push_apps') IS NOT NULL AS present")
-        guard exists.value(0, "present") == "t" else { return [] }
-        let rows = try connection.query("SELECT DISTINCT provider FROM push_apps")
-        return Set(rows.rows.compactMap { $0[0].flatMap(PushProviderFamily.init(rawValue:)) })
-    }
-
-    /// Follows changes made elsewhere: the directory (extensions added, passwords changed) and
-    /// bindings written by other instances. Notifications of this instance's own writes find the
+    /// Follows changes made elsewhere: the directory (extensions added, passwords changed), push
+    /// apps (which providers Rouse can wake), and bindings written by other instances. Notifications of this instance's own writes find the
     /// index already up to date and are skipped.
     private func startListening(settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
-        let listener = PostgresNotificationListener(settings: settings, channels: ["rouse_directory", "rouse_bindings"]) { notification in
+        let channels = [PostgresDirectory.notificationChannel, PostgresLocationStore.notificationChannel, PostgresPushApps.notificationChannel]
+        let listener = PostgresNotificationListener(settings: settings, channels: channels) { notification in
             work.async {
                 do {
-                    if notification.channel == "rouse_directory" {
+                    if notification.channel == PostgresDirectory.notificationChannel {
                         registrar.updateDirectory(try directory.loadDirectory())
+                    } else if notification.channel == PostgresPushApps.notificationChannel {
+                        let connection = try settings.connect()
+                        registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
                     } else if let change = BindingNotification(payload: notification.payload) {
                         let known = registrar.bindings(for: change.aor).contains { $0.id == change.bindingID }
                         let upToDate = (change.kind == .added || change.kind == .refreshed) ? known : !known

@@ -66,7 +66,7 @@ public final class PushStandIn: @unchecked Sendable {
             .appendingPathComponent("rouse-standin-\(role.rawValue)-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let stderrPath = directory.appendingPathComponent("stderr.log").path
-        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
 
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
@@ -273,7 +273,7 @@ public final class PushStandIn: @unchecked Sendable {
         process.arguments = command
         process.currentDirectoryURL = URL(fileURLWithPath: repositoryRoot)
         let errorsPath = try makeTemporaryDirectory("rouse-tool") + "/stderr"
-        FileManager.default.createFile(atPath: errorsPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errorsPath, contents: nil)
         defer { try? FileManager.default.removeItem(atPath: (errorsPath as NSString).deletingLastPathComponent) }
         let output = Pipe()
         process.standardOutput = output

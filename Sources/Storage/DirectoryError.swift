@@ -1,7 +1,7 @@
 import Registrar
 
 /// Why a directory operation was refused. Its description is one line for a person; it never
-/// holds a password or hash.
+/// holds a password or hash. A value, safe to share; its parsing helpers do no I/O.
 public enum DirectoryError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidDomain(String)
     case invalidNumber(String)

@@ -6,42 +6,49 @@ import Foundation
 ///
 /// Threading: a value type, used by one thread at a time.
 struct JSONText {
-    private(set) var text = ""
+    private var bytes: [UInt8] = []
     private var needsComma: [Bool] = []
 
     init(capacity: Int = 256) {
-        text.reserveCapacity(capacity)
+        bytes.reserveCapacity(capacity)
+    }
+
+    /// The JSON written so far.
+    var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    private mutating func raw(_ ascii: String) {
+        bytes.append(contentsOf: ascii.utf8)
     }
 
     mutating func beginArray() {
         separate()
-        text.append("[")
+        raw("[")
         needsComma.append(false)
     }
 
     mutating func endArray() {
-        text.append("]")
+        raw("]")
         needsComma.removeLast()
         if !needsComma.isEmpty { markWritten() }
     }
 
     mutating func beginObject() {
         separate()
-        text.append("{")
+        raw("{")
         needsComma.append(false)
     }
 
     mutating func endObject() {
-        text.append("}")
+        raw("}")
         needsComma.removeLast()
         if !needsComma.isEmpty { markWritten() }
     }
 
     mutating func key(_ name: StaticString) {
         separate()
-        text.append("\"")
-        text.append(name.description)
-        text.append("\":")
+        raw("\"")
+        raw(name.description)
+        raw("\":")
         needsComma[needsComma.count - 1] = false
     }
 
@@ -59,38 +66,38 @@ struct JSONText {
 
     mutating func field(_ name: StaticString, _ value: Int?) {
         key(name)
-        if let value { text.append(String(value)) } else { text.append("null") }
+        if let value { raw(String(value)) } else { raw("null") }
         markWritten()
     }
 
     mutating func field(_ name: StaticString, strings: [String]) {
         key(name)
-        text.append("[")
+        raw("[")
         for (index, value) in strings.enumerated() {
-            if index > 0 { text.append(",") }
+            if index > 0 { raw(",") }
             appendQuoted(value)
         }
-        text.append("]")
+        raw("]")
         markWritten()
     }
 
     /// An array element or a value after `key`.
     mutating func string(_ value: String?) {
-        if needsComma.last == true { text.append(",") }
-        if let value { appendQuoted(value) } else { text.append("null") }
+        if needsComma.last == true { raw(",") }
+        if let value { appendQuoted(value) } else { raw("null") }
         if !needsComma.isEmpty { needsComma[needsComma.count - 1] = true }
     }
 
     private mutating func number(_ value: Double?) {
         guard let value, value.isFinite else {
-            text.append("null")
+            raw("null")
             return
         }
-        text.append(String(value))
+        raw(String(value))
     }
 
     private mutating func separate() {
-        if needsComma.last == true { text.append(",") }
+        if needsComma.last == true { raw(",") }
     }
 
     private mutating func markWritten() {
@@ -98,30 +105,15 @@ struct JSONText {
     }
 
     private mutating func appendQuoted(_ value: String) {
-        text.append("\"")
-        var plainStart = value.unicodeScalars.startIndex
-        var index = plainStart
-        let scalars = value.unicodeScalars
-        while index < scalars.endIndex {
-            let scalar = scalars[index]
-            let escape: String?
-            switch scalar {
-            case "\"": escape = "\\\""
-            case "\\": escape = "\\\\"
-            case "\n": escape = "\\n"
-            case "\r": escape = "\\r"
-            case "\t": escape = "\\t"
-            default:
-                escape = scalar.value < 0x20 ? String(format: "\\u%04x", scalar.value) : nil
+        bytes.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0..<0x20: bytes.append(contentsOf: Array(String(format: "\\u%04x", UInt32(byte)).utf8))
+            default: bytes.append(byte)
             }
-            if let escape {
-                text.unicodeScalars.append(contentsOf: scalars[plainStart..<index])
-                text.append(escape)
-                plainStart = scalars.index(after: index)
-            }
-            index = scalars.index(after: index)
         }
-        text.unicodeScalars.append(contentsOf: scalars[plainStart..<scalars.endIndex])
-        text.append("\"")
+        bytes.append(UInt8(ascii: "\""))
     }
 }

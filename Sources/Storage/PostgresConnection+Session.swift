@@ -1,7 +1,7 @@
 import CLibPQ
 import Glibc
 
-/// A notification received on a `LISTEN`ed channel.
+/// A notification received on a `LISTEN`ed channel. A value, safe to share.
 public struct PostgresNotification: Hashable, Sendable {
     public let channel: String
     public let payload: String
@@ -29,9 +29,11 @@ extension PostgresConnection {
         guard PQstatus(connection) == CONNECTION_OK else { return false }
         let socket = PQsocket(connection)
         guard socket >= 0 else { return false }
-        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
-        let ready = poll(&descriptor, 1, 0)
-        if ready > 0 {
+        // A server that ends the session sends an error message, then closes: read until the
+        // socket has nothing more, so the end of file behind the message is seen too.
+        for _ in 0..<8 {
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 0) > 0 else { break }
             if PQconsumeInput(connection) == 0 { return false }
         }
         return PQstatus(connection) == CONNECTION_OK

@@ -1,14 +1,14 @@
 import Foundation
 import Registrar
 
-/// An organisation as the directory lists it.
+/// An organisation as the directory lists it. A value, safe to share.
 public struct DirectoryDomain: Hashable, Sendable {
     public let domain: String
     public let extensionCount: Int
     public let createdAt: Date
 }
 
-/// An extension as the directory lists it: never its hashes.
+/// An extension as the directory lists it: never its hashes. A value, safe to share.
 public struct DirectoryExtension: Hashable, Sendable {
     public let aor: AddressOfRecord
     /// Bindings stored for it that had not expired when listed.

@@ -2,7 +2,7 @@ import Foundation
 import Registrar
 
 /// Why the location store refused a change. Its description is one line for a person and names
-/// no token, Contact or other stored value beyond the extension's address.
+/// no token, Contact or other stored value beyond the extension's address. A value, safe to share.
 public enum LocationStoreError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The binding's extension is not in the directory (it was removed meanwhile).
     case noSuchExtension(AddressOfRecord)
@@ -234,7 +234,7 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
     }
 }
 
-/// A push token a provider reported as no longer valid.
+/// A push token a provider reported as no longer valid. A value, safe to share.
 public struct DeadPushToken: Hashable, Sendable {
     public let family: PushProviderFamily
     public let token: String
@@ -249,7 +249,7 @@ public struct DeadPushToken: Hashable, Sendable {
     }
 }
 
-/// A `rouse_bindings` notification, parsed: `<kind> <aor> <binding id>`.
+/// A `rouse_bindings` notification, parsed: `<kind> <aor> <binding id>`. A value, safe to share.
 public struct BindingNotification: Hashable, Sendable {
     public let kind: BindingEvent.Kind
     public let aor: AddressOfRecord

@@ -1,5 +1,6 @@
 import Foundation
 import Push
+import Registrar
 
 /// The operator's push apps in PostgreSQL (`push_apps`). The key text is stored in its own column
 /// and is returned only to the push service (`all()`), never listed (`summaries()`).
@@ -35,6 +36,7 @@ public struct PostgresPushApps {
             guard let id = rows.value(0, "id").flatMap({ Int64($0) }) else {
                 throw PostgresError(kind: .unexpectedResult, message: "PostgreSQL at \(connection.endpoint): INSERT into push_apps returned no id")
             }
+            try Self.announceChange(on: connection)
             return (id, notes)
         } catch let error as PostgresError where error.isUniqueViolation {
             throw PushAppError(
@@ -84,7 +86,22 @@ public struct PostgresPushApps {
     /// Removes an app; false when there was none with that id.
     @discardableResult
     public func remove(id: Int64) throws -> Bool {
-        try connection.query("DELETE FROM push_apps WHERE id = $1", [String(id)]).affectedRows == 1
+        let removed = try connection.query("DELETE FROM push_apps WHERE id = $1", [String(id)]).affectedRows == 1
+        if removed { try Self.announceChange(on: connection) }
+        return removed
+    }
+
+    /// Channel on which every change to the push apps is announced, so running instances reload them.
+    public static let notificationChannel = "rouse_push_apps"
+
+    static func announceChange(on connection: PostgresConnection) throws {
+        try connection.query("SELECT pg_notify($1, 'changed')", [notificationChannel])
+    }
+
+    /// The provider families some push app serves (RFC 8599 §5.2: the others get 555).
+    public static func providerFamilies(on connection: PostgresConnection) throws -> Set<PushProviderFamily> {
+        let rows = try connection.query("SELECT DISTINCT kind FROM push_apps")
+        return Set(rows.rows.compactMap { $0[0].flatMap(PushProviderFamily.init(rawValue:)) })
     }
 
     static func columns(of app: PushApp) -> (fields: String, key: String, environment: String?) {

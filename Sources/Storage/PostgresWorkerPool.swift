@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
 
-/// How to reach PostgreSQL and how long any wait on it may last.
+/// How to reach PostgreSQL and how long any wait on it may last. A value, safe to share;
+/// `connect()` blocks the calling thread.
 public struct PostgresSettings: Sendable {
     /// A libpq conninfo string or `postgresql://` URL.
     public var conninfo: String

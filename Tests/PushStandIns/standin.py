@@ -189,7 +189,7 @@ class APNs:
         self.min_token_update_interval = args.min_token_update_interval
         self.unregistered_timestamp = args.unregistered_timestamp
         self.seen_tokens = set()
-        self.current_jwt = {}  # kid -> (jwt, first seen)
+        self.current_jwt = {}  # kid -> (jwt, first seen, iat)
 
     def error(self, status, reason, detail=None, apns_id=None, extra=None):
         body = {"reason": reason}
@@ -329,12 +329,14 @@ class APNs:
         if now - issued > self.token_lifetime:
             raise self.error(403, "ExpiredProviderToken", f"iat is {now - issued:.0f} s old", apns_id)
         if self.min_token_update_interval > 0:
+            # A new JWT while the previous one of its key is still valid and younger than the interval.
             previous = self.current_jwt.get(kid)
             if previous is None or previous[0] != jwt:
-                if previous is not None and now - previous[1] < self.min_token_update_interval:
+                if (previous is not None and now - previous[1] < self.min_token_update_interval
+                        and now - previous[2] <= self.token_lifetime):
                     raise self.error(429, "TooManyProviderTokenUpdates",
                                      f"new JWT {now - previous[1]:.0f} s after the previous one", apns_id)
-                self.current_jwt[kid] = (jwt, now)
+                self.current_jwt[kid] = (jwt, now, issued)
 
 
 class FCM:
@@ -810,8 +812,9 @@ def parse_arguments(argv):
     apns.add_argument("--provider-token-lifetime", type=float, default=3600,
                       help="seconds after iat that a JWT gets ExpiredProviderToken (default 3600)")
     apns.add_argument("--min-token-update-interval", type=float, default=0,
-                      help="a new JWT sooner than this many seconds after the previous one of its kid gets "
-                           "429 TooManyProviderTokenUpdates (Apple: 1200); 0 (default): not checked")
+                      help="a new JWT sooner than this many seconds after the previous one of its kid, while that "
+                           "one has not expired, gets 429 TooManyProviderTokenUpdates (Apple: 1200); 0 (default): "
+                           "not checked")
     apns.add_argument("--unregistered-timestamp", type=int, help="the ms timestamp of 410 answers (default now)")
     fcm = parser.add_argument_group("fcm")
     fcm.add_argument("--fcm-service-account", help="service account JSON whose private_key signs the JWTs")

@@ -25,7 +25,8 @@ final class PostgresLocationStoreTests: XCTestCase {
         let voip = PushChannel(provider: .apns, token: "ABCDEF0123456789", param: "TEAM.com.example.app.voip", kind: .voip)
         let remote = PushChannel(provider: .apnsSandbox, token: "fedcba9876543210", param: "TEAM.com.example.app", kind: .remote)
         let now = Date(timeIntervalSince1970: 1_750_000_000.25)
-        let binding = makeBinding(alice, channels: [voip, remote], now: now)
+        var binding = makeBinding(alice, channels: [voip, remote], now: now)
+        binding.userAgent = "Téléphone ☎ \"quoted\" back\\slash\nnew line\ttab \u{1}"
         try store.applyAndWait([.save(binding)])
 
         let loaded = try store.loadBindings(for: alice, now: now)

@@ -1,0 +1,252 @@
+import Foundation
+import Push
+import Registrar
+import Storage
+
+/// The operator's push commands: push apps (add, list, remove) and the test push. Each reads the
+/// database and push settings as `rouse serve` does, runs one operation and exits: 0 on success, 1
+/// with one line on standard error otherwise. Keys are read from files and never printed.
+extension CommandLineInterface {
+    static let pushCommands: [Command] = [
+        Command(
+            name: "push-app add apns", summary: "add an APNs app (token auth with a .p8 key)",
+            usage: "rouse push-app add apns --team-id T --key-id K --topic BUNDLE --key-file F.p8 [--environment production|sandbox] [--param P]",
+            run: { cli, arguments in
+                cli.runPushCommand(
+                    arguments, usage: "rouse push-app add apns --team-id T --key-id K --topic BUNDLE --key-file F.p8 [--environment production|sandbox] [--param P]",
+                    options: ["--team-id", "--key-id", "--topic", "--key-file", "--environment", "--param"], positional: 0...0
+                ) { context in
+                    for required in ["--team-id", "--key-id", "--topic", "--key-file"] where context.options[required] == nil {
+                        throw CommandLineProblem("\(required) is required")
+                    }
+                    var environment: APNsEnvironment? = nil
+                    if let given = context.options["--environment"] {
+                        guard let parsed = APNsEnvironment(rawValue: given) else {
+                            throw CommandLineProblem("environment: '\(given)' is not production or sandbox")
+                        }
+                        environment = parsed
+                    }
+                    let key = try Self.readKeyFile(context.options["--key-file"]!, field: "key-file")
+                    let app = PushApp(
+                        credentials: .apns(APNsCredentials(
+                            teamID: context.options["--team-id"]!, keyID: context.options["--key-id"]!,
+                            topic: context.options["--topic"]!, privateKeyPEM: key, environment: environment)),
+                        param: context.options["--param"] ?? "")
+                    let (id, notes) = try PostgresPushApps(connection: context.connection).add(app)
+                    print("added push app #\(id): \(PushApp(id: id, credentials: app.credentials, param: app.param))")
+                    for note in notes { print("  \(note)") }
+                }
+            }),
+        Command(
+            name: "push-app add fcm", summary: "add an FCM app (a Google service account JSON file)",
+            usage: "rouse push-app add fcm --service-account F.json [--param P]",
+            run: { cli, arguments in
+                cli.runPushCommand(
+                    arguments, usage: "rouse push-app add fcm --service-account F.json [--param P]",
+                    options: ["--service-account", "--param"], positional: 0...0
+                ) { context in
+                    guard let path = context.options["--service-account"] else {
+                        throw CommandLineProblem("--service-account is required")
+                    }
+                    let text = try Self.readKeyFile(path, field: "service-account")
+                    let account = try FCMServiceAccount(json: Array(text.utf8))
+                    let app = PushApp(credentials: .fcm(account), param: context.options["--param"] ?? "")
+                    let (id, notes) = try PostgresPushApps(connection: context.connection).add(app)
+                    print("added push app #\(id): \(PushApp(id: id, credentials: app.credentials, param: app.param))")
+                    for note in notes { print("  \(note)") }
+                }
+            }),
+        Command(
+            name: "push-app list", summary: "list the push apps (keys are never shown)",
+            usage: "rouse push-app list",
+            run: { cli, arguments in
+                cli.runPushCommand(arguments, usage: "rouse push-app list", options: [], positional: 0...0) { context in
+                    let apps = try PostgresPushApps(connection: context.connection).summaries()
+                    if apps.isEmpty { print("no push apps") }
+                    for app in apps {
+                        let answers = app.param.isEmpty ? "default \(app.kind == "apns" ? "iPhone" : "Android") app" : "param \(app.param)"
+                        let environment = app.environment.map { "  \($0) only" } ?? ""
+                        print("#\(app.id)  \(app.kind)  \(app.details)  \(answers)\(environment)  added \(app.createdAt)")
+                    }
+                }
+            }),
+        Command(
+            name: "push-app remove", summary: "remove a push app",
+            usage: "rouse push-app remove ID",
+            run: { cli, arguments in
+                cli.runPushCommand(arguments, usage: "rouse push-app remove ID", options: [], positional: 1...1) { context in
+                    guard let id = Int64(context.positional[0].trimmingCharacters(in: CharacterSet(charactersIn: "#"))) else {
+                        throw CommandLineProblem("'\(context.positional[0])' is not a push app id (see rouse push-app list)")
+                    }
+                    guard try PostgresPushApps(connection: context.connection).remove(id: id) else {
+                        throw CommandLineProblem("there is no push app #\(id)")
+                    }
+                    print("removed push app #\(id)")
+                }
+            }),
+        Command(
+            name: "push test",
+            summary: "send one test ring push (the app wakes, nothing rings) and print the provider's answer",
+            usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm]",
+            run: { cli, arguments in
+                cli.runPushCommand(
+                    arguments, usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm]",
+                    options: ["--app", "--token", "--provider"], positional: 0...0
+                ) { context in
+                    guard let appText = context.options["--app"], let id = Int64(appText.trimmingCharacters(in: CharacterSet(charactersIn: "#"))) else {
+                        throw CommandLineProblem("--app ID is required (see rouse push-app list)")
+                    }
+                    guard let token = context.options["--token"], !token.isEmpty else { throw CommandLineProblem("--token is required") }
+                    var provider: PushProvider? = nil
+                    if let given = context.options["--provider"] {
+                        guard let parsed = PushProvider(rawValue: given), parsed != .webpush else {
+                            throw CommandLineProblem("provider: '\(given)' is not apns, apns.dev or fcm")
+                        }
+                        provider = parsed
+                    }
+                    guard let app = try PostgresPushApps(connection: context.connection).app(id: id) else {
+                        throw CommandLineProblem("there is no push app #\(id)")
+                    }
+                    let outcome = PushTestRun.send(app: app, token: token, provider: provider, settings: context.pushSettings)
+                    let family = app.family
+                    let channelToken = family == .apns ? token.lowercased() : token
+                    if outcome.isDeadToken {
+                        try PostgresPushStores.markDead(on: context.connection, family: family, token: channelToken, reason: outcome.reason ?? "dead")
+                    }
+                    try PostgresPushStores.insert(
+                        PushRecord(
+                            createdAt: Date(), aor: nil, callID: nil,
+                            provider: provider ?? (family == .fcm ? .fcm : .apns), tokenShort: PushRecord.shorten(channelToken),
+                            appID: id, outcome: outcome.word, status: outcome.status, reason: outcome.reason,
+                            explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds),
+                        on: context.connection)
+                    print("test push through app #\(id): \(outcome)")
+                    guard outcome.isAccepted else { throw PushTestRun.NotAccepted() }
+                }
+            }),
+    ]
+
+    /// What a push command works with once its arguments and settings are read.
+    struct PushCommandContext {
+        let positional: [String]
+        let options: [String: String]
+        let connection: PostgresConnection
+        let pushSettings: PushSettings
+    }
+
+    /// A key or service account file's text; errors name the file, never its content.
+    static func readKeyFile(_ path: String, field: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw PushAppError(field: field, problem: "cannot read file '\(path)'")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Splits this command's own options from the setting flags, reads the settings, opens the
+    /// database (migrated to the push tables) and runs `body`; any error is one line on standard
+    /// error and status 1.
+    func runPushCommand(
+        _ arguments: [String], usage: String, options allowed: Set<String>, positional range: ClosedRange<Int>,
+        _ body: (PushCommandContext) throws -> Void
+    ) -> Int32 {
+        var positional: [String] = []
+        var options: [String: String] = [:]
+        var settingFlags: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            guard argument.hasPrefix("--") else {
+                positional.append(argument)
+                index += 1
+                continue
+            }
+            let name = String(argument.prefix { $0 != "=" })
+            var value: String? = argument.contains("=") ? String(argument.drop { $0 != "=" }.dropFirst()) : nil
+            if value == nil {
+                guard index + 1 < arguments.count else {
+                    printError("rouse: option '\(name)' needs a value; usage: \(usage)")
+                    return 1
+                }
+                value = arguments[index + 1]
+                index += 1
+            }
+            index += 1
+            if allowed.contains(name) {
+                options[name] = value
+            } else if name == "--config" || RouseConfiguration.settings.contains(where: { $0.flag == name }) {
+                settingFlags += [name, value!]
+            } else {
+                printError("rouse: unknown option '\(name)'; usage: \(usage)")
+                return 1
+            }
+        }
+        guard range.contains(positional.count) else {
+            printError("rouse: usage: \(usage)")
+            return 1
+        }
+        guard let configuration = loadConfiguration(settingFlags) else { return 1 }
+        do {
+            let connection = try PostgresSettings(
+                conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout
+            ).connect()
+            guard try Migrator.currentVersion(connection) >= 100 else {
+                throw CommandLineProblem("the database has no push tables yet: run rouse migrate first")
+            }
+            try body(PushCommandContext(
+                positional: positional, options: options, connection: connection, pushSettings: configuration.pushSettings))
+            return 0
+        } catch is PushTestRun.NotAccepted {
+            return 1
+        } catch {
+            printError("rouse: \(error)")
+            return 1
+        }
+    }
+}
+
+extension RouseConfiguration {
+    /// The push service's settings.
+    public var pushSettings: PushSettings {
+        PushSettings(
+            apns: APNsEndpoints(production: apnsProductionURL, sandbox: apnsSandboxURL), fcmURL: fcmURL,
+            caFile: pushCAFile, timeout: pushTimeout)
+    }
+}
+
+/// Runs one test push from a synchronous command. Blocks the calling thread (the command line's
+/// main thread, never a cooperative one) until the push's deadline at most.
+enum PushTestRun {
+    /// The push was sent but not accepted: the outcome is already printed.
+    struct NotAccepted: Error {}
+
+    static func send(app: PushApp, token: String, provider: PushProvider?, settings: PushSettings) -> PushOutcome {
+        let box = OutcomeBox()
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let service = PushService(settings: settings, apps: [app])
+            box.set(await service.sendTest(app: app, token: token, provider: provider))
+            done.signal()
+        }
+        done.wait()
+        return box.get()
+    }
+
+    /// Hands the outcome from the task to the waiting thread.
+    final class OutcomeBox: @unchecked Sendable {
+        // @unchecked: `outcome` is only touched under `lock`.
+        private let lock = NSLock()
+        private var outcome: PushOutcome?
+
+        func set(_ value: PushOutcome) {
+            lock.lock()
+            outcome = value
+            lock.unlock()
+        }
+
+        func get() -> PushOutcome {
+            lock.lock()
+            defer { lock.unlock() }
+            return outcome!
+        }
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import Registrar
+import RouseTestSupport
+import Storage
+import XCTest
+
+/// `rouse domain …`, `rouse extension …` and `rouse registrations` as an operator runs them.
+final class DirectoryCommandsTests: XCTestCase {
+    var database: TestDatabase!
+
+    override func setUpWithError() throws {
+        database = try TestDatabase()
+        XCTAssertEqual(try rouse(["migrate"]).status, 0)
+    }
+
+    override func tearDown() {
+        database?.drop()
+    }
+
+    struct Outcome {
+        let status: Int32?
+        let output: String
+        let errors: String
+        var errorLines: [Substring] { errors.split(separator: "\n") }
+    }
+
+    func rouse(_ arguments: [String], input: String? = nil, databaseURL: String? = nil) throws -> Outcome {
+        let process = try RouseProcess(
+            arguments: arguments, environment: ["ROUSE_DATABASE_URL": databaseURL ?? database.conninfo],
+            standardInput: input)
+        let status = process.waitForExit(timeout: 60)
+        let errors = process.errorText
+        var output = process.outputText
+        if !errors.isEmpty { output = output.replacingOccurrences(of: errors, with: "") }
+        return Outcome(status: status, output: output, errors: errors)
+    }
+
+    /// Exit status 1 and exactly one line on standard error, equal to `message`.
+    func assertRefused(_ arguments: [String], _ message: String, input: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
+        let outcome = try rouse(arguments, input: input)
+        XCTAssertEqual(outcome.status, 1, outcome.errors, file: file, line: line)
+        XCTAssertEqual(outcome.errorLines, ["rouse: " + message], file: file, line: line)
+    }
+
+    func testHelpListsTheDirectoryCommands() throws {
+        let outcome = try rouse(["--help"])
+        XCTAssertEqual(outcome.status, 0)
+        for name in ["domain add", "domain list", "domain remove", "extension add", "extension list", "extension passwd",
+            "extension remove", "registrations"] {
+            XCTAssertTrue(outcome.output.contains(name), "--help lacks \(name)")
+        }
+    }
+
+    func testDomainsAreAddedListedAndRemoved() throws {
+        let added = try rouse(["domain", "add", "Example.COM"])
+        XCTAssertEqual(added.status, 0, added.errors)
+        XCTAssertEqual(added.output, "added domain example.com\n")
+        XCTAssertEqual(try rouse(["domain", "add", "example.org"]).status, 0)
+        XCTAssertEqual(try rouse(["domain", "list"]).output, "example.com  0 extensions\nexample.org  0 extensions\n")
+        let removed = try rouse(["domain", "remove", "example.org"])
+        XCTAssertEqual(removed.status, 0, removed.errors)
+        XCTAssertEqual(removed.output, "removed domain example.org\n")
+        XCTAssertEqual(try rouse(["domain", "list"]).output, "example.com  0 extensions\n")
+    }
+
+    func testDomainRefusalsAreOneLine() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "example.com"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "add", "1001@example.com", "--password", "pw"]).status, 0)
+        try assertRefused(["domain", "add", "example.com"], "domain example.com already exists")
+        try assertRefused(["domain", "add", "bad domain"], "'bad domain' is not a valid domain")
+        try assertRefused(["domain", "remove", "example.org"], "no such domain example.org")
+        try assertRefused(["domain", "remove", "example.com"], "domain example.com still has 1 extension; remove it first")
+        try assertRefused(["domain", "add"], "usage: rouse domain add DOMAIN")
+        try assertRefused(["domain", "list", "extra"], "usage: rouse domain list")
+    }
+
+    func testExtensionAddReadsThePasswordFromStandardInputAndStoresOnlyHashes() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "example.com"]).status, 0)
+        let password = "correct horse battery"
+        let added = try rouse(["extension", "add", "1001@example.com"], input: password + "\n")
+        XCTAssertEqual(added.status, 0, added.errors)
+        XCTAssertEqual(added.output, "added extension 1001@example.com\n")
+        XCTAssertFalse(added.output.contains(password) || added.errors.contains(password))
+
+        let connection = try database.connect()
+        let row = try connection.query("SELECT ha1_md5, ha1_sha256 FROM extensions")
+        XCTAssertEqual(row.value(0, "ha1_md5"), ExtensionCredentials.ha1(.md5, number: "1001", realm: "example.com", password: password))
+        XCTAssertEqual(
+            row.value(0, "ha1_sha256"), ExtensionCredentials.ha1(.sha256, number: "1001", realm: "example.com", password: password))
+
+        let changed = try rouse(["extension", "passwd", "1001@example.com"], input: "new-secret\n")
+        XCTAssertEqual(changed.status, 0, changed.errors)
+        XCTAssertEqual(changed.output, "changed the password of 1001@example.com\n")
+        XCTAssertEqual(
+            try connection.query("SELECT ha1_md5 FROM extensions").value(0, "ha1_md5"),
+            ExtensionCredentials.ha1(.md5, number: "1001", realm: "example.com", password: "new-secret"))
+        try assertRefused(
+            ["extension", "passwd", "1001@example.com"], "no password given: pass --password or one line on standard input",
+            input: "")
+    }
+
+    func testExtensionsAreListedAndRemovedWithOneLineRefusals() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "example.com"]).status, 0)
+        XCTAssertEqual(try rouse(["domain", "add", "example.org"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "add", "1001@example.com", "--password", "a"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "add", "2001@example.org", "--password=b"]).status, 0)
+        try assertRefused(["extension", "add", "1001@example.com", "--password", "a"], "extension 1001@example.com already exists")
+        try assertRefused(["extension", "add", "10 01@example.com", "--password", "a"], "'10 01' is not a valid extension number")
+        try assertRefused(["extension", "add", "1001@example.net", "--password", "a"], "no such domain example.net")
+        try assertRefused(["extension", "add", "1001", "--password", "a"], "'1001' is not an extension address (NUMBER@DOMAIN)")
+        try assertRefused(["extension", "add", "1002@example.com", "--password"], "option '--password' needs a value")
+        try assertRefused(
+            ["extension", "add", "1002@example.com", "--pasword", "a"],
+            "unknown option '--pasword'; usage: rouse extension add NUMBER@DOMAIN [--password PASSWORD]")
+
+        XCTAssertEqual(
+            try rouse(["extension", "list"]).output, "1001@example.com  0 registrations\n2001@example.org  0 registrations\n")
+        XCTAssertEqual(try rouse(["extension", "list", "example.org"]).output, "2001@example.org  0 registrations\n")
+        try assertRefused(["extension", "list", "example.net"], "no such domain example.net")
+
+        let removed = try rouse(["extension", "remove", "1001@example.com"])
+        XCTAssertEqual(removed.status, 0, removed.errors)
+        XCTAssertEqual(removed.output, "removed extension 1001@example.com\n")
+        try assertRefused(["extension", "remove", "1001@example.com"], "no such extension 1001@example.com")
+        try assertRefused(["extension", "passwd", "1001@example.com", "--password", "x"], "no such extension 1001@example.com")
+        XCTAssertEqual(try rouse(["extension", "list", "example.com"]).output, "no extensions\n")
+    }
+
+    func testRegistrationsShowEachBindingWithItsPushChannels() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "example.com"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "add", "1001@example.com", "--password", "a"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "add", "1002@example.com", "--password", "b"]).status, 0)
+        XCTAssertEqual(try rouse(["registrations"]).output, "no registrations\n")
+
+        let settings = PostgresSettings(conninfo: database.conninfo)
+        let store = PostgresLocationStore(settings: settings)
+        defer { store.shutdown() }
+        let aor = AddressOfRecord(number: "1001", domain: "example.com")
+        let voipToken = "0123456789abcdef0123456789abcdef"
+        let fcmToken = "fcm-token-that-is-long-enough-WXYZ"
+        let now = Date()
+        let binding = Binding(
+            aor: aor, contact: "<sip:1001@192.0.2.7:5060;transport=tcp>", callID: "c1", cseq: 1, registeredAt: now,
+            expiresAt: now.addingTimeInterval(600), userAgent: "Linphone/5.2",
+            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+            pushChannels: [
+                PushChannel(provider: .apns, token: voipToken, param: "TEAM.com.example.app.voip", kind: .voip),
+                PushChannel(provider: .fcm, token: fcmToken, param: nil, kind: .standard),
+            ])
+        let done = DispatchSemaphore(value: 0)
+        let failures = Failures()
+        store.apply([.save(binding)]) { result in
+            if case .failure(let error) = result { failures.record(error) }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(failures.descriptions, [])
+        try store.markTokenDead(family: .fcm, token: fcmToken, reason: "UNREGISTERED")
+
+        for arguments in [["registrations"], ["registrations", "1001@example.com"]] {
+            let outcome = try rouse(arguments)
+            XCTAssertEqual(outcome.status, 0, outcome.errors)
+            let lines = outcome.output.split(separator: "\n").map(String.init)
+            XCTAssertEqual(lines.count, 3, outcome.output)
+            XCTAssertTrue(lines[0].hasPrefix("1001@example.com  <sip:1001@192.0.2.7:5060;transport=tcp>"), lines[0])
+            XCTAssertTrue(lines[0].contains("user agent: Linphone/5.2"), lines[0])
+            XCTAssertTrue(lines[0].contains("tcp from 192.0.2.7:5060"), lines[0])
+            XCTAssertTrue(lines[0].contains("expires in 59"), lines[0])
+            XCTAssertEqual(lines[1], "    push apns / 01234567…cdef / TEAM.com.example.app.voip / voip")
+            XCTAssertEqual(lines[2], "    push fcm / fcm-toke…WXYZ / - / standard DEAD")
+            XCTAssertFalse(outcome.output.contains(voipToken) || outcome.output.contains(fcmToken))
+        }
+        XCTAssertEqual(try rouse(["registrations", "1002@example.com"]).output, "no registrations for 1002@example.com\n")
+        try assertRefused(["registrations", "1003@example.com"], "no such extension 1003@example.com")
+        try assertRefused(["registrations", "not-an-address"], "'not-an-address' is not an extension address (NUMBER@DOMAIN)")
+    }
+
+    func testAnUnmigratedDatabaseIsNamedInOneLine() throws {
+        let empty = try TestDatabase()
+        defer { empty.drop() }
+        let outcome = try rouse(["domain", "list"], databaseURL: empty.conninfo)
+        XCTAssertEqual(outcome.status, 1)
+        XCTAssertEqual(outcome.errorLines, ["rouse: the database has no directory yet: run rouse migrate first"])
+    }
+}
+
+/// Errors handed to a completion on another thread.
+final class Failures: @unchecked Sendable {
+    // @unchecked: `items` is only touched under `lock`.
+    private let lock = NSLock()
+    private var items: [String] = []
+
+    func record(_ error: any Error) {
+        lock.lock()
+        items.append(String(describing: error))
+        lock.unlock()
+    }
+
+    var descriptions: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return items
+    }
+}
