@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rouse need on Debian, once: the C libraries Swift
 # links (OpenSSL, libpq, libcurl), the PostgreSQL server the embedded default and the tests run,
-# and the openssl command that makes test and first-run certificates.
+# the openssl command that makes test and first-run certificates, and Perl's Net::SIP, the
+# third-party SIP stack of the interop tests (SIPp 3.6.1 cannot answer Rouse's SHA-256-first
+# challenges; see Tests/RouseServerTests/InteropNetSIPTests.swift).
 set -euo pipefail
 
 packages=(
@@ -12,6 +14,7 @@ packages=(
     libcurl4-openssl-dev
     postgresql
     postgresql-contrib
+    libnet-sip-perl
 )
 
 missing=()

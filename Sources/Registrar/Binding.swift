@@ -1,4 +1,5 @@
 import Foundation
+import SIPMessage
 
 /// The flow a REGISTER arrived over (RFC 5626 §3): requests to the binding must leave the same way,
 /// since a phone behind NAT can be reached no other way.
@@ -69,5 +70,24 @@ public struct Binding: Hashable, Sendable, Identifiable {
     /// Seconds left until expiry at `now` (0 once expired).
     public func remainingSeconds(at now: Date) -> Int {
         max(0, Int(expiresAt.timeIntervalSince(now).rounded(.down)))
+    }
+}
+
+extension Binding {
+    /// The Contact as shown to people: push tokens in `pn-prid`/`pn-tok` shortened to their first
+    /// 8 and last 4 characters (the whole token is a credential of sorts: it can wake the phone).
+    public var contactForDisplay: String {
+        guard var uri = try? SIPURI(parsing: contact) else { return contact }
+        for name in ["pn-prid", "pn-tok"] {
+            if let value = uri.parameters.value(name) { uri.parameters.set(name, Binding.shortenedToken(value)) }
+        }
+        return uri.description
+    }
+
+    /// A token as shown to people: its first 8 and last 4 characters.
+    public static func shortenedToken(_ token: String) -> String {
+        let characters = Array(token)
+        guard characters.count > 12 else { return String(characters.prefix(characters.count / 2)) + "…" }
+        return String(characters.prefix(8)) + "…" + String(characters.suffix(4))
     }
 }

@@ -132,22 +132,15 @@ extension CommandLineInterface {
             let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
             for binding in bindings {
                 print(
-                    "\(binding.aor)  \(binding.contact)  user agent: \(binding.userAgent ?? "-")  "
+                    "\(binding.aor)  \(binding.contactForDisplay)  user agent: \(binding.userAgent ?? "-")  "
                         + "\(binding.flow.transport) from \(binding.flow.source)  expires in \(binding.remainingSeconds(at: now)) s")
                 for channel in binding.pushChannels {
                     let isDead = deadKeys.contains("\(channel.family.rawValue) \(channel.token)")
                     print(
-                        "    push \(channel.provider.rawValue) / \(Self.shortened(channel.token)) / \(channel.param ?? "-") / "
+                        "    push \(channel.provider.rawValue) / \(Binding.shortenedToken(channel.token)) / \(channel.param ?? "-") / "
                             + "\(channel.kind.rawValue)\(isDead ? " DEAD" : "")")
                 }
             }
-        }
-
-        /// A token as shown to people: its first 8 and last 4 characters.
-        static func shortened(_ token: String) -> String {
-            let characters = Array(token)
-            guard characters.count > 12 else { return String(characters.prefix(characters.count / 2)) + "…" }
-            return String(characters.prefix(8)) + "…" + String(characters.suffix(4))
         }
     }
 

@@ -138,4 +138,48 @@ final class RegistrationProcessTests: XCTestCase {
             "<sip:1001@127.0.0.1:5072;transport=tcp>", "<sip:1001@127.0.0.1:5071>",
         ])
     }
+
+    func runRouse(_ arguments: [String]) throws -> (Int32?, String) {
+        let process = try RouseProcess(arguments: arguments, environment: ["ROUSE_DATABASE_URL": database.conninfo])
+        let status = process.waitForExit(timeout: 60)
+        return (status, process.outputText)
+    }
+
+    func testPushParametersShowInRegistrationsAndSurviveKillNine() throws {
+        let token = "fcmToken-0123456789:APA91bHPRgkF3JUikC4ENAHEeMrd41Zxv3hVZjC9KtT8OvPVGJ"
+        let contact = "<sip:1001@127.0.0.1:5074;transport=tcp;pn-provider=fcm;pn-prid=\(token);pn-param=rouse-test>;+sip.pnsreg"
+        // No push app for FCM yet: RFC 8599 says 555.
+        XCTAssertEqual(try registerWithDigest(.tcp, contact: contact, algorithm: .sha256).statusCode, 555)
+
+        // The operator adds one while Rouse runs; Rouse hears of it and accepts the binding.
+        let account = try PushStandIn.makeFCMServiceAccount(projectID: "rouse-test")
+        let (added, addOutput) = try runRouse(["push-app", "add", "fcm", "--service-account", account])
+        XCTAssertEqual(added, 0, addOutput)
+        var response = try registerWithDigest(.tcp, contact: contact, algorithm: .sha256)
+        let deadline = Date().addingTimeInterval(30)
+        while response.statusCode == 555, Date() < deadline {
+            response = try registerWithDigest(.tcp, contact: contact, algorithm: .sha256)
+        }
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertEqual(response.headers.lines(.featureCaps), ["*;+sip.pns=\"fcm\";+sip.pnsreg=\"121\""])
+
+        let (listed, before) = try runRouse(["registrations", "1001@example.com"])
+        XCTAssertEqual(listed, 0, before)
+        XCTAssertTrue(before.contains("fcm / "), before)
+        XCTAssertTrue(before.contains("rouse-test"), before)
+        XCTAssertFalse(before.contains(token), "tokens are shortened in listings")
+
+        let process = try XCTUnwrap(rouse)
+        kill(process.process.processIdentifier, SIGKILL)
+        XCTAssertNotNil(process.waitForExit(timeout: 30))
+        rouse = nil
+        try startRouse()
+        let (_, after) = try runRouse(["registrations", "1001@example.com"])
+        func normalised(_ text: String) -> String {
+            text.replacingOccurrences(of: #"expires in \d+ s"#, with: "expires in N s", options: .regularExpression)
+        }
+        XCTAssertEqual(normalised(after), normalised(before), "the same binding and push channel after kill -9")
+        let stored = try storedBindings()
+        XCTAssertEqual(stored.first?.pushChannels, [PushChannel(provider: .fcm, token: token, param: "rouse-test", kind: .standard)])
+    }
 }

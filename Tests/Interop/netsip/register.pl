@@ -13,7 +13,10 @@ use strict;
 use warnings;
 use Getopt::Long;
 use IO::Handle;
+use IO::Socket::IP;
 use Net::SIP qw(:all);
+
+Net::SIP::Debug->level($ENV{NET_SIP_DEBUG}) if $ENV{NET_SIP_DEBUG};
 
 my ($registrar, $transport, $user, $domain, $password) = ('', 'udp', '', '', '');
 my $timeout = 30;
@@ -33,15 +36,23 @@ STDOUT->autoflush(1);
 $SIG{ALRM} = sub { print "failed: no end within the time bound\n"; exit 3 };
 alarm($timeout * 3);
 
-my $leg = Net::SIP::Leg->new(addr => '127.0.0.1', port => 0, proto => $transport)
-    or die "register.pl: cannot open a $transport leg: $!\n";
+# A socket of our own on a port the kernel picks (a TCP leg listens on it too), so the leg, and
+# the Contact made from it, name the real port.
+my $socket = IO::Socket::IP->new(
+    LocalAddr => '127.0.0.1', LocalPort => 0, Proto => $transport,
+    ($transport eq 'tcp' ? (Listen => 5, ReuseAddr => 1) : ()),
+) or die "register.pl: cannot open a $transport socket: $!\n";
+my $leg = Net::SIP::Leg->new(sock => $socket, proto => $transport)
+    or die "register.pl: cannot make a $transport leg: $!\n";
 my $local = $leg->laddr(2);
 my $contact = "sip:$user\@$local" . ($transport eq 'tcp' ? ';transport=tcp' : '');
 my $ua = Net::SIP::Simple->new(
     from      => "sip:$user\@$domain",
     auth      => [ $user, $password ],
     leg       => $leg,
-    registrar => "sip:$registrar" . ($transport eq 'tcp' ? ';transport=tcp' : ''),
+    # No ;transport=tcp here: Net::SIP would put the Request-URI in angle brackets, which RFC 3261
+    # forbids (and Rouse answers 400). The only leg is of the right transport anyway.
+    registrar => "sip:$registrar",
 );
 
 # Registers with `expires`; returns (status, granted expires) once a final answer came.

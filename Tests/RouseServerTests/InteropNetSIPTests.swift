@@ -1,0 +1,134 @@
+import Foundation
+import Registrar
+import RouseTestSupport
+import SIPTransport
+import Storage
+import XCTest
+
+/// A phone on a third-party SIP stack registers with `rouse serve` and unregisters again, over UDP
+/// and TCP on loopback: Perl's Net::SIP (Debian libnet-sip-perl, installed by scripts/deps.sh),
+/// driven by `Tests/Interop/netsip/register.pl`.
+///
+/// SIPp 3.6.1 (Debian's sip-tester) cannot be that phone: its `[authentication]` reads only the
+/// first WWW-Authenticate of the 401 and refuses any algorithm but MD5 and AKAv1-MD5, while Rouse
+/// offers SHA-256 first (RFC 8760 §2.4) and MD5 second. Net::SIP skips the challenges it cannot
+/// answer and answers the MD5 one.
+final class InteropNetSIPTests: XCTestCase {
+    var database: TestDatabase!
+    var rouse: RouseProcess?
+    var points: [ListenPoint] = []
+
+    static let aor = AddressOfRecord(number: "1001", domain: "example.com")
+    static let password = "interop-1001"
+
+    /// The Net::SIP phone, beside this file's folder.
+    static var script: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Interop/netsip/register.pl").path
+    }
+
+    override func setUpWithError() throws {
+        database = try TestDatabase()
+        try Migrator.migrate(try database.connect())
+        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        _ = try directory.addDomain(Self.aor.domain)
+        try directory.addExtension(Self.aor, password: Self.password)
+        let process = try RouseProcess(
+            arguments: ["serve"],
+            environment: [
+                "ROUSE_DATABASE_URL": database.conninfo,
+                "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0",
+            ])
+        rouse = process
+        XCTAssertTrue(process.waitForOutput(containing: "serving SIP on"), process.outputText)
+        let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
+        points = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ")
+            .map { try ListenPoint(parsing: $0) }
+    }
+
+    override func tearDown() {
+        _ = rouse?.stop()
+        rouse = nil
+        database?.drop()
+    }
+
+    func testNetSIPPhoneRegistersAndUnregistersOverUDP() throws {
+        try registerAndUnregister(over: .udp)
+    }
+
+    func testNetSIPPhoneRegistersAndUnregistersOverTCP() throws {
+        try registerAndUnregister(over: .tcp)
+    }
+
+    /// Runs the phone: after its 200 the binding must be in PostgreSQL with the phone's transport
+    /// and port; after the unregister's 200 it must be gone.
+    func registerAndUnregister(over transport: SIPTransportKind) throws {
+        let point = try XCTUnwrap(points.first { $0.transport == transport })
+        let phone = Process()
+        phone.executableURL = URL(fileURLWithPath: "/usr/bin/perl")
+        phone.arguments = [
+            Self.script, "--registrar", "127.0.0.1:\(point.port)", "--transport", transport.rawValue,
+            "--user", Self.aor.number, "--domain", Self.aor.domain, "--password", Self.password, "--timeout", "30",
+        ]
+        let input = Pipe()
+        let output = Pipe()
+        let collected = RouseProcess.Collected()
+        phone.standardInput = input
+        phone.standardOutput = output
+        phone.standardError = output
+        output.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            if !data.isEmpty { collected.append(String(decoding: data, as: UTF8.self)) }
+        }
+        try phone.run()
+        defer {
+            if phone.isRunning {
+                phone.terminate()
+                phone.waitUntilExit()
+            }
+            output.fileHandleForReading.readabilityHandler = nil
+        }
+
+        let registered = try XCTUnwrap(
+            waitForLine(startingWith: "registered ", in: collected, while: phone, timeout: 60),
+            "Net::SIP did not register; it said:\n\(collected.all)\nrouse said:\n\(rouse?.outputText ?? "")")
+        let contact = try XCTUnwrap(registered.components(separatedBy: "contact=").last)
+        let port = try XCTUnwrap(contact.split(separator: ":").last?.split(separator: ";").first)
+
+        // A 200 means the binding is in PostgreSQL already.
+        let stored = try bindings()
+        XCTAssertEqual(stored.count, 1, "\(stored)")
+        XCTAssertEqual(stored.first?.flow.transport, transport.rawValue)
+        XCTAssertTrue(stored.first?.contact.contains("127.0.0.1:\(port)") == true, "\(stored.first?.contact ?? "none") vs \(contact)")
+
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        try input.fileHandleForWriting.close()
+        let deadline = Date().addingTimeInterval(60)
+        while phone.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        XCTAssertFalse(phone.isRunning, "Net::SIP did not finish within 60 s:\n\(collected.all)")
+        guard !phone.isRunning else { return }
+        XCTAssertEqual(phone.terminationStatus, 0, collected.all)
+        XCTAssertNotNil(waitForLine(startingWith: "unregistered", in: collected, while: phone, timeout: 5), collected.all)
+        XCTAssertEqual(try bindings().count, 0, "the unregister (Expires: 0) removes the binding from PostgreSQL")
+    }
+
+    func bindings() throws -> [Binding] {
+        try PostgresLocationStore.loadBindings(on: try database.connect(), for: Self.aor, now: Date())
+    }
+
+    /// The first output line starting with `prefix`, waiting up to `timeout` seconds; nil when it
+    /// does not come (the phone exits without it, or the time passes).
+    func waitForLine(startingWith prefix: String, in collected: RouseProcess.Collected, while process: Process, timeout: TimeInterval) -> String? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            if let line = collected.all.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
+            guard Date() < deadline else { return nil }
+            if !process.isRunning {
+                // Let the pipe hand over what the process wrote last.
+                Thread.sleep(forTimeInterval: 0.1)
+                return collected.all.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }).map(String.init)
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+}
