@@ -16,7 +16,7 @@ public struct DigestCredentials: Hashable, Sendable {
         var result: [String: String] = [:]
         for element in SIPHeaderValueScanner.splitList(String(trimmed.dropFirst(7))) {
             guard let eq = element.firstIndex(of: "=") else { return nil }
-            let name = element[..<eq].trimmingCharacters(in: .whitespaces).lowercased()
+            let name = String(element[..<eq]).trimmingSIPWhitespace.lowercased()
             let value = SIPHeaderValueScanner.unquote(String(element[element.index(after: eq)...]).trimmingSIPWhitespace)
             guard !name.isEmpty, result[name] == nil else { return nil }
             result[name] = value

@@ -37,7 +37,8 @@ public final class RouseService: @unchecked Sendable {
 
         let settings = PostgresSettings(conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
         let directory = PostgresDirectory(settings: settings)
-        let store = PostgresLocationStore(settings: settings)
+        let instanceID = UUID().uuidString.lowercased()
+        let store = PostgresLocationStore(settings: settings, origin: instanceID)
         let policy = RegistrationPolicy(
             defaultExpires: configuration.registrationDefaultExpires, minExpires: configuration.registrationMinExpires,
             maxExpires: configuration.registrationMaxExpires, pushMinExpires: configuration.pushBindingMinExpires,
@@ -53,11 +54,11 @@ public final class RouseService: @unchecked Sendable {
         registrar.startExpiryTimer()
         logger.info("registrar.ready", ["bindings": String(registrar.bindingCount)])
 
-        let sip = SIPService(configuration: configuration, logger: logger, registrar: registrar)
+        let sip = SIPService(configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID)
         self.sip = sip
         self.registrar = registrar
         self.locationStore = store
-        listener = startListening(settings: settings, directory: directory, registrar: registrar)
+        listener = startListening(settings: settings, directory: directory, registrar: registrar, instanceID: instanceID)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -81,9 +82,11 @@ public final class RouseService: @unchecked Sendable {
     }
 
     /// Follows changes made elsewhere: the directory (extensions added, passwords changed), push
-    /// apps (which providers Rouse can wake), and bindings written by other instances. Notifications of this instance's own writes find the
-    /// index already up to date and are skipped.
-    private func startListening(settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar) -> PostgresNotificationListener {
+    /// apps (which providers Rouse can wake), and bindings written by other instances; this
+    /// instance's own announcements carry its id and are skipped.
+    private func startListening(
+        settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, instanceID: String
+    ) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
         let channels = [PostgresDirectory.notificationChannel, PostgresLocationStore.notificationChannel, PostgresPushApps.notificationChannel]
@@ -95,10 +98,14 @@ public final class RouseService: @unchecked Sendable {
                     } else if notification.channel == PostgresPushApps.notificationChannel {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
-                    } else if let change = BindingNotification(payload: notification.payload) {
-                        let known = registrar.bindings(for: change.aor).contains { $0.id == change.bindingID }
-                        let upToDate = (change.kind == .added || change.kind == .refreshed) ? known : !known
-                        if !upToDate { try registrar.reload(change.aor) }
+                    } else if let change = BindingNotification(payload: notification.payload), change.origin != instanceID {
+                        // Written elsewhere (another instance, or an expiry sweep): read it back.
+                        if change.origin.isEmpty, change.kind == .expired,
+                            !registrar.bindings(for: change.aor).contains(where: { $0.id == change.bindingID })
+                        {
+                            return
+                        }
+                        try registrar.reload(change.aor)
                     }
                 } catch {
                     logger.warning("database.notification_failed", ["channel": notification.channel, "error": "\(error)"])

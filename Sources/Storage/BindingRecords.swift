@@ -65,7 +65,7 @@ enum BindingRecords {
 
     // MARK: - Writing
 
-    static func write(_ plan: WritePlan, on connection: PostgresConnection) throws -> WriteOutcome {
+    static func write(_ plan: WritePlan, origin: String = "", on connection: PostgresConnection) throws -> WriteOutcome {
         var outcome = WriteOutcome()
         var notifications: [String] = []
         var saves: [(binding: Binding, member: Int)] = []
@@ -84,7 +84,7 @@ enum BindingRecords {
                 [uuidArray(deletes.map(\.binding.id))])
             let gone = Set(rows.rows.compactMap { $0[0].flatMap(UUID.init(uuidString:)) })
             for (binding, kind) in deletes where gone.contains(binding.id) {
-                notifications.append(BindingNotification(kind: kind, aor: binding.aor, bindingID: binding.id).payload)
+                notifications.append(BindingNotification(kind: kind, aor: binding.aor, bindingID: binding.id, origin: origin).payload)
             }
         }
 
@@ -105,7 +105,7 @@ enum BindingRecords {
                 stored.append(binding)
                 if !isNew { replaced.append(binding.id) }
                 notifications.append(
-                    BindingNotification(kind: isNew ? .added : .refreshed, aor: binding.aor, bindingID: binding.id).payload)
+                    BindingNotification(kind: isNew ? .added : .refreshed, aor: binding.aor, bindingID: binding.id, origin: origin).payload)
             }
             if !replaced.isEmpty {
                 try connection.query(
@@ -144,8 +144,11 @@ enum BindingRecords {
             q double precision, call_id text, cseq bigint, registered_at double precision, expires_at double precision,
             path jsonb, user_agent text, flow_transport text, flow_source text, flow_connection text, flow_local text,
             flow_instance text)
-        JOIN sip_domains d ON d.domain = split_part(r.aor, '@', 2)
-        JOIN extensions e ON e.domain_id = d.id AND e.number = split_part(r.aor, '@', 1)
+        CROSS JOIN LATERAL (
+            -- One index lookup per row: a join would let the planner scan every extension.
+            SELECT x.id FROM extensions x JOIN sip_domains d ON d.id = x.domain_id
+            WHERE d.domain = split_part(r.aor, '@', 2) AND x.number = split_part(r.aor, '@', 1)
+        ) AS e
         ORDER BY r.id
         ON CONFLICT (id) DO UPDATE SET
             extension_id = EXCLUDED.extension_id, aor = EXCLUDED.aor, contact = EXCLUDED.contact,

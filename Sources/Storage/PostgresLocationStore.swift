@@ -41,6 +41,8 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
     public static let notificationChannel = "rouse_bindings"
 
     public let settings: PostgresSettings
+    /// This instance's id, carried in announcements.
+    let origin: String
     /// Most changes one transaction takes (a single larger batch still goes alone).
     public let maxBatchChanges: Int
     private let readers: PostgresWorkerPool
@@ -60,8 +62,10 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
     /// - Parameters:
     ///   - readers: the pool that runs the blocking reads; by default the store makes its own
     ///     one-thread pool (and shuts it down with the store).
-    public init(settings: PostgresSettings, maxBatchChanges: Int = 1000, readers: PostgresWorkerPool? = nil) {
+    /// - Parameter origin: this instance's id, put in every announcement it makes.
+    public init(settings: PostgresSettings, maxBatchChanges: Int = 1000, readers: PostgresWorkerPool? = nil, origin: String = "") {
         self.settings = settings
+        self.origin = origin
         self.maxBatchChanges = max(1, maxBatchChanges)
         if let readers {
             self.readers = readers
@@ -215,7 +219,7 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
             let outcome: BindingRecords.WriteOutcome
             do {
                 try current.query("BEGIN")
-                outcome = try BindingRecords.write(plan, on: current)
+                outcome = try BindingRecords.write(plan, origin: origin, on: current)
                 try current.query("COMMIT")
             } catch {
                 _ = try? current.query("ROLLBACK")
@@ -254,22 +258,30 @@ public struct BindingNotification: Hashable, Sendable {
     public let kind: BindingEvent.Kind
     public let aor: AddressOfRecord
     public let bindingID: UUID
+    /// The instance that wrote the change (empty when unknown, e.g. an expiry sweep), so an
+    /// instance can skip its own announcements.
+    public let origin: String
 
-    public init(kind: BindingEvent.Kind, aor: AddressOfRecord, bindingID: UUID) {
+    public init(kind: BindingEvent.Kind, aor: AddressOfRecord, bindingID: UUID, origin: String = "") {
         self.kind = kind
         self.aor = aor
         self.bindingID = bindingID
+        self.origin = origin
     }
 
     /// Parses a payload; nil when it is not one the store sends.
     public init?(payload: String) {
         let parts = payload.split(separator: " ")
-        guard parts.count == 3, let kind = BindingEvent.Kind(rawValue: String(parts[0])),
+        guard parts.count == 3 || parts.count == 4, let kind = BindingEvent.Kind(rawValue: String(parts[0])),
             let aor = AddressOfRecord(parsing: String(parts[1])), let id = UUID(uuidString: String(parts[2]))
         else { return nil }
-        self.init(kind: kind, aor: aor, bindingID: id)
+        self.init(kind: kind, aor: aor, bindingID: id, origin: parts.count == 4 ? String(parts[3]) : "")
     }
 
-    /// The payload text: the binding id in lower case, as PostgreSQL prints uuids.
-    public var payload: String { "\(kind.rawValue) \(aor) \(bindingID.uuidString.lowercased())" }
+    /// The payload text: `<kind> <aor> <binding id> [<origin>]`, the id in lower case as
+    /// PostgreSQL prints uuids.
+    public var payload: String {
+        let base = "\(kind.rawValue) \(aor) \(bindingID.uuidString.lowercased())"
+        return origin.isEmpty ? base : base + " " + origin
+    }
 }

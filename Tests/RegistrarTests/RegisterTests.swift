@@ -1,5 +1,5 @@
 import Foundation
-import Registrar
+@testable import Registrar
 import SIPMessage
 import XCTest
 
@@ -223,5 +223,34 @@ final class RegisterTests: XCTestCase {
         var fixture = F()
         XCTAssertEqual(F.response(try fixture.registerAuthenticated(contacts: ["<sip:1001@192.0.2.7"])).statusCode, 400)
         XCTAssertEqual(F.response(try fixture.registerAuthenticated(contacts: ["<sip:1001@192.0.2.7>;expires=soon"], callID: "e")).statusCode, 400)
+    }
+}
+
+final class RegistrarFormattingTests: XCTestCase {
+    func testDateHeaderIsRFC1123InGMT() throws {
+        var fixture = RegistrarFixture()
+        let response = RegistrarFixture.response(try fixture.registerAuthenticated())
+        // 1_800_000_000 s after the epoch.
+        XCTAssertEqual(response.headers["Date"], "Fri, 15 Jan 2027 08:00:00 GMT")
+    }
+
+    func testDateFormattingAgreesWithFoundationAcrossLeapYearsAndCenturies() {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        for seconds in [0, 59, 951_782_400, 951_868_799, 1_709_164_800, 4_102_444_799, 4_107_542_399] {
+            let date = Date(timeIntervalSince1970: TimeInterval(seconds))
+            XCTAssertEqual(RegistrarCore.httpDate(date), formatter.string(from: date), "\(seconds)")
+        }
+    }
+
+    func testToTagDependsOnlyOnCallIDAndCSeq() throws {
+        let first = try RegistrarFixture.parse(RegistrarFixture.register(callID: "same", cseq: 4))
+        let again = try RegistrarFixture.parse(RegistrarFixture.register(callID: "same", cseq: 4, extra: ["Subject: retransmitted"]))
+        let next = try RegistrarFixture.parse(RegistrarFixture.register(callID: "same", cseq: 5))
+        XCTAssertEqual(RegistrarCore.tag(for: first), RegistrarCore.tag(for: again))
+        XCTAssertNotEqual(RegistrarCore.tag(for: first), RegistrarCore.tag(for: next))
+        XCTAssertEqual(RegistrarCore.tag(for: first), "1jfgwpk2v0opb", "FNV-1a of \"same 4\": the same across processes and instances")
     }
 }
