@@ -88,6 +88,14 @@ final class TransportCore: @unchecked Sendable {
         }
         if address.isIPv6 { socket.setOption(level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1) }
         if point.transport != .udp { socket.setOption(level: SOL_SOCKET, name: SO_REUSEADDR, value: 1) }
+        if point.transport == .udp {
+            // Bursts of REGISTERs from thousands of phones overflow the default ~200 KiB receive
+            // buffer and are dropped by the kernel; 8 MiB rides them out. SO_RCVBUFFORCE passes the
+            // net.core.rmem_max cap when Rouse may (CAP_NET_ADMIN); otherwise SO_RCVBUF takes what
+            // the cap allows.
+            socket.setOption(level: SOL_SOCKET, name: SO_RCVBUF, value: 8 << 20)
+            socket.setOption(level: SOL_SOCKET, name: SO_RCVBUFFORCE, value: 8 << 20)
+        }
         let bound = address.withSockAddr { Glibc.bind(socket.fd, $0, $1) }
         guard bound == 0 else { throw failure(errnoText()) }
         if point.transport != .udp {

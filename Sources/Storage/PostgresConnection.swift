@@ -17,8 +17,10 @@ public final class PostgresConnection {
     public init(conninfo: String, connectTimeout: Int = 10) throws(PostgresError) {
         let endpoint = PostgresConnection.describeEndpoint(conninfo)
         self.endpoint = endpoint
-        let keywords = ["dbname", "connect_timeout", "application_name"]
-        let values = [conninfo, String(connectTimeout), "rouse"]
+        // Notices ("relation already exists, skipping") are not for Rouse's users: warnings and up
+        // only. It comes before the conninfo (expanded from `dbname`), so options given there win.
+        let keywords = ["options", "dbname", "connect_timeout", "application_name"]
+        let values = ["-c client_min_messages=warning", conninfo, String(connectTimeout), "rouse"]
         let pointer: OpaquePointer? = withCStrings(keywords) { keys in
             withCStrings(values) { vals in
                 PQconnectdbParams(keys, vals, 1)
