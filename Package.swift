@@ -43,7 +43,7 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL"]),
     .executableTarget(
         name: "RouseBench",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),

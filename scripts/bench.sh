@@ -2,7 +2,8 @@
 # `make bench`: builds the benchmark and the server in release mode and prints their figures:
 # parser throughput on one core; OPTIONS round trips over UDP on loopback through Rouse's own SIP
 # stack; authenticated REGISTERs against a real `rouse serve` and a private PostgreSQL (fsync on,
-# so a 200 costs an honest durable commit). Arguments go to rouse-bench (`--help` lists them).
+# so a 200 costs an honest durable commit); VoIP pushes over HTTP/2 to the APNs stand-in (its Python
+# venv, scripts/standins-venv.sh, and curl). Arguments go to rouse-bench (`--help` lists them).
 # ROUSE_BENCH_SCRATCH sets SwiftPM's scratch path (default .build).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -65,6 +65,45 @@ public struct HTTP2Error: Error, Sendable, CustomStringConvertible {
     public var description: String { "\(kind.rawValue): \(message)" }
 }
 
+/// Where one request was at each step inside Rouse, for `make bench`'s push figures
+/// (docs/testing.md): reported to the observer set with `HTTP2Client.observeTimings`. A value;
+/// thread-safe.
+public struct HTTP2Timing: Sendable {
+    /// `send` was called.
+    public let submitted: ContinuousClock.Instant
+    /// The client's thread took the request from its queue, set up its easy handle and gave it to
+    /// libcurl (`curl_multi_add_handle`).
+    public let started: ContinuousClock.Instant
+    /// libcurl was about to write the request to the connection: the start of the first
+    /// `curl_multi_perform` that ran it plus libcurl's own `CURLINFO_PRETRANSFER_TIME_T` (on a
+    /// reused connection, its per-transfer setup). When one `curl_multi_perform` starts many
+    /// requests, each one's time spent waiting for the earlier ones in that call is not counted.
+    public let sent: ContinuousClock.Instant
+    /// The answer was complete (or the request failed).
+    public let completed: ContinuousClock.Instant
+    /// Whether libcurl got an HTTP answer (any status).
+    public let answered: Bool
+}
+
+/// The process-wide timing observer (`HTTP2Client.observeTimings`); a lock guards it.
+private final class TimingObserver: @unchecked Sendable {
+    static let shared = TimingObserver()
+    private let lock = NSLock()
+    private var handler: (@Sendable (HTTP2Timing) -> Void)?
+
+    var current: (@Sendable (HTTP2Timing) -> Void)? {
+        lock.lock()
+        defer { lock.unlock() }
+        return handler
+    }
+
+    func set(_ observer: (@Sendable (HTTP2Timing) -> Void)?) {
+        lock.lock()
+        handler = observer
+        lock.unlock()
+    }
+}
+
 /// An HTTP/2-over-TLS client on libcurl's multi interface: many requests multiplexed on one
 /// long-lived connection per host (ALPN h2, `CURLOPT_PIPEWAIT`), each with its own deadline. A
 /// connection that drops is replaced on the next request.
@@ -105,6 +144,13 @@ public final class HTTP2Client: Sendable {
     /// Queues `request`; `completion` runs once on the client's thread.
     public func send(_ request: HTTP2Request, completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Error>) -> Void) {
         engine.submit(PendingRequest(request: request, submitted: .now, completion: completion))
+    }
+
+    /// Makes every client in the process report each finished request's `HTTP2Timing` to `observer`
+    /// (nil stops it). A benchmark hook: the observer runs on the clients' threads just before each
+    /// request's own completion handler, so it must be quick and must not block. Thread-safe.
+    public static func observeTimings(_ observer: (@Sendable (HTTP2Timing) -> Void)?) {
+        TimingObserver.shared.set(observer)
     }
 
     /// Sends `request` and waits (without blocking a thread) for its answer or failure.
@@ -196,7 +242,9 @@ final class CurlMultiEngine: @unchecked Sendable {
                 }
                 break
             }
-            for request in newRequests { start(request) }
+            let started = newRequests.compactMap { start($0) }
+            let performStarted = ContinuousClock.now
+            for transfer in started { transfer.performStarted = performStarted }
             var running: Int32 = 0
             curl_multi_perform(multi, &running)
             collectFinished()
@@ -211,15 +259,18 @@ final class CurlMultiEngine: @unchecked Sendable {
         finished.signal()
     }
 
-    private func start(_ request: PendingRequest) {
+    /// Gives `request` to libcurl; nil when its easy handle could not be set up (it has failed).
+    private func start(_ request: PendingRequest) -> Transfer? {
         let transfer = Transfer(request)
         guard transfer.configure(options: options) else {
             transfer.finish(code: CURLE_FAILED_INIT, stoppedByClient: false)
             transfer.release()
-            return
+            return nil
         }
         active[transfer.easy] = transfer
+        transfer.started = .now
         curl_multi_add_handle(multi, transfer.easy)
+        return transfer
     }
 
     private func collectFinished() {
@@ -245,6 +296,10 @@ final class Transfer {
     private var body: [UInt8] = []
     private var headers: [(name: String, value: String)] = []
     private var released = false
+    /// When the client's thread gave it to libcurl, and when the first `curl_multi_perform` after
+    /// that began (`HTTP2Timing`).
+    var started: ContinuousClock.Instant?
+    var performStarted: ContinuousClock.Instant?
     /// Answers larger than this are cut off (APNs and FCM answers are a few hundred bytes).
     static let maxBodyBytes = 1 << 20
 
@@ -334,11 +389,13 @@ final class Transfer {
     }
 
     func finish(code: CURLcode, stoppedByClient: Bool) {
-        let latency = ContinuousClock.now - request.submitted
+        let completed = ContinuousClock.now
+        let latency = completed - request.submitted
         if stoppedByClient {
             request.completion(.failure(HTTP2Error(kind: .stopped, message: "the HTTP/2 client has stopped", latency: latency)))
             return
         }
+        reportTiming(completed: completed, answered: code == CURLE_OK)
         guard code == CURLE_OK else {
             let detail = String(cString: errorBuffer)
             let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
@@ -352,6 +409,20 @@ final class Transfer {
         request.completion(.success(HTTP2Response(
             status: status, headers: headers, body: body, latency: latency,
             httpMajorVersion: version == Int(CURL_HTTP_VERSION_2_0) ? 2 : version == Int(CURL_HTTP_VERSION_3) ? 3 : 1)))
+    }
+
+    /// Hands this request's `HTTP2Timing` to the observer, if one is set and libcurl ran it.
+    private func reportTiming(completed: ContinuousClock.Instant, answered: Bool) {
+        guard let observer = TimingObserver.shared.current, let started, let performStarted else { return }
+        // CURLINFO_PRETRANSFER_TIME_T is a curl_off_t, which is `long` on the LP64 Linux Rouse runs on,
+        // so the `long` getinfo wrapper reads it.
+        var pretransferMicroseconds = 0
+        if MemoryLayout<curl_off_t>.size == MemoryLayout<Int>.size {
+            _ = rouse_curl_easy_getinfo_long(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransferMicroseconds)
+        }
+        observer(HTTP2Timing(
+            submitted: request.submitted, started: started,
+            sent: performStarted + .microseconds(max(0, pretransferMicroseconds)), completed: completed, answered: answered))
     }
 
     static func kind(of code: CURLcode) -> HTTP2Error.Kind {

@@ -8,8 +8,8 @@ struct BenchOptions {
     var jsonPath: String?
     /// How the OPTIONS throughput phase releases requests.
     var pacing = UDPLoadGenerator.Pacing.window(64)
-    /// Which phases run, in this order: parser, options, register.
-    var phases: Set<String> = ["parser", "options", "register"]
+    /// Which phases run, in this order: parser, options, register, push.
+    var phases: Set<String> = ["parser", "options", "register", "push"]
     /// libpq conninfo of a scratch database; without it the REGISTER phase is skipped.
     var databaseURL: String?
     /// The `rouse` executable the REGISTER phase starts; by default the one beside rouse-bench.
@@ -19,20 +19,24 @@ struct BenchOptions {
     var registerSeconds = 5.0
     var registerWindow = 64
     var memoryBindings = 100_000
+    /// The push phase: pushes in the throughput pass and how many are in flight.
+    var pushCount = 5_000
+    var pushWindow = 100
 
-    static let phaseNames: Set<String> = ["parser", "options", "register"]
+    static let phaseNames: Set<String> = ["parser", "options", "register", "push"]
 
     static let usage = """
         usage: rouse-bench [--seconds N] [--json FILE] [--window N | --rate R] [--phases LIST]
                            [--database-url CONNINFO] [--rouse PATH] [--register-extensions N]
                            [--register-seconds N] [--register-window N] [--memory-bindings N]
+                           [--push-count N] [--push-window N]
 
           --seconds N   duration of each OPTIONS phase, in seconds (default 3); the parser
                         benchmarks always take about 1.5 s each
           --json FILE   also write the figures to FILE as JSON
           --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
           --rate R      instead of a window, send R OPTIONS requests per second
-          --phases LIST comma list of parser, options, register (default all three)
+          --phases LIST comma list of parser, options, register, push (default all four)
 
         REGISTER phase (needs PostgreSQL; `make bench` starts one and passes its database):
           --database-url CONNINFO   a scratch database to fill; without it the phase is skipped
@@ -42,6 +46,10 @@ struct BenchOptions {
           --register-window N       REGISTERs kept in flight (default 64)
           --memory-bindings N       bindings held for the memory-per-binding figure (default
                                     100000, sending for at most 60 s; 0 skips the memory pass)
+
+        push phase (needs the stand-ins' Python venv, scripts/standins-venv.sh, and curl):
+          --push-count N            pushes in the throughput pass, at most 10 s (default 5000)
+          --push-window N           pushes in flight on the one HTTP/2 connection (default 100)
         """
 
     /// Reads the arguments (without the program name); the error is a message for the user.
@@ -76,7 +84,7 @@ struct BenchOptions {
             case "--phases":
                 let names = Set(try value(flag).split(separator: ",").map { String($0) })
                 guard !names.isEmpty, names.isSubset(of: phaseNames) else {
-                    throw UsageError(message: "--phases takes a comma list of parser, options, register")
+                    throw UsageError(message: "--phases takes a comma list of parser, options, register, push")
                 }
                 options.phases = names
             case "--database-url":
@@ -103,6 +111,16 @@ struct BenchOptions {
                     throw UsageError(message: "--memory-bindings needs a whole number between 0 and 1000000")
                 }
                 options.memoryBindings = count
+            case "--push-count":
+                guard let count = Int(try value(flag)), count > 0, count <= 80_000 else {
+                    throw UsageError(message: "--push-count needs a whole number between 1 and 80000")
+                }
+                options.pushCount = count
+            case "--push-window":
+                guard let size = Int(try value(flag)), size > 0, size <= 300 else {
+                    throw UsageError(message: "--push-window needs a whole number between 1 and 300")
+                }
+                options.pushWindow = size
             case "--help", "-h":
                 throw UsageError(message: nil)
             default:
@@ -209,6 +227,16 @@ if options.phases.contains("register") {
         }
     } else {
         print("REGISTER phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
+    }
+}
+
+if options.phases.contains("push") {
+    print("VoIP pushes to the APNs stand-in over HTTP/2 + TLS on loopback, \(options.pushCount) with \(options.pushWindow) in flight…")
+    do {
+        figures += try PushBenchmark.run(PushBenchmark.Settings(pushes: options.pushCount, window: options.pushWindow))
+    } catch {
+        FileHandle.standardError.write(Data("rouse-bench: \(error)\n".utf8))
+        exit(1)
     }
 }
 
