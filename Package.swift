@@ -16,6 +16,9 @@ var targets: [Target] = [
     .systemLibrary(
         name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
         providers: [.apt(["libcurl4-openssl-dev"])]),
+    .systemLibrary(
+        name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd",
+        providers: [.apt(["libmicrohttpd-dev"])]),
 
     // The few OpenSSL operations Rouse uses.
     .target(name: "Crypto", dependencies: ["COpenSSL"]),
@@ -31,10 +34,12 @@ var targets: [Target] = [
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push"]),
+    // The HTTP server, the token posting endpoint and health.
+    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -53,6 +58,7 @@ var targets: [Target] = [
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport"]),
+    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport"]),
     .testTarget(
         name: "RouseServerTests",
         dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport"]),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rouse need on Debian, once: the C libraries Swift
-# links (OpenSSL, libpq, libcurl), the PostgreSQL server the embedded default and the tests run,
+# links (OpenSSL, libpq, libcurl, libmicrohttpd), the PostgreSQL server the embedded default and the tests run,
 # the openssl command that makes test and first-run certificates, and Perl's Net::SIP, the
 # third-party SIP stack of the interop tests (SIPp 3.6.1 cannot answer Rouse's SHA-256-first
 # challenges; see Tests/RouseServerTests/InteropNetSIPTests.swift).
@@ -12,6 +12,7 @@ packages=(
     openssl
     libpq-dev
     libcurl4-openssl-dev
+    libmicrohttpd-dev
     postgresql
     postgresql-contrib
     libnet-sip-perl

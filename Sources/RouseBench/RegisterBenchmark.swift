@@ -63,6 +63,7 @@ enum RegisterBenchmark {
             environment: [
                 "ROUSE_DATABASE_URL": settings.databaseURL,
                 "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0",
+                "ROUSE_HTTP_LISTEN": "127.0.0.1:0",
                 "ROUSE_LOG_LEVEL": "warning",
                 // Completed non-INVITE server transactions are kept for Timer J = 64·T1 (32 s by
                 // default), several KB each: at thousands of REGISTERs a second they would outweigh

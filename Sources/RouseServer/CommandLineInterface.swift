@@ -129,6 +129,9 @@ public struct CommandLineInterface: Sendable {
             // Unbuffered, so that a supervisor or test reading the pipe sees it at once.
             FileHandle.standardOutput.write(
                 Data("rouse \(Self.version) serving SIP on \(server.listeningPoints.map(\.description).joined(separator: ", "))\n".utf8))
+            if let http = server.httpListenAddress {
+                FileHandle.standardOutput.write(Data("rouse \(Self.version) serving HTTP on \(http)\n".utf8))
+            }
             server.waitForStopSignal()
             return 0
         } catch {

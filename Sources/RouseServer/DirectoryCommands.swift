@@ -124,6 +124,8 @@ extension CommandLineInterface {
             let connection = try settings.connect()
             let now = Date()
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
+            let posted = try PostedPushTokens.list(for: aor, on: connection)
+            defer { Self.printPosted(posted) }
             if bindings.isEmpty {
                 print(aor.map { "no registrations for \($0)" } ?? "no registrations")
                 return
@@ -140,6 +142,17 @@ extension CommandLineInterface {
                         "    push \(channel.provider.rawValue) / \(Binding.shortenedToken(channel.token)) / \(channel.param ?? "-") / "
                             + "\(channel.kind.rawValue)\(isDead ? " DEAD" : "")")
                 }
+            }
+        }
+
+        /// Posted tokens (`POST /api/v1/push/register`), tokens shortened as for bindings.
+        static func printPosted(_ posted: [PostedPushToken]) {
+            guard !posted.isEmpty else { return }
+            print("can be woken by push (posted):")
+            for token in posted {
+                print(
+                    "    \(token.aor)  push \(token.channel.provider.rawValue) / \(Binding.shortenedToken(token.channel.token)) / "
+                        + "\(token.channel.param ?? "-") / \(token.channel.kind.rawValue)  device: \(token.deviceID ?? "-")")
             }
         }
     }

@@ -2,6 +2,7 @@ import Crypto
 import Dispatch
 import Foundation
 import Glibc
+import HTTPAPI
 import Registrar
 import SIPTransport
 import Storage
@@ -18,6 +19,7 @@ public final class RouseService: @unchecked Sendable {
     private var registrar: Registrar?
     private var locationStore: PostgresLocationStore?
     private var listener: PostgresNotificationListener?
+    private var http: HTTPAPIService?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -25,7 +27,8 @@ public final class RouseService: @unchecked Sendable {
     }
 
     /// Connects to PostgreSQL (one clear error naming host and port when it cannot), applies
-    /// migrations, loads extensions and bindings, and binds the SIP listen points.
+    /// migrations, loads extensions and bindings, binds the SIP listen points, then starts the HTTP
+    /// API on `httpListen` (its own threads; see `HTTPAPIService`).
     public func start() throws {
         let connection = try PostgresConnection(
             conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
@@ -62,6 +65,26 @@ public final class RouseService: @unchecked Sendable {
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
+        }
+        let http = try HTTPAPIService(listen: configuration.httpListen, settings: settings) { [logger] event in
+            RouseService.log(event, to: logger)
+        }
+        self.http = http
+        logger.info("http.listening", ["listen": http.listenAddress])
+    }
+
+    /// The HTTP API's `host:port` as bound, once started.
+    public var httpListenAddress: String? { http?.listenAddress }
+
+    private static func log(_ event: HTTPAPIEvent, to logger: Logger) {
+        switch event {
+        case .request(let request):
+            logger.info(
+                "http.request",
+                ["http.method": request.method, "http.path": request.path, "http.status": String(request.status),
+                 "http.remote": request.remoteAddress, "http.ms": String(format: "%.1f", request.milliseconds)])
+        case .directoryLoadFailed(let reason):
+            logger.warning("http.directory_load_failed", ["error": reason])
         }
     }
 
@@ -132,6 +155,7 @@ public final class RouseService: @unchecked Sendable {
         stop.wait()
         logger.info("rouse.stopping", [:])
         sip?.shutdown()
+        http?.stop()
         registrar?.stopExpiryTimer()
         listener?.stop()
         locationStore?.shutdown()

@@ -61,6 +61,22 @@ extension Migrator {
                     marked_at timestamptz NOT NULL DEFAULT now(),
                     PRIMARY KEY (family, token)
                 );
-                """)
+                """),
+        Migration(
+            version: 11, name: "posted push tokens",
+            sql: """
+                CREATE TABLE posted_push_tokens (
+                    family text NOT NULL,
+                    token text NOT NULL,
+                    extension_id bigint NOT NULL REFERENCES extensions (id) ON DELETE CASCADE,
+                    provider text NOT NULL,
+                    param text,
+                    kind text NOT NULL,
+                    device_id text,
+                    posted_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (family, token)
+                );
+                CREATE INDEX posted_push_tokens_extension_id_idx ON posted_push_tokens (extension_id);
+                """),
     ]
 }

@@ -34,6 +34,9 @@ final class RouseProcess {
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
         env.merge(environment) { $1 }
+        // A served HTTP API binds any free port unless the test asks for one, so that instances
+        // started side by side (and by parallel test runs) never compete for 8080.
+        if arguments.first == "serve", env["ROUSE_HTTP_LISTEN"] == nil { env["ROUSE_HTTP_LISTEN"] = "127.0.0.1:0" }
         process.environment = env
         process.standardOutput = output
         process.standardError = errors

@@ -1,0 +1,107 @@
+import Dispatch
+import Foundation
+import Registrar
+import Storage
+
+/// Rouse's HTTP API as one piece: the server on its address, the token posting endpoint, health,
+/// and what they need (a worker pool of their own, the credentials loaded from the directory and
+/// reloaded on `NOTIFY rouse_directory`).
+///
+/// Threading: `init` blocks the calling thread for the first directory load (bounded by the
+/// settings' connect timeout; a failure leaves the cache empty until the listener connects and
+/// reloads) and for binding the port. `stop()` may be called from any thread except the server's
+/// own; it stops the server, the listener and the pool, and waits for their threads.
+public final class HTTPAPIService: @unchecked Sendable {
+    // @unchecked: every stored property is set in init and never changed; `stopped` is guarded by `lock`.
+    public let server: HTTPServer
+    public let credentials: CredentialCache
+    private let pool: PostgresWorkerPool
+    private let listener: PostgresNotificationListener
+    private let lock = NSLock()
+    private var stopped = false
+
+    /// Starts serving on `listen` (`host:port`, port 0 for any; `[v6]:port` for IPv6).
+    /// - Parameter log: gets one event per request and per failed directory load; no secrets.
+    public init(
+        listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
+        log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+    ) throws {
+        guard let (host, port) = Self.splitHostPort(listen) else {
+            throw HTTPServer.StartError(description: "cannot listen for HTTP on \(listen): expected host:port")
+        }
+        let credentials = CredentialCache()
+        var poolSettings = settings
+        poolSettings.statementTimeout = min(settings.statementTimeout, 5)
+        let pool = PostgresWorkerPool(settings: poolSettings, threads: 2, name: "rouse-http-postgres")
+        let directory = PostgresDirectory(settings: settings)
+        let reloads = DispatchQueue(label: "rouse.http.directory")
+        let reload: @Sendable () -> Void = {
+            reloads.async {
+                do {
+                    credentials.update(try directory.loadDirectory())
+                } catch {
+                    log(.directoryLoadFailed("\(error)"))
+                }
+            }
+        }
+        let listener = PostgresNotificationListener(
+            settings: settings, channels: [PostgresDirectory.notificationChannel], onListening: reload
+        ) { _ in reload() }
+        if let snapshot = try? directory.loadDirectory() { credentials.update(snapshot) }
+
+        var router = HTTPRouter()
+        PushRegistrationAPI(credentials: credentials, pool: pool).register(on: &router)
+        HealthAPI(pool: pool).register(on: &router)
+        let server: HTTPServer
+        do {
+            server = try HTTPServer(host: host, port: port, router: router, limits: limits) { log(.request($0)) }
+        } catch {
+            pool.shutdown()
+            throw error
+        }
+        listener.start()
+        self.server = server
+        self.credentials = credentials
+        self.pool = pool
+        self.listener = listener
+    }
+
+    /// `host:port` as bound.
+    public var listenAddress: String { server.listenAddress }
+
+    /// Stops serving and waits for every thread the service started. Idempotent.
+    public func stop() {
+        lock.lock()
+        let first = !stopped
+        stopped = true
+        lock.unlock()
+        guard first else { return }
+        server.stop()
+        listener.stop()
+        pool.shutdown()
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// `host:port` or `[v6]:port` split; nil when malformed.
+    static func splitHostPort(_ text: String) -> (String, UInt16)? {
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            let host = String(text[text.index(after: text.startIndex)..<close])
+            let rest = text[text.index(after: close)...]
+            guard rest.hasPrefix(":"), let port = UInt16(rest.dropFirst()) else { return nil }
+            return (host, port)
+        }
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        return (String(text[..<colon]), port)
+    }
+}
+
+/// What the HTTP API reports to its owner's log.
+public enum HTTPAPIEvent: Sendable {
+    /// One request answered (no headers, no body).
+    case request(HTTPRequestLog)
+    /// The directory could not be reloaded; the previous credentials stay in use.
+    case directoryLoadFailed(String)
+}

@@ -1,0 +1,219 @@
+import Crypto
+import Dispatch
+import Foundation
+import Registrar
+import Storage
+
+/// `POST` and `DELETE /api/v1/push/register` (product.md, "By posting its token"): an app posts
+/// its device's push token with its extension's SIP credentials (HTTP Basic, `number@domain`),
+/// and deletes it at log-out.
+///
+/// Order of checks: credentials (the same 401 for a wrong password and an unknown extension),
+/// then the body (400 naming the field), then that `sipUser` is the credentials' extension (403).
+///
+/// Threading: the handlers run on the HTTP server's threads and never block: the password is
+/// checked against the in-memory `CredentialCache`, writes go to the `PostgresWorkerPool`, and the
+/// answer comes from the worker (or from a timer when the write outlasts `writeDeadline`: 503).
+public struct PushRegistrationAPI: Sendable {
+    public static let path = "/api/v1/push/register"
+
+    let credentials: CredentialCache
+    let pool: PostgresWorkerPool
+    let writeDeadline: Double
+
+    public init(credentials: CredentialCache, pool: PostgresWorkerPool, writeDeadline: Double = 5) {
+        self.credentials = credentials
+        self.pool = pool
+        self.writeDeadline = writeDeadline
+    }
+
+    /// Adds the two routes to `router`.
+    public func register(on router: inout HTTPRouter) {
+        router.add("POST", Self.path) { request, respond in post(request, respond) }
+        router.add("DELETE", Self.path) { request, respond in delete(request, respond) }
+    }
+
+    /// The one 401: the same status, headers and body whatever was wrong.
+    static let unauthorized = HTTPResponse.error(
+        401, code: "unauthorized", message: "the credentials are not those of an extension",
+        headers: [("WWW-Authenticate", "Basic realm=\"rouse\"")])
+
+    /// A field problem: 400 naming the field.
+    struct FieldProblem: Error {
+        let field: String
+        let message: String
+    }
+
+    /// A posted token, checked.
+    struct Posting {
+        let sipUser: AddressOfRecord
+        let channel: PushChannel
+        let deviceID: String?
+    }
+
+    func post(_ request: HTTPRequest, _ respond: HTTPResponder) {
+        guard let authenticated = authenticate(request) else {
+            respond(Self.unauthorized)
+            return
+        }
+        let object: [String: Any]
+        switch Self.jsonObject(request.body) {
+        case .success(let parsed): object = parsed
+        case .failure(let failure):
+            respond(failure.response)
+            return
+        }
+        let posting: Posting
+        do {
+            posting = try Self.posting(from: object)
+        } catch {
+            respond(.error(400, code: "invalid_field", message: error.message, field: error.field))
+            return
+        }
+        guard posting.sipUser == authenticated else {
+            respond(.error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser"))
+            return
+        }
+        write(respond) { connection in
+            guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
+            else { return Self.unauthorized }
+            return .json(200, ["status": "stored"])
+        }
+    }
+
+    func delete(_ request: HTTPRequest, _ respond: HTTPResponder) {
+        guard let authenticated = authenticate(request) else {
+            respond(Self.unauthorized)
+            return
+        }
+        let object: [String: Any]
+        switch Self.jsonObject(request.body) {
+        case .success(let parsed): object = parsed
+        case .failure(let failure):
+            respond(failure.response)
+            return
+        }
+        guard let token = object["token"] as? String, !token.isEmpty, token.utf8.count <= 4096 else {
+            respond(.error(400, code: "invalid_field", message: "token is required: the push token to remove", field: "token"))
+            return
+        }
+        var family: PushProviderFamily? = nil
+        if let platform = object["platform"] {
+            guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
+                respond(.error(400, code: "invalid_field", message: "platform must be android, ios or ios.dev", field: "platform"))
+                return
+            }
+            family = known.family
+        }
+        if let sipUser = object["sipUser"] {
+            guard let text = sipUser as? String, let aor = AddressOfRecord(parsing: text) else {
+                respond(.error(400, code: "invalid_field", message: "sipUser must be number@domain", field: "sipUser"))
+                return
+            }
+            guard aor == authenticated else {
+                respond(.error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser"))
+                return
+            }
+        }
+        let chosenFamily = family
+        write(respond) { connection in
+            guard try PostedPushTokens.remove(token: token, family: chosenFamily, from: authenticated, on: connection) else {
+                return .error(404, code: "not_found", message: "this extension holds no such token", field: "token")
+            }
+            return .json(200, ["status": "removed"])
+        }
+    }
+
+    /// The extension the Basic credentials belong to, or nil (no header, malformed, wrong).
+    func authenticate(_ request: HTTPRequest) -> AddressOfRecord? {
+        var user = ""
+        var password = ""
+        if let header = request.header("Authorization"), header.count > 6, header.prefix(6).lowercased() == "basic ",
+            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        {
+            user = String(text[..<colon])
+            password = String(text[text.index(after: colon)...])
+        }
+        // The hash work runs whatever the header held, so every refusal costs the same.
+        return credentials.verify(user: user, password: password)
+    }
+
+    /// Runs `job` on a worker; answers with its response, or 503 when it fails or outlasts the
+    /// deadline (whichever comes first; the responder keeps only the first answer).
+    private func write(_ respond: HTTPResponder, _ job: @escaping @Sendable (PostgresConnection) throws -> HTTPResponse) {
+        pool.submit(job) { result in
+            switch result {
+            case .success(let response): respond(response)
+            case .failure: respond(.error(503, code: "storage_unavailable", message: "the token could not be stored now; try again"))
+            }
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + writeDeadline) {
+            respond(.error(503, code: "storage_unavailable", message: "the token could not be stored in time; try again"))
+        }
+    }
+
+    static func jsonObject(_ body: Data) -> Result<[String: Any], ResponseFailure> {
+        guard let parsed = try? JSONSerialization.jsonObject(with: body), let object = parsed as? [String: Any] else {
+            return .failure(ResponseFailure(response: .error(400, code: "invalid_json", message: "the body must be a JSON object")))
+        }
+        return .success(object)
+    }
+
+    struct ResponseFailure: Error {
+        let response: HTTPResponse
+    }
+
+    static func provider(forPlatform platform: String) -> PushProvider? {
+        switch platform {
+        case "android": return .fcm
+        case "ios": return .apns
+        case "ios.dev": return .apnsSandbox
+        default: return nil
+        }
+    }
+
+    /// Checks the posted fields (product.md's table, decisions.md's "Posted iOS tokens").
+    static func posting(from object: [String: Any]) throws(FieldProblem) -> Posting {
+        guard let token = object["token"] as? String, !token.isEmpty else {
+            throw FieldProblem(field: "token", message: "token is required: the device's push token")
+        }
+        guard token.utf8.count <= 4096, token.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
+            throw FieldProblem(field: "token", message: "token must be at most 4096 printable characters without spaces")
+        }
+        guard let sipUserText = object["sipUser"] as? String, let sipUser = AddressOfRecord(parsing: sipUserText) else {
+            throw FieldProblem(field: "sipUser", message: "sipUser is required: the extension's address, number@domain")
+        }
+        var provider = PushProvider.fcm
+        if let platform = object["platform"] {
+            guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
+                throw FieldProblem(field: "platform", message: "platform must be android, ios or ios.dev")
+            }
+            provider = known
+        }
+        var param: String? = nil
+        if let value = object["param"], !(value is NSNull) {
+            guard let text = value as? String, !text.isEmpty, text.utf8.count <= 255 else {
+                throw FieldProblem(field: "param", message: "param must be a non-empty string of at most 255 bytes")
+            }
+            param = text
+        }
+        var deviceID: String? = nil
+        if let value = object["deviceId"], !(value is NSNull) {
+            guard let text = value as? String, !text.isEmpty, text.utf8.count <= 255 else {
+                throw FieldProblem(field: "deviceId", message: "deviceId must be a non-empty string of at most 255 bytes")
+            }
+            deviceID = text
+        }
+        let kind: PushChannelKind
+        if provider.family == .apns {
+            guard Hex.decode(token) != nil else {
+                throw FieldProblem(field: "token", message: "an iOS token must be the PushKit or APNs token as hex")
+            }
+            kind = param.map { $0.hasSuffix(".voip") } ?? true ? .voip : .remote
+        } else {
+            kind = .standard
+        }
+        return Posting(sipUser: sipUser, channel: PushChannel(provider: provider, token: token, param: param, kind: kind), deviceID: deviceID)
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import Registrar
+
+/// A push token an app posted for its extension over HTTP (product.md, "By posting its token"):
+/// a way to wake that extension's device without a registration carrying it. A value.
+public struct PostedPushToken: Hashable, Sendable {
+    public let aor: AddressOfRecord
+    public let channel: PushChannel
+    public let deviceID: String?
+    public let postedAt: Date
+
+    public init(aor: AddressOfRecord, channel: PushChannel, deviceID: String?, postedAt: Date) {
+        self.aor = aor
+        self.channel = channel
+        self.deviceID = deviceID
+        self.postedAt = postedAt
+    }
+}
+
+/// What storing a posted token did.
+public enum PostedTokenChange: Equatable, Sendable {
+    /// The token was new.
+    case stored
+    /// The extension already held it with the same details: only `posted_at` moved.
+    case refreshed
+    /// The token (or its details) changed: `movedFrom` is the extension that held it before, if
+    /// another one.
+    case updated(movedFrom: AddressOfRecord?)
+}
+
+/// The `posted_push_tokens` table (migration 11). A token (family + token, decisions.md) lives on
+/// one extension: posting it for another moves it there, and every binding of another extension
+/// loses that push channel in the same transaction (announced on `rouse_bindings` so every
+/// registrar reloads it). Changes are announced on `rouse_posted_tokens` with the payload
+/// `<stored|removed> <number@domain>`.
+///
+/// Threading: stateless; every function runs on the connection it is given and blocks its thread
+/// until PostgreSQL answers, so call it on a `PostgresWorkerPool` worker or a command-line thread.
+public enum PostedPushTokens {
+    /// The channel changes are announced on.
+    public static let notificationChannel = "rouse_posted_tokens"
+    /// The origin written into the binding notifications this table's changes send.
+    static let bindingOrigin = "posted-tokens"
+
+    /// Stores `channel` for `aor` (one transaction). Returns nil when the extension does not exist.
+    public static func store(
+        _ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord, on connection: PostgresConnection
+    ) throws -> PostedTokenChange? {
+        try connection.transaction { connection -> PostedTokenChange? in
+            let found = try connection.query(
+                """
+                SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+                WHERE d.domain = $1 AND e.number = $2
+                """,
+                [aor.domain, aor.number])
+            guard let extensionID = found.rows.first?[0] ?? nil else { return nil }
+            let family = channel.family.rawValue
+            let previous = try connection.query(
+                """
+                SELECT p.extension_id::text, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
+                FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id
+                JOIN sip_domains d ON d.id = e.domain_id
+                WHERE p.family = $1 AND p.token = $2 FOR UPDATE OF p
+                """,
+                [family, channel.token])
+            try connection.query(
+                """
+                INSERT INTO posted_push_tokens (family, token, extension_id, provider, param, kind, device_id, posted_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+                ON CONFLICT (family, token) DO UPDATE SET extension_id = EXCLUDED.extension_id,
+                    provider = EXCLUDED.provider, param = EXCLUDED.param, kind = EXCLUDED.kind,
+                    device_id = EXCLUDED.device_id, posted_at = now()
+                """,
+                [family, channel.token, extensionID, channel.provider.rawValue, channel.param, channel.kind.rawValue, deviceID])
+            try connection.query("DELETE FROM push_dead_tokens WHERE family = $1 AND token = $2", [family, channel.token])
+            // decisions.md: the old holder's bindings stay reachable over SIP and only lose the channel.
+            let stripped = try connection.query(
+                """
+                DELETE FROM binding_push_channels c USING bindings b
+                WHERE b.id = c.binding_id AND c.family = $1 AND c.token = $2 AND b.extension_id <> $3::bigint
+                RETURNING b.id::text, b.aor
+                """,
+                [family, channel.token, extensionID])
+            let notifications = stripped.rows.compactMap { row -> String? in
+                guard let id = row[0].flatMap(UUID.init(uuidString:)), let aor = row[1].flatMap(AddressOfRecord.init(parsing:))
+                else { return nil }
+                return BindingNotification(kind: .refreshed, aor: aor, bindingID: id, origin: bindingOrigin).payload
+            }
+            try BindingRecords.announce(notifications, on: connection)
+
+            let change: PostedTokenChange
+            if let row = previous.rows.first {
+                let same = row[0] == extensionID && row[1] == channel.provider.rawValue && row[2] == channel.param
+                    && row[3] == channel.kind.rawValue && row[4] == deviceID
+                if same {
+                    change = .refreshed
+                } else {
+                    let oldAOR = row[0] == extensionID
+                        ? nil : (row[5]).flatMap { number in row[6].map { AddressOfRecord(number: number, domain: $0) } }
+                    change = .updated(movedFrom: oldAOR)
+                }
+            } else {
+                change = .stored
+            }
+            if change != .refreshed {
+                try connection.query("SELECT pg_notify($1, $2)", [notificationChannel, "stored \(aor)"])
+            }
+            return change
+        }
+    }
+
+    /// Removes `token` from `aor` (either family when `family` is nil; APNs tokens compared in
+    /// lower case). Returns whether the extension held it.
+    public static func remove(
+        token: String, family: PushProviderFamily?, from aor: AddressOfRecord, on connection: PostgresConnection
+    ) throws -> Bool {
+        try connection.transaction { connection in
+            let removed = try connection.query(
+                """
+                DELETE FROM posted_push_tokens p USING extensions e, sip_domains d
+                WHERE e.id = p.extension_id AND d.id = e.domain_id AND d.domain = $1 AND e.number = $2
+                    AND ($4::text IS NULL OR p.family = $4)
+                    AND ((p.family <> 'apns' AND p.token = $3) OR (p.family = 'apns' AND p.token = lower($3)))
+                """,
+                [aor.domain, aor.number, token, family?.rawValue])
+            guard removed.affectedRows > 0 else { return false }
+            try connection.query("SELECT pg_notify($1, $2)", [notificationChannel, "removed \(aor)"])
+            return true
+        }
+    }
+
+    /// The posted tokens of one extension (or all), by extension then posting time.
+    public static func list(for aor: AddressOfRecord?, on connection: PostgresConnection) throws -> [PostedPushToken] {
+        let rows = try connection.query(
+            """
+            SELECT e.number, d.domain, p.provider, p.token, p.param, p.kind, p.device_id, extract(epoch FROM p.posted_at)
+            FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
+            WHERE $1::text IS NULL OR (d.domain = $1 AND e.number = $2)
+            ORDER BY d.domain, e.number, p.posted_at
+            """,
+            [aor?.domain, aor?.number])
+        return rows.rows.compactMap { row in
+            guard let number = row[0], let domain = row[1], let provider = row[2].flatMap(PushProvider.init(rawValue:)),
+                let token = row[3], let kind = row[5].flatMap(PushChannelKind.init(rawValue:))
+            else { return nil }
+            return PostedPushToken(
+                aor: AddressOfRecord(number: number, domain: domain),
+                channel: PushChannel(provider: provider, token: token, param: row[4], kind: kind), deviceID: row[6],
+                postedAt: Date(timeIntervalSince1970: row[7].flatMap { Double($0) } ?? 0))
+        }
+    }
+
+    /// How many push apps are configured (for health).
+    public static func pushAppCount(on connection: PostgresConnection) throws -> Int {
+        Int(try connection.query("SELECT count(*) FROM push_apps").rows.first?[0] ?? "0") ?? 0
+    }
+}
