@@ -34,12 +34,14 @@ var targets: [Target] = [
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push"]),
+    // Counters, gauges and histograms in the Prometheus text format; no dependencies.
+    .target(name: "Metrics"),
     // The HTTP server, the token posting endpoint and health.
-    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto"]),
+    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -58,7 +60,8 @@ var targets: [Target] = [
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport"]),
-    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport"]),
+    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics"]),
+    .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(
         name: "RouseServerTests",
         dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport"]),

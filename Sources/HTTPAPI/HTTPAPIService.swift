@@ -1,5 +1,7 @@
 import Dispatch
 import Foundation
+import Metrics
+import Push
 import Registrar
 import Storage
 
@@ -21,9 +23,14 @@ public final class HTTPAPIService: @unchecked Sendable {
     private var stopped = false
 
     /// Starts serving on `listen` (`host:port`, port 0 for any; `[v6]:port` for IPv6).
+    /// - Parameter authFailureThrottle: refuses sources with too many failed credentials (429), shared with SIP.
+    /// - Parameter metrics: served at `/metrics`; counts `rouse_http_requests_total{route,status}`.
     /// - Parameter log: gets one event per request and per failed directory load; no secrets.
+    /// - Parameter pushSettings: where the admin API's test pushes go.
     public init(
         listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
+        pushSettings: PushSettings = PushSettings(),
+        authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
@@ -50,11 +57,19 @@ public final class HTTPAPIService: @unchecked Sendable {
         if let snapshot = try? directory.loadDirectory() { credentials.update(snapshot) }
 
         var router = HTTPRouter()
-        PushRegistrationAPI(credentials: credentials, pool: pool).register(on: &router)
+        PushRegistrationAPI(credentials: credentials, pool: pool, throttle: authFailureThrottle).register(on: &router)
         HealthAPI(pool: pool).register(on: &router)
+        MetricsAPI(registry: metrics).register(on: &router)
+        AdminAPI(pool: pool, pushSettings: pushSettings).register(on: &router)
+        OpenAPIDocument.register(on: &router)
         let server: HTTPServer
         do {
-            server = try HTTPServer(host: host, port: port, router: router, limits: limits) { log(.request($0)) }
+            let requests = metrics.counter("rouse_http_requests_total", help: "HTTP requests answered, by route pattern and status.")
+            let routes = router
+            server = try HTTPServer(host: host, port: port, router: router, limits: limits) { entry in
+                requests.increment(["route": routes.routePattern(for: entry.path) ?? "unmatched", "status": String(entry.status)])
+                log(.request(entry))
+            }
         } catch {
             pool.shutdown()
             throw error

@@ -174,7 +174,7 @@ public final class HTTPServer: @unchecked Sendable {
         exchange.remoteAddress = Self.clientAddress(connection)
         let request = HTTPRequest(
             method: method, path: url, headers: Self.headers(connection), body: exchange.body,
-            remoteAddress: exchange.remoteAddress)
+            remoteAddress: exchange.remoteAddress, query: Self.headers(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND, lowercased: false))
         exchange.connection = connection
         let responder = HTTPResponder(exchange: exchange)
         guard enlist(exchange) else { return send(Self.shuttingDown, for: exchange, on: connection) }
@@ -213,20 +213,26 @@ public final class HTTPServer: @unchecked Sendable {
         MHD_lookup_connection_value(connection, MHD_ValueKind.HEADER_KIND, name).map { String(cString: $0) }
     }
 
-    /// The request's headers, names in lower case (a repeated header keeps its last value).
-    static func headers(_ connection: OpaquePointer) -> [String: String] {
+    /// The request's headers, names in lower case (a repeated header keeps its last value); with
+    /// `kind` `GET_ARGUMENT_KIND` and `lowercased` false, its query arguments as given.
+    static func headers(
+        _ connection: OpaquePointer, kind: MHD_ValueKind = MHD_ValueKind.HEADER_KIND, lowercased: Bool = true
+    ) -> [String: String] {
         final class Collector {
             var headers: [String: String] = [:]
+            var lowercased = true
         }
         let collector = Collector()
+        collector.lowercased = lowercased
         let context = Unmanaged.passUnretained(collector).toOpaque()
         _ = withExtendedLifetime(collector) {
             MHD_get_connection_values(
-                connection, MHD_ValueKind.HEADER_KIND,
+                connection, kind,
                 { context, _, key, value in
                     guard let context, let key else { return MHD_Result.YES }
                     let collector = Unmanaged<Collector>.fromOpaque(context).takeUnretainedValue()
-                    collector.headers[String(cString: key).lowercased()] = value.map { String(cString: $0) } ?? ""
+                    let name = String(cString: key)
+                    collector.headers[collector.lowercased ? name.lowercased() : name] = value.map { String(cString: $0) } ?? ""
                     return MHD_Result.YES
                 }, context)
         }

@@ -20,11 +20,14 @@ public struct PushRegistrationAPI: Sendable {
     let credentials: CredentialCache
     let pool: PostgresWorkerPool
     let writeDeadline: Double
+    /// Counts 401s per client address; a blocked address gets 429 before its credentials are checked.
+    let throttle: AuthFailureThrottle?
 
-    public init(credentials: CredentialCache, pool: PostgresWorkerPool, writeDeadline: Double = 5) {
+    public init(credentials: CredentialCache, pool: PostgresWorkerPool, writeDeadline: Double = 5, throttle: AuthFailureThrottle? = nil) {
         self.credentials = credentials
         self.pool = pool
         self.writeDeadline = writeDeadline
+        self.throttle = throttle
     }
 
     /// Adds the two routes to `router`.
@@ -52,7 +55,12 @@ public struct PushRegistrationAPI: Sendable {
     }
 
     func post(_ request: HTTPRequest, _ respond: HTTPResponder) {
+        if let refusal = throttled(request) {
+            respond(refusal)
+            return
+        }
         guard let authenticated = authenticate(request) else {
+            if let address = request.remoteAddress { throttle?.recordFailure(address) }
             respond(Self.unauthorized)
             return
         }
@@ -82,7 +90,12 @@ public struct PushRegistrationAPI: Sendable {
     }
 
     func delete(_ request: HTTPRequest, _ respond: HTTPResponder) {
+        if let refusal = throttled(request) {
+            respond(refusal)
+            return
+        }
         guard let authenticated = authenticate(request) else {
+            if let address = request.remoteAddress { throttle?.recordFailure(address) }
             respond(Self.unauthorized)
             return
         }
@@ -122,6 +135,15 @@ public struct PushRegistrationAPI: Sendable {
             }
             return .json(200, ["status": "removed"])
         }
+    }
+
+    /// 429 with Retry-After when the client's address is blocked for failed credentials (issue 5).
+    func throttled(_ request: HTTPRequest) -> HTTPResponse? {
+        guard let throttle, let address = request.remoteAddress, let left = throttle.isBlocked(address) else { return nil }
+        let seconds = max(1, Int(left.rounded(.up)))
+        return .error(
+            429, code: "too_many_failures", message: "too many failed credentials from this address; try again in \(seconds) s",
+            headers: [("Retry-After", String(seconds))])
     }
 
     /// The extension the Basic credentials belong to, or nil (no header, malformed, wrong).

@@ -18,8 +18,13 @@ public final class Registrar: @unchecked Sendable {
     private let clock: @Sendable () -> Date
     private var expiryTimer: DispatchSourceTimer?
 
-    public init(core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+    /// - Parameter authFailureThrottle: when given, replaces the core's (shared with the HTTP API).
+    public init(
+        core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date = { Date() },
+        authFailureThrottle: AuthFailureThrottle? = nil
+    ) {
         self.core = core
+        if let authFailureThrottle { self.core.authFailureThrottle = authFailureThrottle }
         self.store = store
         self.clock = clock
     }

@@ -20,6 +20,12 @@ public struct RegistrarCore: Sendable {
     public var supportedPushProviders: Set<PushProviderFamily>
     public let authenticator: DigestAuthenticator
     public var serverName: String
+    /// Counts rejected credentials per source IP and refuses blocked sources before any digest
+    /// work (503 with Retry-After: decisions.md, SIP's 429 means something else). Nil: no throttling.
+    public var authFailureThrottle: AuthFailureThrottle?
+    /// The reason phrase of the 503 a blocked source gets, which tells it apart from the 503 of a
+    /// failed write in `SIPService`'s `rouse_register_total` (both carry a Retry-After).
+    public static let throttledReasonPhrase = "Service Unavailable (too many failed attempts)"
 
     /// Live bindings by extension.
     public private(set) var bindings: [AddressOfRecord: [Binding]] = [:]
@@ -108,6 +114,12 @@ public struct RegistrarCore: Sendable {
 
     /// Decides a REGISTER that arrived over `flow` at `now`.
     public mutating func register(_ request: SIPRequest, flow: BindingFlow, now: Date) -> RegisterDecision {
+        let sourceAddress = AuthFailureThrottle.address(ofSource: flow.source)
+        if let throttle = authFailureThrottle, let left = throttle.isBlocked(sourceAddress, now: now) {
+            var response = reply(request, 503, RegistrarCore.throttledReasonPhrase)
+            response.headers.add(.retryAfter, String(max(1, Int(left.rounded(.up)))))
+            return .respond(response)
+        }
         guard let to = request.to, to.uri.scheme != .tel, let number = to.uri.user else {
             return .respond(reply(request, 404, "Not Found"))
         }
@@ -123,6 +135,7 @@ public struct RegistrarCore: Sendable {
         guard let credentials else { return .respond(challenge(request, realm: domain, stale: false, now: now)) }
         switch authenticator.verify(credentials, method: request.method.rawValue, realm: domain, now: now, lookup: { directory.extensions[$0] }) {
         case .rejected:
+            authFailureThrottle?.recordFailure(sourceAddress, now: now)  // only a present, wrong answer counts
             return .respond(challenge(request, realm: domain, stale: false, now: now))
         case .stale:
             return .respond(challenge(request, realm: domain, stale: true, now: now))

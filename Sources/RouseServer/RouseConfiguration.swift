@@ -38,6 +38,11 @@ public struct RouseConfiguration: Sendable {
     public var maxBindingsPerExtension: Int
     /// How long a digest nonce is good for before `stale=true`.
     public var nonceLifetime: Duration
+    /// Failed credentials (SIP and HTTP) one source address may have within `authFailureWindow`
+    /// before it is refused for `authBlockDuration`.
+    public var authFailureLimit: Int
+    public var authFailureWindow: Duration
+    public var authBlockDuration: Duration
     /// Push endpoints (tests point them at local stand-ins) and the deadline of each push request.
     public var apnsProductionURL: String
     public var apnsSandboxURL: String
@@ -100,6 +105,12 @@ extension RouseConfiguration {
               meaning: "most registered contacts per extension; the oldest without an instance id makes room"),
         .init(key: "nonce_lifetime", defaultValue: "300",
               meaning: "seconds a digest nonce is valid before the phone is told stale=true"),
+        .init(key: "auth_failure_limit", defaultValue: "20",
+              meaning: "failed credentials (SIP REGISTER and HTTP) one source address may have within auth_failure_window before it is blocked"),
+        .init(key: "auth_failure_window", defaultValue: "60",
+              meaning: "seconds over which failed credentials are counted"),
+        .init(key: "auth_block_duration", defaultValue: "300",
+              meaning: "seconds a blocked source gets 503 (SIP) or 429 (HTTP) with Retry-After"),
         .init(key: "apns_production_url", defaultValue: "https://api.push.apple.com",
               meaning: "base URL of Apple's production push host"),
         .init(key: "apns_sandbox_url", defaultValue: "https://api.sandbox.push.apple.com",

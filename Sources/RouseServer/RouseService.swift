@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Glibc
 import HTTPAPI
+import Metrics
 import Registrar
 import SIPTransport
 import Storage
@@ -52,12 +53,20 @@ public final class RouseService: @unchecked Sendable {
             supportedPushProviders: try PostgresPushApps.providerFamilies(on: connection),
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
             serverName: "Rouse/\(CommandLineInterface.version)")
-        let registrar = Registrar(core: core, store: store)
+        // One throttle for SIP and HTTP: guesses on either count against both (issue 5).
+        let authFailureThrottle = AuthFailureThrottle(
+            limit: configuration.authFailureLimit, window: configuration.authFailureWindow / .seconds(1),
+            blockFor: configuration.authBlockDuration / .seconds(1))
+        let metrics = MetricsRegistry()
+        let registrar = Registrar(core: core, store: store, authFailureThrottle: authFailureThrottle)
+        metrics.gauge("rouse_bindings", help: "Live bindings (registered contacts) held by this instance.") {
+            Double(registrar.bindingCount)
+        }
         try registrar.loadBindings()
         registrar.startExpiryTimer()
         logger.info("registrar.ready", ["bindings": String(registrar.bindingCount)])
 
-        let sip = SIPService(configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID)
+        let sip = SIPService(configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID, metrics: metrics)
         self.sip = sip
         self.registrar = registrar
         self.locationStore = store
@@ -66,7 +75,10 @@ public final class RouseService: @unchecked Sendable {
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
         }
-        let http = try HTTPAPIService(listen: configuration.httpListen, settings: settings) { [logger] event in
+        let http = try HTTPAPIService(
+            listen: configuration.httpListen, settings: settings, pushSettings: configuration.pushSettings,
+            authFailureThrottle: authFailureThrottle, metrics: metrics
+        ) { [logger] event in
             RouseService.log(event, to: logger)
         }
         self.http = http

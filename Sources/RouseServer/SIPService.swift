@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Metrics
 import Registrar
 import SIPMessage
 import SIPTransaction
@@ -19,14 +20,22 @@ public final class SIPService: Sendable {
     private let logger: Logger
     private let timerQueue = DispatchQueue(label: "rouse.sip.timers")
     private let registrar: Registrar?
+    /// `rouse_register_total{result}`, when metrics are kept.
+    private let registerResults: MetricsRegistry.Counter?
     /// Names this process in binding flows, so a restarted or other instance knows a connection
     /// recorded there is not its own.
     public let instanceID: String
     private let connections = ConnectionTable()
 
     /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
-    public init(configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString) {
+    /// - Parameter metrics: counts REGISTERs by result when given.
+    public init(
+        configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
+        metrics: MetricsRegistry? = nil
+    ) {
         self.registrar = registrar
+        self.registerResults = metrics?.counter(
+            "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
         self.instanceID = instanceID
         self.limits = configuration.parserLimits
         self.logger = logger
@@ -126,6 +135,7 @@ public final class SIPService: Sendable {
             if request.method == .register, let registrar {
                 registrar.handleRegister(request, flow: bindingFlow(flow, request: request)) { [weak self] response in
                     if response.statusCode == 200 { self?.connections.remember(flow) }
+                    self?.registerResults?.increment(["result": SIPService.registerResult(response)])
                     self?.transactions.respond(response, to: handle)
                 }
             } else if request.method == .cancel {
@@ -152,6 +162,18 @@ public final class SIPService: Sendable {
     }
 
     /// What a binding must remember of the flow a REGISTER came over (RFC 5626 §5.2).
+    /// The `result` label of a registrar's answer: 200 ok, 401 challenged, the throttle's 503
+    /// throttled, other 5xx error (storage), anything else refused.
+    static func registerResult(_ response: SIPResponse) -> String {
+        switch response.statusCode {
+        case 200: return "ok"
+        case 401: return "challenged"
+        case 503 where response.reasonPhrase == RegistrarCore.throttledReasonPhrase: return "throttled"
+        case 500...599: return "error"
+        default: return "refused"
+        }
+    }
+
     func bindingFlow(_ flow: FlowID, request: SIPRequest) -> BindingFlow {
         let (source, local) = connections.endpoints(of: flow) ?? (flow.datagramPeer, nil)
         return BindingFlow(

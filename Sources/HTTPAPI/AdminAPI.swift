@@ -1,0 +1,418 @@
+import Crypto
+import Dispatch
+import Foundation
+import Push
+import Registrar
+import Storage
+
+/// The admin JSON API under `/api/v1/admin/` (issue 5, item 4): organisations, extensions (with
+/// an extension's bindings, posted tokens and recent pushes), push apps (keys write-only) and the
+/// test push. Every route requires an administrator's HTTP Basic credentials (`rouse admin add`);
+/// otherwise 401 with `WWW-Authenticate: Basic realm="rouse-admin"`.
+///
+/// Threading: the handlers run on the HTTP server's threads and never block: each request's work
+/// (the PBKDF2 check when not cached, the directory and storage calls, which wait for the worker
+/// pool) runs on a queue of its own and answers through the responder; a test push awaits the
+/// push service in a task. Answers never hold a password, hash or push app key.
+public struct AdminAPI: Sendable {
+    public static let base = "/api/v1/admin"
+    /// Every route as `(method, path)`, `{…}` marking a path parameter (for the OpenAPI document
+    /// and the tests).
+    public static let routes: [(String, String)] = [
+        ("GET", "/organisations"), ("POST", "/organisations"), ("DELETE", "/organisations/{domain}"),
+        ("GET", "/extensions"), ("POST", "/extensions"), ("GET", "/extensions/{address}"),
+        ("PUT", "/extensions/{address}/password"), ("DELETE", "/extensions/{address}"),
+        ("GET", "/push-apps"), ("POST", "/push-apps"), ("DELETE", "/push-apps/{id}"), ("POST", "/push-apps/{id}/test"),
+    ].map { ($0.0, base + $0.1) }
+
+    let pool: PostgresWorkerPool
+    let directory: PostgresDirectory
+    let pushSettings: PushSettings
+    let sessions: AdminSessionCache
+    let queue = DispatchQueue(label: "rouse.http.admin", attributes: .concurrent)
+
+    public init(pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache()) {
+        self.pool = pool
+        self.directory = PostgresDirectory(pool: pool)
+        self.pushSettings = pushSettings
+        self.sessions = sessions
+    }
+
+    /// Adds every admin route to `router`.
+    public func register(on router: inout HTTPRouter) {
+        let b = Self.base
+        router.add("GET", b + "/organisations") { request, respond in guarded(request, respond) { try listOrganisations() } }
+        router.add("POST", b + "/organisations") { request, respond in guarded(request, respond) { try addOrganisation(request) } }
+        router.add("DELETE", prefix: b + "/organisations/") { request, rest, respond in
+            guarded(request, respond) {
+                try directory.removeDomain(rest)
+                return .json(200, ["status": "removed"])
+            }
+        }
+        router.add("GET", b + "/extensions") { request, respond in guarded(request, respond) { try listExtensions(request) } }
+        router.add("POST", b + "/extensions") { request, respond in guarded(request, respond) { try addExtension(request) } }
+        router.add("GET", prefix: b + "/extensions/") { request, rest, respond in
+            guarded(request, respond) { try extensionDetail(try DirectoryError.parseAddress(rest)) }
+        }
+        router.add("PUT", prefix: b + "/extensions/") { request, rest, respond in
+            guarded(request, respond) {
+                guard rest.hasSuffix("/password") else { return Self.notFound }
+                let aor = try DirectoryError.parseAddress(String(rest.dropLast("/password".count)))
+                let body = try Self.object(request)
+                try directory.changePassword(aor, password: try Self.string(body, "password"))
+                return .json(200, ["status": "changed"])
+            }
+        }
+        router.add("DELETE", prefix: b + "/extensions/") { request, rest, respond in
+            guarded(request, respond) {
+                try directory.removeExtension(try DirectoryError.parseAddress(rest))
+                return .json(200, ["status": "removed"])
+            }
+        }
+        router.add("GET", b + "/push-apps") { request, respond in guarded(request, respond) { try listPushApps() } }
+        router.add("POST", b + "/push-apps") { request, respond in guarded(request, respond) { try addPushApp(request) } }
+        router.add("DELETE", prefix: b + "/push-apps/") { request, rest, respond in
+            guarded(request, respond) {
+                guard let id = Int64(rest) else { return Self.notFound }
+                guard try pool.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
+                    return .error(404, code: "not_found", message: "there is no push app #\(id)")
+                }
+                return .json(200, ["status": "removed"])
+            }
+        }
+        router.add("POST", prefix: b + "/push-apps/") { request, rest, respond in
+            authorized(request, respond) { testPush(request, rest, respond) }
+        }
+    }
+
+    // MARK: - Authentication
+
+    /// The one 401 of the admin API.
+    static let unauthorized = HTTPResponse.error(
+        401, code: "unauthorized", message: "admin credentials are required",
+        headers: [("WWW-Authenticate", "Basic realm=\"rouse-admin\"")])
+
+    static let notFound = HTTPResponse.error(404, code: "not_found", message: "no such path")
+
+    /// Runs `then` on the admin queue once the request's credentials are an administrator's.
+    func authorized(_ request: HTTPRequest, _ respond: HTTPResponder, then: @escaping @Sendable () -> Void) {
+        guard let (name, password) = Self.basicCredentials(request) else {
+            respond(Self.unauthorized)
+            return
+        }
+        let key = AdminSessionCache.key(name: name, password: password)
+        queue.async {
+            if sessions.contains(key) {
+                then()
+                return
+            }
+            let valid = (try? pool.run { try PostgresAdmins.verify(name: name, password: password, on: $0) }) ?? false
+            guard valid else {
+                respond(Self.unauthorized)
+                return
+            }
+            sessions.insert(key)
+            then()
+        }
+    }
+
+    /// Authorizes, then runs `job` on the admin queue and answers with its response or its error.
+    func guarded(_ request: HTTPRequest, _ respond: HTTPResponder, _ job: @escaping @Sendable () throws -> HTTPResponse) {
+        authorized(request, respond) {
+            do {
+                respond(try job())
+            } catch {
+                respond(Self.response(for: error))
+            }
+        }
+    }
+
+    static func basicCredentials(_ request: HTTPRequest) -> (String, String)? {
+        guard let header = request.header("Authorization"), header.count > 6, header.prefix(6).lowercased() == "basic ",
+            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        else { return nil }
+        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
+    }
+
+    // MARK: - Errors
+
+    /// A body problem: 400 naming the field.
+    struct FieldProblem: Error {
+        let field: String?
+        let message: String
+    }
+
+    /// The error shape for a refusal; storage failures are 503 without their details.
+    static func response(for error: any Error) -> HTTPResponse {
+        switch error {
+        case let problem as FieldProblem:
+            return .error(400, code: problem.field == nil ? "invalid_json" : "invalid_field", message: problem.message, field: problem.field)
+        case let problem as PushAppError:
+            return .error(400, code: "invalid_field", message: problem.description, field: pushAppField(problem.field))
+        case let refusal as DirectoryError:
+            switch refusal {
+            case .invalidDomain: return .error(400, code: "invalid_field", message: refusal.description, field: "domain")
+            case .invalidNumber, .invalidAddress: return .error(400, code: "invalid_field", message: refusal.description, field: "address")
+            case .invalidPassword: return .error(400, code: "invalid_field", message: refusal.description, field: "password")
+            case .noSuchDomain, .noSuchExtension: return .error(404, code: "not_found", message: refusal.description)
+            case .domainExists, .extensionExists, .domainHasExtensions: return .error(409, code: "conflict", message: refusal.description)
+            }
+        default:
+            return .error(503, code: "storage_unavailable", message: "the database could not be reached or refused; try again")
+        }
+    }
+
+    /// A push app validation field as the API's body names it.
+    static func pushAppField(_ field: String) -> String {
+        switch field {
+        case "team_id": return "teamId"
+        case "key_id": return "keyId"
+        case "topic", "key", "param", "environment", "kind": return field
+        case "service_account": return "serviceAccount"
+        default: return "serviceAccount." + field
+        }
+    }
+
+    static func object(_ request: HTTPRequest) throws -> [String: Any] {
+        guard let parsed = try? JSONSerialization.jsonObject(with: request.body), let object = parsed as? [String: Any] else {
+            throw FieldProblem(field: nil, message: "the body must be a JSON object")
+        }
+        return object
+    }
+
+    static func string(_ object: [String: Any], _ field: String, optional: Bool = false) throws -> String {
+        guard let value = object[field], !(value is NSNull) else {
+            if optional { return "" }
+            throw FieldProblem(field: field, message: "\(field) is required")
+        }
+        guard let text = value as? String else { throw FieldProblem(field: field, message: "\(field) must be a string") }
+        return text
+    }
+
+    static func iso(_ date: Date) -> String {
+        ISO8601DateFormatter().string(from: date)
+    }
+
+    // MARK: - Organisations and extensions
+
+    func listOrganisations() throws -> HTTPResponse {
+        let items: [[String: Any]] = try directory.listDomains().map {
+            ["domain": $0.domain, "extensionCount": $0.extensionCount, "createdAt": Self.iso($0.createdAt)]
+        }
+        return .json(200, ["items": items, "total": items.count])
+    }
+
+    func addOrganisation(_ request: HTTPRequest) throws -> HTTPResponse {
+        let domain = try directory.addDomain(try Self.string(try Self.object(request), "domain"))
+        return .json(201, ["domain": domain])
+    }
+
+    func listExtensions(_ request: HTTPRequest) throws -> HTTPResponse {
+        let domain = request.query["domain"].flatMap { $0.isEmpty ? nil : $0 }
+        let search = (request.query["search"] ?? "").lowercased()
+        func number(_ name: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
+            guard let text = request.query[name], !text.isEmpty else { return fallback }
+            guard let value = Int(text), range.contains(value) else {
+                throw FieldProblem(field: name, message: "\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+            }
+            return value
+        }
+        let limit = try number("limit", 50, 1...500)
+        let offset = try number("offset", 0, 0...Int(Int32.max))
+        let all = try directory.listExtensions(domain: domain).filter { search.isEmpty || $0.aor.description.lowercased().contains(search) }
+        let page: [[String: Any]] = all.dropFirst(offset).prefix(limit).map {
+            [
+                "address": $0.aor.description, "liveBindings": $0.liveBindingCount, "createdAt": Self.iso($0.createdAt),
+                "updatedAt": Self.iso($0.updatedAt),
+            ]
+        }
+        return .json(200, ["items": page, "total": all.count, "limit": limit, "offset": offset])
+    }
+
+    func addExtension(_ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try Self.object(request)
+        let aor = try DirectoryError.parseAddress(try Self.string(body, "address"))
+        try directory.addExtension(aor, password: try Self.string(body, "password"))
+        return .json(201, ["address": aor.description])
+    }
+
+    func extensionDetail(_ aor: AddressOfRecord) throws -> HTTPResponse {
+        guard try directory.hasExtension(aor) else { throw DirectoryError.noSuchExtension(aor) }
+        let now = Date()
+        let (bindings, posted, dead, pushes) = try pool.run { connection in
+            let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
+            let posted = try PostedPushTokens.list(for: aor, on: connection)
+            let channels = bindings.flatMap(\.pushChannels) + posted.map(\.channel)
+            let dead = try PostgresLocationStore.deadTokens(on: connection, among: channels)
+            let pushes = try PostgresPushStores.recent(on: connection, aor: aor.description, limit: 20)
+            return (bindings, posted, dead, pushes)
+        }
+        let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
+        func isDead(_ channel: PushChannel) -> Bool { deadKeys.contains("\(channel.family.rawValue) \(channel.token)") }
+        let bindingItems: [[String: Any]] = bindings.map { binding in
+            [
+                "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
+                "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
+                "expiresIn": binding.remainingSeconds(at: now),
+                "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
+                    [
+                        "provider": channel.provider.rawValue, "token": Binding.shortenedToken(channel.token),
+                        "param": channel.param ?? NSNull(), "kind": channel.kind.rawValue, "dead": isDead(channel),
+                    ]
+                },
+            ]
+        }
+        let postedItems: [[String: Any]] = posted.map { token in
+            [
+                "platform": Self.platform(token.channel.provider), "token": Binding.shortenedToken(token.channel.token),
+                "param": token.channel.param ?? NSNull(), "kind": token.channel.kind.rawValue,
+                "postedAt": Self.iso(token.postedAt), "dead": isDead(token.channel),
+            ]
+        }
+        let pushItems: [[String: Any]] = pushes.map { record in
+            [
+                "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
+                "status": record.status ?? NSNull(), "reason": record.reason ?? NSNull(), "explanation": record.explanation,
+                "latencyMs": record.latencyMilliseconds,
+            ]
+        }
+        return .json(
+            200, ["address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems])
+    }
+
+    /// The posting endpoint's platform name of a provider.
+    static func platform(_ provider: PushProvider) -> String {
+        switch provider {
+        case .apns: return "ios"
+        case .apnsSandbox: return "ios.dev"
+        case .fcm: return "android"
+        default: return provider.rawValue
+        }
+    }
+
+    // MARK: - Push apps
+
+    func listPushApps() throws -> HTTPResponse {
+        let items: [[String: Any]] = try pool.run { try PostgresPushApps(connection: $0).summaries() }.map {
+            [
+                "id": $0.id, "kind": $0.kind, "param": $0.param, "environment": $0.environment ?? NSNull(),
+                "details": $0.details, "createdAt": $0.createdAt,
+            ]
+        }
+        return .json(200, ["items": items, "total": items.count])
+    }
+
+    func addPushApp(_ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try Self.object(request)
+        let param = try Self.string(body, "param", optional: true)
+        let app: PushApp
+        switch try Self.string(body, "kind") {
+        case "apns":
+            var environment: APNsEnvironment? = nil
+            let given = try Self.string(body, "environment", optional: true)
+            if !given.isEmpty {
+                guard let parsed = APNsEnvironment(rawValue: given) else {
+                    throw FieldProblem(field: "environment", message: "environment must be production or sandbox")
+                }
+                environment = parsed
+            }
+            app = PushApp(
+                credentials: .apns(APNsCredentials(
+                    teamID: try Self.string(body, "teamId"), keyID: try Self.string(body, "keyId"),
+                    topic: try Self.string(body, "topic"), privateKeyPEM: try Self.string(body, "key"), environment: environment)),
+                param: param)
+        case "fcm":
+            guard let account = body["serviceAccount"] as? [String: Any],
+                let data = try? JSONSerialization.data(withJSONObject: account)
+            else { throw FieldProblem(field: "serviceAccount", message: "serviceAccount must be the service account JSON object") }
+            app = PushApp(credentials: .fcm(try FCMServiceAccount(json: Array(data))), param: param)
+        default:
+            throw FieldProblem(field: "kind", message: "kind must be apns or fcm")
+        }
+        let (id, notes) = try pool.run { try PostgresPushApps(connection: $0).add(app) }
+        return .json(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+    }
+
+    /// `POST /push-apps/{id}/test`: one test push, recorded like `rouse push-app test`.
+    func testPush(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
+        guard rest.hasSuffix("/test"), let id = Int64(rest.dropLast("/test".count)) else {
+            respond(Self.notFound)
+            return
+        }
+        let token: String
+        var provider: PushProvider? = nil
+        do {
+            let body = try Self.object(request)
+            token = try Self.string(body, "token")
+            guard !token.isEmpty, token.utf8.count <= 4096 else { throw FieldProblem(field: "token", message: "token must not be empty") }
+            let given = try Self.string(body, "provider", optional: true)
+            if !given.isEmpty {
+                guard let parsed = PushProvider(rawValue: given), parsed != .webpush else {
+                    throw FieldProblem(field: "provider", message: "provider must be apns, apns.dev or fcm")
+                }
+                provider = parsed
+            }
+            guard let app = try pool.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
+                respond(.error(404, code: "not_found", message: "there is no push app #\(id)"))
+                return
+            }
+            let settings = pushSettings
+            let chosen = provider
+            let pool = pool
+            Task {
+                let outcome = await PushService(settings: settings, apps: [app]).sendTest(app: app, token: token, provider: chosen)
+                let family = app.family
+                let channelToken = family == .apns ? token.lowercased() : token
+                let record = PushRecord(
+                    createdAt: Date(), aor: nil, callID: nil, provider: chosen ?? (family == .fcm ? .fcm : .apns),
+                    tokenShort: PushRecord.shorten(channelToken), appID: id, outcome: outcome.word, status: outcome.status,
+                    reason: outcome.reason, explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds)
+                _ = try? await pool.perform { connection in
+                    if outcome.isDeadToken {
+                        try PostgresPushStores.markDead(on: connection, family: family, token: channelToken, reason: outcome.reason ?? "dead")
+                    }
+                    try PostgresPushStores.insert(record, on: connection)
+                }
+                respond(.json(200, ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]))
+            }
+        } catch {
+            respond(Self.response(for: error))
+        }
+    }
+}
+
+/// Administrators' credentials verified in the last minute, so a request does not pay the
+/// PBKDF2 cost each time. Keyed by SHA-256 of name and password; never holds a password.
+///
+/// Threading: thread-safe (an `NSLock` guards the table).
+public final class AdminSessionCache: @unchecked Sendable {
+    // @unchecked: `expiries` is only touched under `lock`.
+    private let lock = NSLock()
+    private var expiries: [String: Date] = [:]
+    let lifetime: TimeInterval
+
+    public init(lifetime: TimeInterval = 60) {
+        self.lifetime = lifetime
+    }
+
+    /// The cache key of a name and password.
+    static func key(name: String, password: String) -> String {
+        Hex.encode(Digest.hash(.sha256, Array(name.utf8) + [0] + Array(password.utf8)))
+    }
+
+    func contains(_ key: String) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let expiry = expiries[key] else { return false }
+        return expiry > Date()
+    }
+
+    func insert(_ key: String) {
+        let now = Date()
+        lock.lock()
+        expiries = expiries.filter { $0.value > now }
+        expiries[key] = now.addingTimeInterval(lifetime)
+        lock.unlock()
+    }
+}

@@ -1,0 +1,62 @@
+import Crypto
+import Foundation
+import Storage
+
+/// The operator's commands for the admin API's administrators. Like the directory commands they
+/// read the database setting, run one operation and exit 0, or 1 with one line on standard error.
+/// A password comes from `--password` or one line of standard input; when standard input is empty
+/// a random one is generated and printed once. Stored only as a PBKDF2 hash.
+extension CommandLineInterface {
+    static let adminCommands: [Command] = [
+        Command(
+            name: "admin add",
+            summary: "add an administrator of the admin API; the password comes from --password or standard input, or is generated",
+            usage: "rouse admin add NAME [--password PASSWORD] [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(
+                    arguments, usage: "rouse admin add NAME [--password PASSWORD]", positional: 1...1, acceptsPassword: true
+                ) { context in
+                    let connection = try adminConnection(context)
+                    let name = context.positional[0]
+                    var password = context.givenPassword ?? PasswordReader.readLine(prompt: "password for admin \(name): ") ?? ""
+                    let generated = password.isEmpty
+                    if generated { password = generatePassword() }
+                    try PostgresAdmins.add(name: name, password: password, on: connection)
+                    print("added admin \(name)")
+                    if generated { print("generated password (shown once): \(password)") }
+                }
+            }),
+        Command(
+            name: "admin list", summary: "list the administrators of the admin API",
+            usage: "rouse admin list [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse admin list", positional: 0...0) { context in
+                    let admins = try PostgresAdmins.list(on: try adminConnection(context))
+                    if admins.isEmpty { print("no admins") }
+                    let format = ISO8601DateFormatter()
+                    for admin in admins { print("\(admin.name)  added \(format.string(from: admin.createdAt))") }
+                }
+            }),
+    ]
+
+    /// A connection to a database migrated at least to the administrators' table.
+    static func adminConnection(_ context: DirectoryCommandContext) throws -> PostgresConnection {
+        let connection = try context.settings.connect()
+        guard try Migrator.currentVersion(connection) >= 200 else {
+            throw CommandLineProblem("the database has no admins table yet: run rouse migrate first")
+        }
+        return connection
+    }
+
+    /// 20 random characters from letters and digits (about 119 bits).
+    static func generatePassword(length: Int = 20) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        var out = ""
+        while out.count < length {
+            for byte in SecureRandom.bytes(32) where byte < 248 && out.count < length {
+                out.append(alphabet[Int(byte) % alphabet.count])
+            }
+        }
+        return out
+    }
+}
