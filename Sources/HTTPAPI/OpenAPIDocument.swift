@@ -95,6 +95,16 @@ public enum OpenAPIDocument {
           },
           "503": {
             "$ref": "#/components/responses/Error"
+          },
+          "429": {
+            "description": "too many failed credentials from this address; see Retry-After",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
           }
         }
       },
@@ -164,6 +174,16 @@ public enum OpenAPIDocument {
           },
           "503": {
             "$ref": "#/components/responses/Error"
+          },
+          "429": {
+            "description": "too many failed credentials from this address; see Retry-After",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
           }
         }
       }
@@ -1109,6 +1129,23 @@ public enum OpenAPIDocument {
             "adminBasic": []
           }
         ]
+      }
+    },
+    "/metrics": {
+      "get": {
+        "summary": "Prometheus metrics (text format 0.0.4): live bindings, REGISTERs by result, HTTP requests by route and status",
+        "responses": {
+          "200": {
+            "description": "metrics",
+            "content": {
+              "text/plain": {
+                "schema": {
+                  "type": "string"
+                }
+              }
+            }
+          }
+        }
       }
     }
   },
