@@ -1,34 +1,5 @@
 #!/usr/bin/env bash
-# Makes the Python virtual environment schemathesis runs in for the OpenAPI property test
-# (Tests/RouseServerTests/OpenAPIPropertyTests.swift), at .build/property-venv, from
-# Tests/PropertyTests/requirements.txt (PyPI) with python3 (or $ROUSE_PYTHON). Rebuilds it only when it is missing, broken, or the requirements or the interpreter
-# changed (a stamp of both); quiet unless pip fails. Prints the venv's python path on stdout.
-# Concurrent callers (parallel tests) wait for one another on a lock file.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-requirements=Tests/PropertyTests/requirements.txt
-venv=.build/property-venv
-stamp=$venv/.rouse-requirements-stamp
-python=${ROUSE_PYTHON:-python3}
-
-mkdir -p .build
-exec 9>.build/property-venv.lock
-flock 9
-
-want="$(sha256sum "$requirements" | cut -d' ' -f1) $("$python" -c 'import sys; print(sys.version.split()[0], sys.base_prefix)')"
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    rm -rf "$venv"
-    log=$(mktemp)
-    if ! { "$python" -m venv "$venv" && "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            --no-input --requirement "$requirements"; } >"$log" 2>&1; then
-        cat "$log" >&2
-        rm -f "$log"
-        rm -rf "$venv"
-        echo "rouse: could not make the property tests' venv $venv (python3 -m venv needs python3-venv on Debian; pip needs PyPI)" >&2
-        exit 1
-    fi
-    rm -f "$log"
-    echo "$want" >"$stamp"
-fi
-echo "$root/$venv/bin/python"
+# The Python venv schemathesis runs in for the OpenAPI property test
+# (Tests/RouseServerTests/OpenAPIPropertyTests.swift): .build/property-venv from
+# Tests/PropertyTests/requirements.txt. Prints the venv's python path (see python-venv.sh).
+exec bash "$(dirname "$0")/python-venv.sh" property Tests/PropertyTests/requirements.txt

@@ -1,34 +1,4 @@
 #!/usr/bin/env bash
-# Makes the Python virtual environment the APNs/FCM stand-ins (Tests/PushStandIns/standin.py) run in,
-# at .build/standins-venv, from Tests/PushStandIns/requirements.txt (PyPI) with python3 (or
-# $ROUSE_PYTHON). Rebuilds it only when it is missing, broken, or the requirements or the interpreter
-# changed (a stamp of both); quiet unless pip fails. Prints the venv's python path on stdout.
-# Concurrent callers (parallel tests) wait for one another on a lock file.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-requirements=Tests/PushStandIns/requirements.txt
-venv=.build/standins-venv
-stamp=$venv/.rouse-requirements-stamp
-python=${ROUSE_PYTHON:-python3}
-
-mkdir -p .build
-exec 9>.build/standins-venv.lock
-flock 9
-
-want="$(sha256sum "$requirements" | cut -d' ' -f1) $("$python" -c 'import sys; print(sys.version.split()[0], sys.base_prefix)')"
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    rm -rf "$venv"
-    log=$(mktemp)
-    if ! { "$python" -m venv "$venv" && "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            --no-input --requirement "$requirements"; } >"$log" 2>&1; then
-        cat "$log" >&2
-        rm -f "$log"
-        rm -rf "$venv"
-        echo "rouse: could not make the push stand-ins' venv $venv (python3 -m venv needs python3-venv on Debian; pip needs PyPI)" >&2
-        exit 1
-    fi
-    rm -f "$log"
-    echo "$want" >"$stamp"
-fi
-echo "$root/$venv/bin/python"
+# The Python venv the APNs/FCM stand-ins (Tests/PushStandIns/standin.py) run in: .build/standins-venv
+# from Tests/PushStandIns/requirements.txt. Prints the venv's python path (see python-venv.sh).
+exec bash "$(dirname "$0")/python-venv.sh" standins Tests/PushStandIns/requirements.txt
