@@ -264,31 +264,13 @@ public enum JSONWebToken {
         var text = "{"
         for (index, (name, value)) in members.enumerated() {
             if index > 0 { text += "," }
-            text += quoted(name) + ":"
+            text += JSONString.quoted(name) + ":"
             switch value {
-            case .string(let string): text += quoted(string)
+            case .string(let string): text += JSONString.quoted(string)
             case .integer(let number): text += String(number)
             }
         }
         return text + "}"
-    }
-
-    static func quoted(_ string: String) -> String {
-        var out = "\""
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
     }
 }
 

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// How much Rouse logs.
@@ -61,25 +62,7 @@ public struct Logger: Sendable {
         return jsonString(value)
     }
 
-    static func jsonString(_ value: String) -> String {
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    out += String(format: "\\u%04x", scalar.value)
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
+    static func jsonString(_ value: String) -> String { JSONString.quoted(value) }
 }
 
 /// Standard error behind a lock (the one piece of state loggers share).
