@@ -8,9 +8,9 @@ struct BenchOptions {
     var jsonPath: String?
     /// How the OPTIONS throughput phase releases requests.
     var pacing = UDPLoadGenerator.Pacing.window(64)
-    /// Which phases run, in this order: parser, options, register, push.
-    var phases: Set<String> = ["parser", "options", "register", "push"]
-    /// libpq conninfo of a scratch database; without it the REGISTER phase is skipped.
+    /// Which phases run, in this order: parser, options, register, posting, push.
+    var phases: Set<String> = ["parser", "options", "register", "posting", "push"]
+    /// libpq conninfo of a scratch database; without it the REGISTER and posting phases are skipped.
     var databaseURL: String?
     /// The `rouse` executable the REGISTER phase starts; by default the one beside rouse-bench.
     var rouseExecutable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -22,21 +22,27 @@ struct BenchOptions {
     /// The push phase: pushes in the throughput pass and how many are in flight.
     var pushCount = 5_000
     var pushWindow = 100
+    /// The posting phase: extensions the posts cycle through, length of the measured load and
+    /// keep-alive connections.
+    var postingExtensions = 1_000
+    var postingSeconds = 5.0
+    var postingConnections = 8
 
-    static let phaseNames: Set<String> = ["parser", "options", "register", "push"]
+    static let phaseNames: Set<String> = ["parser", "options", "register", "posting", "push"]
 
     static let usage = """
         usage: rouse-bench [--seconds N] [--json FILE] [--window N | --rate R] [--phases LIST]
                            [--database-url CONNINFO] [--rouse PATH] [--register-extensions N]
                            [--register-seconds N] [--register-window N] [--memory-bindings N]
-                           [--push-count N] [--push-window N]
+                           [--posting-extensions N] [--posting-seconds N]
+                           [--posting-connections N] [--push-count N] [--push-window N]
 
           --seconds N   duration of each OPTIONS phase, in seconds (default 3); the parser
                         benchmarks always take about 1.5 s each
           --json FILE   also write the figures to FILE as JSON
           --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
           --rate R      instead of a window, send R OPTIONS requests per second
-          --phases LIST comma list of parser, options, register, push (default all four)
+          --phases LIST comma list of parser, options, register, posting, push (default all five)
 
         REGISTER phase (needs PostgreSQL; `make bench` starts one and passes its database):
           --database-url CONNINFO   a scratch database to fill; without it the phase is skipped
@@ -46,6 +52,12 @@ struct BenchOptions {
           --register-window N       REGISTERs kept in flight (default 64)
           --memory-bindings N       bindings held for the memory-per-binding figure (default
                                     100000, sending for at most 60 s; 0 skips the memory pass)
+
+        posting phase (POST /api/v1/push/register over HTTP/1.1 keep-alive; needs --database-url):
+          --posting-extensions N    extensions the posts cycle through (default 1000)
+          --posting-seconds N       length of the measured posting load (default 5); then SIP
+                                    OPTIONS latency is measured for 2 s idle and 2 s under posts
+          --posting-connections N   keep-alive connections, one post in flight each (default 8)
 
         push phase (needs the stand-ins' Python venv, scripts/standins-venv.sh, and curl):
           --push-count N            pushes in the throughput pass, at most 10 s (default 5000)
@@ -84,7 +96,7 @@ struct BenchOptions {
             case "--phases":
                 let names = Set(try value(flag).split(separator: ",").map { String($0) })
                 guard !names.isEmpty, names.isSubset(of: phaseNames) else {
-                    throw UsageError(message: "--phases takes a comma list of parser, options, register, push")
+                    throw UsageError(message: "--phases takes a comma list of parser, options, register, posting, push")
                 }
                 options.phases = names
             case "--database-url":
@@ -111,6 +123,21 @@ struct BenchOptions {
                     throw UsageError(message: "--memory-bindings needs a whole number between 0 and 1000000")
                 }
                 options.memoryBindings = count
+            case "--posting-extensions":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--posting-extensions needs a whole number between 1 and 1000000")
+                }
+                options.postingExtensions = count
+            case "--posting-seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--posting-seconds needs a number of seconds between 0 and 3600")
+                }
+                options.postingSeconds = seconds
+            case "--posting-connections":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000 else {
+                    throw UsageError(message: "--posting-connections needs a whole number between 1 and 1000")
+                }
+                options.postingConnections = count
             case "--push-count":
                 guard let count = Int(try value(flag)), count > 0, count <= 80_000 else {
                     throw UsageError(message: "--push-count needs a whole number between 1 and 80000")
@@ -227,6 +254,26 @@ if options.phases.contains("register") {
         }
     } else {
         print("REGISTER phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
+    }
+}
+
+if options.phases.contains("posting") {
+    if let databaseURL = options.databaseURL {
+        print(
+            "POST /api/v1/push/register over HTTP/1.1 keep-alive to rouse serve and PostgreSQL, \(options.postingExtensions)"
+                + " extensions, \(options.postingConnections) connections, and SIP OPTIONS beside it…")
+        do {
+            figures += try PostingBenchmark.run(
+                PostingBenchmark.Settings(
+                    databaseURL: databaseURL, rouseExecutable: options.rouseExecutable,
+                    extensions: options.postingExtensions, seconds: options.postingSeconds,
+                    connections: options.postingConnections))
+        } catch {
+            FileHandle.standardError.write(Data("rouse-bench: posting benchmark: \(error)\n".utf8))
+            exit(1)
+        }
+    } else {
+        print("posting phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
     }
 }
 
