@@ -124,6 +124,7 @@ public struct CommandLineInterface: Sendable {
         guard let configuration = loadConfiguration(flags) else { return 1 }
         let logger = Logger(level: configuration.logLevel, format: configuration.logFormat)
         do {
+            let stopSignal = StopSignal()
             let server = try RouseService(configuration: configuration, logger: logger)
             try server.start()
             // Unbuffered, so that a supervisor or test reading the pipe sees it at once.
@@ -132,7 +133,7 @@ public struct CommandLineInterface: Sendable {
             if let http = server.httpListenAddress {
                 FileHandle.standardOutput.write(Data("rouse \(Self.version) serving HTTP on \(http)\n".utf8))
             }
-            server.waitForStopSignal()
+            server.waitForStopSignal(stopSignal)
             return 0
         } catch {
             printError("rouse: \(error)")

@@ -152,26 +152,43 @@ public final class RouseService: @unchecked Sendable {
     }
 
     /// Blocks until SIGINT or SIGTERM, then stops serving.
-    public func waitForStopSignal() {
-        signal(SIGINT, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGPIPE, SIG_IGN)
-        let stop = DispatchSemaphore(value: 0)
-        let queue = DispatchQueue(label: "rouse.signals")
-        let sources = [SIGINT, SIGTERM].map { number -> DispatchSourceSignal in
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            return source
-        }
-        stop.wait()
+    public func waitForStopSignal(_ stopSignal: StopSignal) {
+        stopSignal.wait()
         logger.info("rouse.stopping", [:])
         sip?.shutdown()
         http?.stop()
         registrar?.stopExpiryTimer()
         listener?.stop()
         locationStore?.shutdown()
-        sources.forEach { $0.cancel() }
         logger.info("rouse.stopped", [:])
+    }
+}
+
+/// SIGINT and SIGTERM as one event. The handlers are installed when it is made, before anything is
+/// served, so a signal that comes early is not lost to the default action (which would end the
+/// process without a clean stop); `wait()` blocks until one arrives.
+public final class StopSignal: @unchecked Sendable {
+    // @unchecked: `sources` is set in init and only read afterwards; DispatchSource is thread-safe.
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let sources: [any DispatchSourceSignal]
+
+    public init() {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGPIPE, SIG_IGN)
+        let queue = DispatchQueue(label: "rouse.signals")
+        let semaphore = self.semaphore
+        sources = [SIGINT, SIGTERM].map { number in
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { semaphore.signal() }
+            source.resume()
+            return source
+        }
+    }
+
+    /// Blocks until SIGINT or SIGTERM.
+    public func wait() {
+        semaphore.wait()
+        sources.forEach { $0.cancel() }
     }
 }
