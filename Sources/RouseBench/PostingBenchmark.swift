@@ -56,7 +56,7 @@ enum PostingBenchmark {
     static func run(_ settings: Settings) throws -> [BenchFigure] {
         let numbers = (0..<settings.extensions).map { String(30_000_000 + $0) }
         let setupStart = Date()
-        try prepareDatabase(settings.databaseURL, numbers: numbers)
+        try BenchDirectory.prepare(settings.databaseURL, domain: domain, password: password, numbers: numbers)
         progress("posting: \(numbers.count) extensions created in \(String(format: "%.1f", Date().timeIntervalSince(setupStart))) s")
 
         let rouse = try RouseChild(
@@ -217,32 +217,6 @@ enum PostingBenchmark {
         summary += "; \(report.sent) sent, \(report.succeeded) ok, \(report.failed) non-200, \(report.timedOut) unanswered"
         progress(summary)
         return figures
-    }
-
-    /// Applies the migrations, makes the domain and `numbers` as its extensions (all with the
-    /// same password), as `rouse extension add` stores them.
-    private static func prepareDatabase(_ conninfo: String, numbers: [String]) throws {
-        let connection = try PostgresConnection(conninfo: conninfo)
-        try Migrator.migrate(connection)
-        try connection.query("INSERT INTO sip_domains (domain) VALUES ($1) ON CONFLICT (domain) DO NOTHING", [domain])
-        let chunk = 25_000
-        for start in stride(from: 0, to: numbers.count, by: chunk) {
-            let part = numbers[start..<min(start + chunk, numbers.count)]
-            let md5 = part.map { Digest.hex(.md5, "\($0):\(domain):\(password)") }
-            let sha256 = part.map { Digest.hex(.sha256, "\($0):\(domain):\(password)") }
-            try connection.query(
-                """
-                INSERT INTO extensions (domain_id, number, ha1_md5, ha1_sha256)
-                SELECT d.id, x.number, x.md5, x.sha256
-                FROM sip_domains d, unnest($2::text[], $3::text[], $4::text[]) AS x (number, md5, sha256)
-                WHERE d.domain = $1
-                ON CONFLICT (domain_id, number) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256
-                """,
-                [domain, "{" + part.joined(separator: ",") + "}", "{" + md5.joined(separator: ",") + "}",
-                 "{" + sha256.joined(separator: ",") + "}"])
-        }
-        // Statistics now rather than when autovacuum gets round to it (see RegisterBenchmark).
-        try connection.query("ANALYZE sip_domains, extensions")
     }
 }
 

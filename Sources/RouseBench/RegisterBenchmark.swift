@@ -55,7 +55,7 @@ enum RegisterBenchmark {
         let total = max(settings.extensions, settings.memoryBindings)
         let numbers = (0..<total).map { String(20_000_000 + $0) }
         let setupStart = Date()
-        try prepareDatabase(settings.databaseURL, numbers: numbers)
+        try BenchDirectory.prepare(settings.databaseURL, domain: domain, password: password, numbers: numbers)
         progress("register: \(total) extensions created in \(String(format: "%.1f", Date().timeIntervalSince(setupStart))) s")
 
         let rouse = try RouseChild(
@@ -200,44 +200,6 @@ enum RegisterBenchmark {
         if load.sendErrors > 0 { summary += ", \(load.sendErrors) send errors" }
         progress(summary)
         return (report, figures)
-    }
-
-    /// Applies the migrations, makes the domain and `numbers` as its extensions (all with the
-    /// same password), and removes bindings an earlier run left in the domain.
-    private static func prepareDatabase(_ conninfo: String, numbers: [String]) throws {
-        let connection = try PostgresConnection(conninfo: conninfo)
-        try Migrator.migrate(connection)
-        try connection.query("INSERT INTO sip_domains (domain) VALUES ($1) ON CONFLICT (domain) DO NOTHING", [domain])
-        try connection.query(
-            """
-            DELETE FROM bindings WHERE extension_id IN
-                (SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1)
-            """, [domain])
-        // HA1 = H(number:realm:password) for both algorithms, as `rouse extension add` stores them;
-        // numbers and hex digits need no quoting inside an array literal.
-        let chunk = 25_000
-        for start in stride(from: 0, to: numbers.count, by: chunk) {
-            let part = numbers[start..<min(start + chunk, numbers.count)]
-            let md5 = part.map { Digest.hex(.md5, "\($0):\(domain):\(password)") }
-            let sha256 = part.map { Digest.hex(.sha256, "\($0):\(domain):\(password)") }
-            try connection.query(
-                """
-                INSERT INTO extensions (domain_id, number, ha1_md5, ha1_sha256)
-                SELECT d.id, x.number, x.md5, x.sha256
-                FROM sip_domains d, unnest($2::text[], $3::text[], $4::text[]) AS x (number, md5, sha256)
-                WHERE d.domain = $1
-                ON CONFLICT (domain_id, number) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256
-                """,
-                [domain, arrayLiteral(part), arrayLiteral(md5), arrayLiteral(sha256)])
-        }
-        // A bulk load leaves the planner without statistics until autovacuum gets round to it
-        // (a minute later), and it would scan every extension for each binding written meanwhile.
-        // An operator's extensions accumulate over days; give the planner what they would have.
-        try connection.query("ANALYZE sip_domains, extensions")
-    }
-
-    private static func arrayLiteral<S: Sequence<String>>(_ values: S) -> String {
-        "{" + values.joined(separator: ",") + "}"
     }
 
     private static func seconds(until deadline: Date) -> Duration {
