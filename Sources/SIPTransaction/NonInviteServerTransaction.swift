@@ -10,8 +10,11 @@ public struct NonInviteServerTransaction: Hashable, Sendable {
     }
 
     public private(set) var state: State = .trying
-    /// The request that created the transaction.
-    public let request: SIPRequest
+    /// The request that created the transaction. Once Completed it keeps only the lines matching
+    /// needs (§17.2.3: top Via, From, To, Call-ID, CSeq, Request-URI): Timer J holds a completed
+    /// transaction for 64·T1 on UDP, and thousands of REGISTERs a second would otherwise keep
+    /// every whole request alive for 32 s.
+    public private(set) var request: SIPRequest
     /// True on TCP/TLS: timer J is zero (§17.2.2).
     public let isReliable: Bool
     public let timers: TransactionTimers
@@ -58,6 +61,7 @@ public struct NonInviteServerTransaction: Hashable, Sendable {
                 return [.send(response), .terminated]
             }
             state = .completed
+            request = request.keepingMatchingLines()
             return [.send(response), .startTimer(.j, after: timers.transactionTimeout)]
         case .completed, .terminated:
             // §17.2.2: further final responses from the TU are discarded.

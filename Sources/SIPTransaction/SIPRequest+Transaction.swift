@@ -30,3 +30,14 @@ extension SIPRequest {
         return SIPRequest(method: .cancel, uri: uri, version: version, headers: headers)
     }
 }
+
+extension SIPRequest {
+    /// The request with only what transaction matching reads (§17.2.3): the Request-URI and the
+    /// Via, From, To, Call-ID and CSeq lines; no body.
+    func keepingMatchingLines() -> SIPRequest {
+        let kept: Set<SIPHeaderName> = [.via, .from, .to, .callID, .cseq]
+        return SIPRequest(
+            method: method, uri: uri, version: version,
+            headers: SIPHeaders(headers.fields.filter { kept.contains($0.key) }), body: [])
+    }
+}

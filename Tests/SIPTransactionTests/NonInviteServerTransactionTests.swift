@@ -25,6 +25,22 @@ final class NonInviteServerTransactionTests: XCTestCase {
         XCTAssertEqual(transaction.state, .terminated)
     }
 
+    func testCompletedTransactionKeepsOnlyWhatMatchingNeeds() {
+        var register = TestMessages.request(.register)
+        register.headers.add(.contact, "<sip:1001@192.0.2.7:5060;pn-provider=fcm;pn-prid=token>")
+        register.headers.add(.userAgent, "Phone/1.0")
+        register.body = Array(repeating: 0x61, count: 500)
+        var transaction = NonInviteServerTransaction(request: register, isReliable: false, timers: timers)
+        _ = transaction.start()
+        XCTAssertEqual(transaction.request, register, "the whole request while the core may still need it")
+        let ok = TestMessages.response(200, to: register)
+        _ = transaction.sendResponse(ok)
+        XCTAssertEqual(Set(transaction.request.headers.map(\.key)), [.via, .from, .to, .callID, .cseq])
+        XCTAssertEqual(transaction.request.body, [])
+        XCTAssertEqual(transaction.request.uri, register.uri)
+        XCTAssertEqual(transaction.receivedRequest(register), [.send(ok)], "a retransmission is still answered")
+    }
+
     func testFinalResponseOverTCPTerminatesAtOnce() {
         let options = TestMessages.request(.options, transport: "TCP")
         var transaction = NonInviteServerTransaction(request: options, isReliable: true, timers: timers)
