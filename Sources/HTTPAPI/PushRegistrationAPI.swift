@@ -54,23 +54,30 @@ public struct PushRegistrationAPI: Sendable {
         let deviceID: String?
     }
 
-    func post(_ request: HTTPRequest, _ respond: HTTPResponder) {
+    /// What both methods do first: refuse a throttled source (429), check the credentials (the one
+    /// 401, counted as a failure), and read the JSON body (400). Nil once an answer was sent.
+    private func authenticatedBody(_ request: HTTPRequest, _ respond: HTTPResponder) -> (AddressOfRecord, [String: Any])? {
         if let refusal = throttled(request) {
             respond(refusal)
-            return
+            return nil
         }
         guard let authenticated = authenticate(request) else {
             if let address = request.remoteAddress { throttle?.recordFailure(address) }
             respond(Self.unauthorized)
-            return
+            return nil
         }
         let object: [String: Any]
         switch Self.jsonObject(request.body) {
         case .success(let parsed): object = parsed
         case .failure(let failure):
             respond(failure.response)
-            return
+            return nil
         }
+        return (authenticated, object)
+    }
+
+    func post(_ request: HTTPRequest, _ respond: HTTPResponder) {
+        guard let (authenticated, object) = authenticatedBody(request, respond) else { return }
         let posting: Posting
         do {
             posting = try Self.posting(from: object)
@@ -90,22 +97,7 @@ public struct PushRegistrationAPI: Sendable {
     }
 
     func delete(_ request: HTTPRequest, _ respond: HTTPResponder) {
-        if let refusal = throttled(request) {
-            respond(refusal)
-            return
-        }
-        guard let authenticated = authenticate(request) else {
-            if let address = request.remoteAddress { throttle?.recordFailure(address) }
-            respond(Self.unauthorized)
-            return
-        }
-        let object: [String: Any]
-        switch Self.jsonObject(request.body) {
-        case .success(let parsed): object = parsed
-        case .failure(let failure):
-            respond(failure.response)
-            return
-        }
+        guard let (authenticated, object) = authenticatedBody(request, respond) else { return }
         guard let token = object["token"] as? String, !token.isEmpty, token.utf8.count <= 4096 else {
             respond(.error(400, code: "invalid_field", message: "token is required: the push token to remove", field: "token"))
             return
