@@ -32,26 +32,29 @@ var targets: [Target] = [
     .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
+    // INVITE handling: the wake-then-ring coordinator, proxy rules, journeys.
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
     // The HTTP server, the token posting endpoint and health.
-    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics"]),
+    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
     .target(
         name: "RouseTestSupport",
-        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL", "Crypto"]),
     .executableTarget(
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
+    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
     .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "SIPTransaction"]),

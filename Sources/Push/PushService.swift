@@ -24,11 +24,25 @@ public struct PushRecord: Sendable, Equatable {
     public var reason: String?
     public var explanation: String
     public var latencyMilliseconds: Int
+    /// The record's own id, when a call recorded it (so its wake result can be added later).
+    public var id: UUID?
+    /// The device as people know it (a call's push names it).
+    public var device: String?
+    /// What became of the woken device: `pending`, `woke`, `late`, `no`, `call_ended`,
+    /// `not_pushed` (CallRouting's `WakeResult.word`); nil for a push outside a call.
+    public var wake: String?
+    /// Milliseconds from push to the device's fresh REGISTER, when it came back.
+    public var wokeAfterMilliseconds: Int?
 
     public init(
         createdAt: Date, aor: String?, callID: String?, provider: PushProvider, tokenShort: String, appID: Int64?,
-        outcome: String, status: Int?, reason: String?, explanation: String, latencyMilliseconds: Int
+        outcome: String, status: Int?, reason: String?, explanation: String, latencyMilliseconds: Int,
+        id: UUID? = nil, device: String? = nil, wake: String? = nil, wokeAfterMilliseconds: Int? = nil
     ) {
+        self.id = id
+        self.device = device
+        self.wake = wake
+        self.wokeAfterMilliseconds = wokeAfterMilliseconds
         self.createdAt = createdAt
         self.aor = aor
         self.callID = callID
@@ -111,12 +125,19 @@ public final class PushService: @unchecked Sendable {
     }
 
     /// The ring push of a call to one channel. `expiresAt` is the last moment the call could still
-    /// reach this device (decisions.md "Ring push expiry").
-    public func sendRing(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String? = nil) async -> PushOutcome {
+    /// reach this device (decisions.md "Ring push expiry"). `recordOutcome: false` leaves the push
+    /// record to the caller (a call records it with its journey).
+    public func sendRing(
+        _ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String? = nil, recordOutcome: Bool = true
+    ) async -> PushOutcome {
         guard let app = app(for: channel) else {
-            return await finish(.noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID)
+            return await finish(
+                .noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID,
+                record: recordOutcome)
         }
-        return await send(.ring(call, test: false), kind: .ring, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID)
+        return await send(
+            .ring(call, test: false), kind: .ring, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID,
+            record: recordOutcome)
     }
 
     /// The cancel push (`call.canceled`/`call.ended`): FCM data with the ring's collapse key; APNs a
@@ -154,7 +175,8 @@ public final class PushService: @unchecked Sendable {
     private enum Kind { case ring, cancel }
 
     private func send(
-        _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, expiresAt: Date, aor: String?, callID: String?
+        _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, expiresAt: Date, aor: String?, callID: String?,
+        record: Bool = true
     ) async -> PushOutcome {
         let outcome: PushOutcome
         switch app.credentials {
@@ -169,7 +191,7 @@ public final class PushService: @unchecked Sendable {
                 outcome = PushOutcome(result: .failed(.credentials, message: "app #\(app.id ?? 0): \(error)"), latency: .zero)
             }
         }
-        return await finish(outcome, channel: channel, app: app, aor: aor, callID: callID)
+        return await finish(outcome, channel: channel, app: app, aor: aor, callID: callID, record: record)
     }
 
     private func sendAPNs(
@@ -214,11 +236,13 @@ public final class PushService: @unchecked Sendable {
         }
     }
 
-    private func finish(_ outcome: PushOutcome, channel: PushChannel, app: PushApp?, aor: String?, callID: String?) async -> PushOutcome {
+    private func finish(
+        _ outcome: PushOutcome, channel: PushChannel, app: PushApp?, aor: String?, callID: String?, record: Bool = true
+    ) async -> PushOutcome {
         if outcome.isDeadToken, let deadTokens {
             try? await deadTokens.markDead(family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
         }
-        if let records {
+        if record, let records {
             try? await records.record(PushRecord(
                 createdAt: Date(), aor: aor, callID: callID, provider: channel.provider, tokenShort: PushRecord.shorten(channel.token),
                 appID: app?.id, outcome: outcome.word, status: outcome.status, reason: outcome.reason,
