@@ -68,6 +68,11 @@ public final class Registrar: @unchecked Sendable {
         queue.sync { core.bindings(for: aor) }
     }
 
+    /// The extensions and organisations the registrar knows now.
+    public func directorySnapshot() -> DirectorySnapshot {
+        queue.sync { core.directory }
+    }
+
     /// How many bindings are live.
     public var bindingCount: Int { queue.sync { core.bindingCount } }
 

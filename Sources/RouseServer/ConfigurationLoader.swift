@@ -1,3 +1,4 @@
+import CallRouting
 import Foundation
 import SIPMessage
 import SIPTransport
@@ -81,7 +82,7 @@ public enum ConfigurationLoader {
         }
 
         var reader = SettingReader(raw: raw)
-        let configuration = RouseConfiguration(
+        let baseConfiguration = RouseConfiguration(
             databaseURL: reader.string("database_url"),
             sipListen: reader.listenPoints("sip_listen"),
             tlsCertificatePath: reader.optionalPath("tls_cert"),
@@ -116,8 +117,20 @@ public enum ConfigurationLoader {
             fcmURL: reader.url("fcm_url"),
             pushCAFile: reader.optionalPath("push_ca_file"),
             pushTimeout: reader.duration("push_timeout"))
+        var withCalls = baseConfiguration
+        withCalls.wakeWait = reader.duration("wake_wait")
+        withCalls.wakeWaitWithDeskPhone = reader.duration("wake_wait_with_desk_phone")
+        withCalls.ringTimeout = reader.duration("ring_timeout")
+        withCalls.cancelGrace = reader.duration("cancel_grace")
+        withCalls.trustedPeers = reader.list("trusted_peers")
+        do {
+            _ = try TrustedPeers(parsing: withCalls.trustedPeers)
+        } catch {
+            problems.append(error.description)
+        }
         problems.append(contentsOf: reader.problems)
 
+        let configuration = withCalls
         if configuration.sipListen.contains(where: { $0.transport == .tls }) {
             if configuration.tlsCertificatePath == nil {
                 problems.append("tls_cert: a tls: listen point needs a certificate (ROUSE_TLS_CERT)")

@@ -50,6 +50,12 @@ public struct RouseConfiguration: Sendable {
     /// Extra PEM CA file trusted for push requests.
     public var pushCAFile: String?
     public var pushTimeout: Duration
+    /// Calls (issue 6): the wake waits, the ring timeout, the cancel grace and trusted peers.
+    public var wakeWait: Duration = .seconds(8)
+    public var wakeWaitWithDeskPhone: Duration = .seconds(3)
+    public var ringTimeout: Duration = .seconds(45)
+    public var cancelGrace: Duration = .seconds(30)
+    public var trustedPeers: [String] = []
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -121,5 +127,15 @@ extension RouseConfiguration {
               meaning: "extra PEM CA file to trust for push requests (test stand-ins)"),
         .init(key: "push_timeout", defaultValue: "5",
               meaning: "seconds one push request may take, connect included"),
+        .init(key: "wake_wait", defaultValue: "8",
+              meaning: "seconds a call waits for a woken app to register again when nothing else can ring"),
+        .init(key: "wake_wait_with_desk_phone", defaultValue: "3",
+              meaning: "seconds a call waits for a woken app when a desk phone (a device that needs no push) is registered"),
+        .init(key: "ring_timeout", defaultValue: "45",
+              meaning: "seconds a call may ring before it ends with 480 (also sent in the ring push)"),
+        .init(key: "cancel_grace", defaultValue: "30",
+              meaning: "seconds after a call ended in which a woken iPhone known only by its VoIP token still gets the INVITE and a CANCEL"),
+        .init(key: "trusted_peers", defaultValue: "",
+              meaning: "comma list of IP addresses and CIDR blocks (trunks, peers) whose INVITEs need no digest authentication"),
     ]
 }

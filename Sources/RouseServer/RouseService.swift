@@ -1,9 +1,11 @@
+import CallRouting
 import Crypto
 import Dispatch
 import Foundation
 import Glibc
 import HTTPAPI
 import Metrics
+import Push
 import Registrar
 import SIPTransport
 import Storage
@@ -21,6 +23,8 @@ public final class RouseService: @unchecked Sendable {
     private var locationStore: PostgresLocationStore?
     private var listener: PostgresNotificationListener?
     private var http: HTTPAPIService?
+    private var callPool: PostgresWorkerPool?
+    private var coordinator: CallCoordinator<SIPService>?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -66,11 +70,38 @@ public final class RouseService: @unchecked Sendable {
         registrar.startExpiryTimer()
         logger.info("registrar.ready", ["bindings": String(registrar.bindingCount)])
 
-        let sip = SIPService(configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID, metrics: metrics)
+        // Calls: the push service, the coordinator, and what they read and write.
+        let callPool = PostgresWorkerPool(settings: settings, threads: 2, name: "rouse-calls-postgres")
+        self.callPool = callPool
+        let pushStores = PostgresPushStores(pool: callPool)
+        let pushService = PushService(
+            settings: configuration.pushSettings, apps: try PostgresPushApps(connection: connection).all(), deadTokens: pushStores,
+            records: pushStores)
+        let logger = self.logger
+        let coordinator = CallCoordinator<SIPService>(
+            directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: nil,
+            authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
+            settings: CallSettings(
+                wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,
+                ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,
+                trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers)),
+            ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
+            serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics
+        ) { event, fields in
+            logger.info(event, fields)
+        }
+        self.coordinator = coordinator
+        registrar.subscribe { event in coordinator.bindingsChanged(event.binding.aor) }
+
+        let sip = SIPService(
+            configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID, metrics: metrics,
+            coordinator: coordinator, flowTokenKey: try RouseService.sharedSecret(named: "flow_token_secret", connection))
         self.sip = sip
         self.registrar = registrar
         self.locationStore = store
-        listener = startListening(settings: settings, directory: directory, registrar: registrar, instanceID: instanceID)
+        listener = startListening(
+            settings: settings, directory: directory, registrar: registrar, instanceID: instanceID, pushService: pushService,
+            coordinator: coordinator)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -120,7 +151,8 @@ public final class RouseService: @unchecked Sendable {
     /// apps (which providers Rouse can wake), and bindings written by other instances; this
     /// instance's own announcements carry its id and are skipped.
     private func startListening(
-        settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, instanceID: String
+        settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, instanceID: String, pushService: PushService,
+        coordinator: CallCoordinator<SIPService>
     ) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
@@ -133,6 +165,7 @@ public final class RouseService: @unchecked Sendable {
                     } else if notification.channel == PostgresPushApps.notificationChannel {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
+                        pushService.replaceApps(try PostgresPushApps(connection: connection).all())
                     } else if let change = BindingNotification(payload: notification.payload), change.origin != instanceID {
                         // Written elsewhere (another instance, or an expiry sweep): read it back.
                         if change.origin.isEmpty, change.kind == .expired,
@@ -141,6 +174,8 @@ public final class RouseService: @unchecked Sendable {
                             return
                         }
                         try registrar.reload(change.aor)
+                        // A woken app that registered on another instance ends a wait parked here.
+                        coordinator.bindingsChanged(change.aor)
                     }
                 } catch {
                     logger.warning("database.notification_failed", ["channel": notification.channel, "error": "\(error)"])
@@ -160,6 +195,7 @@ public final class RouseService: @unchecked Sendable {
         registrar?.stopExpiryTimer()
         listener?.stop()
         locationStore?.shutdown()
+        callPool?.shutdown()
         logger.info("rouse.stopped", [:])
     }
 }

@@ -1,3 +1,5 @@
+import CallRouting
+import Crypto
 import Dispatch
 import Foundation
 import Metrics
@@ -5,6 +7,7 @@ import Registrar
 import SIPMessage
 import SIPTransaction
 import SIPTransport
+import Synchronization
 
 /// The SIP side of Rouse, wired as architecture.md draws it: sockets (SIPTransportLayer) → parser
 /// → transactions (TransactionLayer) → the handlers. It needs no database, so benchmarks and
@@ -13,11 +16,11 @@ import SIPTransport
 /// Threading: inbound work runs on the transport's loop thread and never blocks there (parsing and
 /// the handlers here are pure computation); timers run on a serial queue of their own.
 public final class SIPService: Sendable {
-    private let transport: SIPTransportLayer
-    private let transactions: TransactionLayer<FlowID>
-    private let selfHandler: SelfRequestHandler
+    let transport: SIPTransportLayer
+    let transactions: TransactionLayer<FlowID>
+    let selfHandler: SelfRequestHandler
     private let limits: SIPParserLimits
-    private let logger: Logger
+    let logger: Logger
     private let timerQueue = DispatchQueue(label: "rouse.sip.timers")
     private let registrar: Registrar?
     /// `rouse_register_total{result}`, when metrics are kept.
@@ -25,15 +28,31 @@ public final class SIPService: Sendable {
     /// Names this process in binding flows, so a restarted or other instance knows a connection
     /// recorded there is not its own.
     public let instanceID: String
-    private let connections = ConnectionTable()
+    let connections = ConnectionTable()
+    /// Handles INVITEs for extensions when given; without it they get 405 (benchmarks of the
+    /// registrar alone).
+    let coordinator: CallCoordinator<SIPService>?
+    /// The names a Request-URI or Route may use for this server.
+    let ownNames: Set<String>
+    /// Signs the flow tokens put in Record-Route and Route (shared by every instance, so one
+    /// instance can route through another's flows and nobody else can forge them).
+    let flowTokenKey: [UInt8]
+    /// INVITEs forwarded statefully outside the coordinator (through this instance's flow for
+    /// another instance), by the server transaction they came in, for the caller's CANCEL.
+    let forwardedInvites = Mutex<[ServerTransactionHandle: ForwardedInvite]>([:])
 
     /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
     /// - Parameter metrics: counts REGISTERs by result when given.
+    /// - Parameter coordinator: handles calls to extensions when given (it is attached to this service).
+    /// - Parameter flowTokenKey: the key that signs flow tokens (shared by every instance).
     public init(
         configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
-        metrics: MetricsRegistry? = nil
+        metrics: MetricsRegistry? = nil, coordinator: CallCoordinator<SIPService>? = nil, flowTokenKey: [UInt8] = SecureRandom.bytes(32)
     ) {
         self.registrar = registrar
+        self.coordinator = coordinator
+        self.flowTokenKey = flowTokenKey
+        self.ownNames = SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases)
         self.registerResults = metrics?.counter(
             "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
         self.instanceID = instanceID
@@ -63,12 +82,15 @@ public final class SIPService: Sendable {
             scheduler: DispatchTimerScheduler(queue: timerQueue),
             send: { message, flow in wiring.service?.send(message, over: flow) },
             core: { event in wiring.service?.handle(event) })
+        var methods: [SIPMethod] = registrar == nil ? [.options] : [.options, .register]
+        if coordinator != nil { methods += [.invite, .ack, .cancel, .bye] }
         selfHandler = SelfRequestHandler(
-            allowedMethods: registrar == nil ? [.options] : [.options, .register],
+            allowedMethods: methods,
             supportedExtensions: ["path", "outbound"],
-            ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
+            ownNames: ownNames,
             serverName: "Rouse/\(CommandLineInterface.version)")
         wiring.service = self
+        coordinator?.attach(self)
     }
 
     /// Binds the listen points and starts serving.
@@ -134,31 +156,43 @@ public final class SIPService: Sendable {
         case .request(let request, let handle, let flow):
             if request.method == .register, let registrar {
                 registrar.handleRegister(request, flow: bindingFlow(flow, request: request)) { [weak self] response in
-                    if response.statusCode == 200 { self?.connections.remember(flow) }
+                    if response.statusCode == 200, flow.isReliable { self?.connections.remember(flow) }
                     self?.registerResults?.increment(["result": SIPService.registerResult(response)])
                     self?.transactions.respond(response, to: handle)
                 }
             } else if request.method == .cancel {
                 answerCancel(request, handle)
+            } else if route(request, handle, arrivedOn: flow) {
+                // Proxied: a call to an extension, or a request inside a dialog Rouse record-routed.
             } else if let response = selfHandler.respond(to: request, toTag: SIPService.makeTag()) {
                 transactions.respond(response, to: handle)
             }
-        case .ack, .strayResponse:
-            // Rouse originates no dialogs yet: an ACK for a 2xx or a stray response has nowhere to go.
+        case .ack(let request, let flow):
+            // An ACK for a 2xx travels end to end along the dialog's route set (RFC 3261 §13.2.2.4).
+            routeACK(request, arrivedOn: flow)
+        case .strayResponse:
+            // §16.7: a response matching no client transaction is dropped (a 2xx retransmission
+            // after the transaction ended has already been relayed once).
             break
         case .serverTransactionFailed(let handle, let failure):
             logger.debug("sip.transaction_failed", ["transaction": handle.description, "why": "\(failure)"])
         }
     }
 
-    /// RFC 3261 §9.2: a CANCEL that matches an INVITE transaction gets 200, one that matches none
-    /// gets 481. Rouse gives every INVITE its final response at once for now, so a matched INVITE
-    /// is already answered and the CANCEL has no further effect on it.
+    /// RFC 3261 §9.2 and §16.10: a CANCEL that matches an INVITE transaction gets 200, one that
+    /// matches none gets 481; the call it cancels then ends (487 to the caller, CANCEL to every
+    /// branch).
     private func answerCancel(_ cancel: SIPRequest, _ handle: ServerTransactionHandle) {
-        let status = transactions.inviteTransaction(cancelledBy: cancel) == nil ? 481 : 200
-        var response = SIPResponse(replyingTo: cancel, statusCode: status, toTag: SIPService.makeTag())
+        let invite = transactions.inviteTransaction(cancelledBy: cancel)
+        var response = SIPResponse(replyingTo: cancel, statusCode: invite == nil ? 481 : 200, toTag: SIPService.makeTag())
         response.headers.add(.server, selfHandler.serverName)
         transactions.respond(response, to: handle)
+        guard let invite else { return }
+        if let forwarded = forwardedInvites.withLock({ $0.removeValue(forKey: invite) }) {
+            sendCancel(ProxyRules.cancel(of: forwarded.sent, reason: cancel.headers[.reason]), over: forwarded.flow)
+        } else {
+            coordinator?.handleCancel(of: invite, reason: cancel.headers[.reason])
+        }
     }
 
     /// What a binding must remember of the flow a REGISTER came over (RFC 5626 §5.2).
@@ -182,15 +216,24 @@ public final class SIPService: Sendable {
             instanceID: instanceID)
     }
 
-    /// Whether a binding can be reached now: over its own flow, held by this instance (a UDP flow
-    /// stays usable; a TCP/TLS connection must still be open). A binding whose connection has gone
-    /// is unreachable until the phone registers again: it is never tried some other way.
+    /// Whether a binding can be reached now, from this instance: over its own flow (a UDP flow
+    /// stays usable, even across a restart; a TCP/TLS connection must still be open here). A
+    /// binding whose connection has gone is unreachable until the phone registers again: it is
+    /// never tried some other way.
     public func isReachable(_ binding: Binding) -> Bool {
         flow(for: binding) != nil
     }
 
-    /// The flow to reach a binding over, if it still exists here.
+    /// The flow to reach a binding over, if it can be reached from here: a UDP binding over the
+    /// same local UDP point to the same peer, a TCP/TLS binding over its connection if this
+    /// instance holds it and it is open.
     func flow(for binding: Binding) -> FlowID? {
+        if binding.flow.transport == "udp" {
+            guard let local = try? ListenPoint(parsing: binding.flow.localPoint), listeningPoints.contains(local),
+                let peer = SocketAddress(parsing: binding.flow.source)
+            else { return nil }
+            return transport.datagramFlow(from: local, to: peer)
+        }
         guard binding.flow.instanceID == instanceID, let flow = connections.flow(named: binding.flow.connectionID) else { return nil }
         if flow.isReliable, !transport.flowIsOpen(flow) { return nil }
         return flow
@@ -207,10 +250,7 @@ public final class SIPService: Sendable {
         guard let flow = flow(for: binding) else { return false }
         var outgoing = request
         for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
-        let local = listeningPoints.first { $0.transport == flow.transport } ?? listeningPoints.first
-        let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
-        let sentBy = local.map { "\(host):\($0.port)" } ?? host
-        outgoing.headers.prepend(.via, "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=\(SIPVia.magicCookie)\(SIPService.makeTag());rport")
+        addVia(to: &outgoing, over: flow)
         do {
             try transactions.sendRequest(outgoing, over: flow, isReliable: flow.isReliable, onResponse: onResponse)
             return true

@@ -27,6 +27,23 @@ public struct FlowID: Hashable, Sendable, CustomStringConvertible {
         return nil
     }
 
+    /// Reads back what `description` wrote (`udp#0/127.0.0.1:40000`, `tls#12`); nil otherwise.
+    /// Only meaningful to the layer that issued the flow: callers must check that the text came
+    /// from this process (e.g. a signed token).
+    public init?(description text: String) {
+        guard let hash = text.firstIndex(of: "#"), let transport = SIPTransportKind(rawValue: String(text[..<hash])) else { return nil }
+        let rest = text[text.index(after: hash)...]
+        if transport == .udp {
+            guard let slash = rest.firstIndex(of: "/"), let socket = Int(rest[..<slash]), socket >= 0,
+                let peer = SocketAddress(parsing: String(rest[rest.index(after: slash)...]))
+            else { return nil }
+            self.init(.datagram(socket: socket, peer: peer), transport: .udp)
+        } else {
+            guard let number = UInt64(rest) else { return nil }
+            self.init(.connection(number), transport: transport)
+        }
+    }
+
     /// `udp#0/127.0.0.1:40000` or `tls#12`.
     public var description: String {
         switch key {

@@ -127,6 +127,16 @@ public final class SIPTransportLayer: Sendable {
         if !accepted { completion?(.failure(.notRunning)) }
     }
 
+    /// The UDP flow from the bound UDP point `local` (or, when nil, the first of the peer's address
+    /// family) to `peer`: how to send to a UDP peer that registered over that point, even after a
+    /// restart. Nil when no such UDP point is bound.
+    public func datagramFlow(from local: ListenPoint?, to peer: SocketAddress) -> FlowID? {
+        let udp = boundPoints.filter { $0.transport == .udp }
+        let index = local.map { point in udp.firstIndex(of: point) } ?? udp.firstIndex { $0.isIPv6 == peer.isIPv6 }
+        guard let index else { return nil }
+        return FlowID(.datagram(socket: index, peer: peer), transport: .udp)
+    }
+
     /// Whether `flow` can still carry messages: for TCP/TLS, whether its connection is open; for UDP,
     /// whether the layer is running.
     public func flowIsOpen(_ flow: FlowID) -> Bool {

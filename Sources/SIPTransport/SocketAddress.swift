@@ -15,6 +15,23 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         self.port = port
     }
 
+    /// Reads `127.0.0.1:5060` or `[::1]:5060` (the form `description` writes); nil otherwise.
+    public init?(parsing text: String) {
+        let hostText: Substring
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            hostText = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            hostText = text[..<colon]
+            portText = text[text.index(after: colon)...]
+        }
+        guard let port = UInt16(portText), let address = try? SocketAddress(ip: String(hostText), port: port) else { return nil }
+        self = address
+    }
+
     /// Whether the address is IPv6.
     public var isIPv6: Bool { ip.utf8.contains(UInt8(ascii: ":")) }
 

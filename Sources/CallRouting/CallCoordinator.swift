@@ -1,0 +1,719 @@
+import Dispatch
+import Foundation
+import Metrics
+import Push
+import Registrar
+import SIPMessage
+import SIPTransaction
+
+/// The wake-then-ring coordinator (product.md "What happens on a call"): admits an INVITE for an
+/// extension, pushes every device that can be woken (once each, in parallel), plays ringback,
+/// waits for a woken app to REGISTER again, forks to every registered device, adds late-comers to
+/// the fork, relays the first 2xx and cancels the rest, stops woken devices ringing when the call
+/// ends before they answered, and records the journey.
+///
+/// Threading: all call state lives on one serial queue (`rouse.calls`); every entry point hops onto
+/// it and returns at once. Pushes run as tasks whose results hop back onto the queue; SIP sends go
+/// through `CallSignaling`, which never blocks.
+public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendable {
+    // @unchecked: every mutable property below is only touched on `queue`; `signaling` is set once
+    // by `attach` before the SIP side delivers any INVITE.
+    public typealias Flow = Signaling.Flow
+
+    private let queue = DispatchQueue(label: "rouse.calls")
+    private weak var signaling: Signaling?
+    private let directory: any CalleeDirectory
+    private let tokens: (any WakeTokenSource)?
+    private let pusher: any CallPushing
+    private let journeys: (any JourneyStore)?
+    private let authenticator: DigestAuthenticator
+    private let settings: CallSettings
+    private let ownNames: Set<String>
+    private let serverName: String
+    private let instanceID: String
+    private let metrics: CallMetrics?
+    private let log: @Sendable (String, KeyValuePairs<String, String>) -> Void
+
+    private var calls: [UUID: Call] = [:]
+    private var callByHandle: [ServerTransactionHandle: UUID] = [:]
+    private var liveCallsByCallee: [AddressOfRecord: Set<UUID>] = [:]
+    /// Woken iPhones known only by a VoIP token, whose call ended before they came back.
+    private var graceDevices: [AddressOfRecord: [GraceDevice]] = [:]
+
+    /// - Parameters:
+    ///   - log: one line per call event (`call.started`, `call.ended`, …); must not block.
+    public init(
+        directory: any CalleeDirectory, tokens: (any WakeTokenSource)?, pusher: any CallPushing, journeys: (any JourneyStore)?,
+        authenticator: DigestAuthenticator, settings: CallSettings, ownNames: Set<String>, serverName: String, instanceID: String,
+        metrics: MetricsRegistry? = nil, log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
+    ) {
+        self.directory = directory
+        self.tokens = tokens
+        self.pusher = pusher
+        self.journeys = journeys
+        self.authenticator = authenticator
+        self.settings = settings
+        self.ownNames = ownNames
+        self.serverName = serverName
+        self.instanceID = instanceID
+        self.metrics = metrics.map(CallMetrics.init)
+        self.log = log
+    }
+
+    /// Connects the SIP side (which owns the coordinator, hence the weak reference).
+    public func attach(_ signaling: Signaling) {
+        queue.sync { self.signaling = signaling }
+    }
+
+    /// Calls not yet ended.
+    public var liveCallCount: Int { queue.sync { calls.values.filter { $0.phase != .ended }.count } }
+
+    // MARK: - Entry points
+
+    /// An INVITE outside any dialog arrived (its server transaction already sent 100 Trying).
+    public func handleInvite(_ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, sourceIP: String, transport: String) {
+        queue.async { [self] in
+            let arrivedAt = Date()
+            if let tooMany = ProxyRules.tooManyHops(invite) {
+                signaling?.respond(tooMany, to: handle)
+                return
+            }
+            if ProxyRules.isLooping(invite, instanceMarker: instanceID) {
+                respondAtOnce(invite, handle, 482, "Loop Detected")
+                return
+            }
+            let snapshot = directory.directorySnapshot()
+            let admission = InviteAdmission.decide(
+                invite, sourceIP: sourceIP, directory: snapshot, ownNames: ownNames, trustedPeers: settings.trustedPeers,
+                authenticator: authenticator, serverName: serverName, now: arrivedAt)
+            switch admission {
+            case .respond(let response):
+                signaling?.respond(response, to: handle)
+            case .accept(let callee, let caller):
+                begin(invite, handle: handle, callerFlow: callerFlow, callee: callee, caller: caller, source: sourceIP, transport: transport, at: arrivedAt)
+            }
+        }
+    }
+
+    /// The caller's CANCEL matched the INVITE transaction `handle` (already answered 200).
+    public func handleCancel(of handle: ServerTransactionHandle, reason: String?) {
+        queue.async { [self] in
+            guard let id = callByHandle[handle], let call = calls[id], call.phase != .ended, !call.answered else { return }
+            var response = SIPResponse(replyingTo: call.invite, statusCode: 487, reasonPhrase: "Request Terminated", toTag: call.toTag)
+            response.headers.add(.server, serverName)
+            let seconds = String(format: "%.1f", Date().timeIntervalSince(call.arrivedAt))
+            end(call, response: response, outcome: .canceled, reason: "caller hung up after \(seconds) s",
+                cancelReason: reason, pushReason: "caller_hangup")
+        }
+    }
+
+    /// The bindings of `aor` changed (a REGISTER here, or another instance's, announced by NOTIFY).
+    public func bindingsChanged(_ aor: AddressOfRecord) {
+        queue.async { [self] in
+            let hasCalls = !(liveCallsByCallee[aor] ?? []).isEmpty
+            let hasGrace = !(graceDevices[aor] ?? []).isEmpty
+            guard hasCalls || hasGrace else { return }
+            let bindings = directory.bindings(for: aor)
+            for id in liveCallsByCallee[aor] ?? [] {
+                if let call = calls[id] { deviceMayBeBack(call, bindings: bindings) }
+            }
+            if hasGrace { graceDevicesMayBeBack(aor, bindings: bindings) }
+        }
+    }
+
+    /// Waits until every queued event has been handled (tests and shutdown).
+    public func drain() {
+        queue.sync {}
+    }
+
+    // MARK: - Starting a call
+
+    private func begin(
+        _ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, callee: AddressOfRecord, caller: AddressOfRecord?,
+        source: String, transport: String, at arrivedAt: Date
+    ) {
+        guard callByHandle[handle] == nil else { return }
+        let from = invite.from
+        var journey = CallJourney(
+            callID: invite.callID ?? "", callee: callee, caller: from?.uri.description ?? "", callerName: from?.displayName,
+            transport: transport, source: source, instanceID: instanceID, startedAt: arrivedAt)
+        let callerText = caller.map { " (authenticated as \($0))" } ?? " (trusted peer)"
+        journey.events.append(JourneyEvent(at: arrivedAt, text: "INVITE from \(journey.caller)\(callerText) for \(callee) over \(transport) from \(source)"))
+        let call = Call(
+            invite: invite, handle: handle, callerFlow: callerFlow, callee: callee, arrivedAt: arrivedAt, journey: journey,
+            toTag: Self.makeTag())
+        calls[call.id] = call
+        callByHandle[handle] = call.id
+        liveCallsByCallee[callee, default: []].insert(call.id)
+        metrics?.live.set(Double(liveCallsByCallee.values.reduce(0) { $0 + $1.count }))
+        log("call.started", ["call": call.journey.callID, "callee": callee.description, "caller": journey.caller])
+
+        let bindings = directory.bindings(for: callee)
+        let channels = bindings.flatMap(\.pushChannels)
+        guard let tokens else {
+            start(call, bindings: bindings, posted: [], dead: [])
+            return
+        }
+        Task { [self] in
+            let found: (posted: [PostedToken], dead: Set<String>)?
+            do {
+                found = try await tokens.wakeTokens(for: callee, checking: channels)
+            } catch {
+                found = nil
+                log("call.tokens_unavailable", ["call": call.journey.callID, "error": "\(error)"])
+            }
+            queue.async { [self] in
+                if found == nil {
+                    call.journey.events.append(JourneyEvent(at: Date(), text: "posted tokens could not be read (database unavailable)"))
+                }
+                start(call, bindings: bindings, posted: found?.posted ?? [], dead: found?.dead ?? [])
+            }
+        }
+    }
+
+    private func start(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
+        guard call.phase == .starting, let signaling else { return }
+        let targets = CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { signaling.reach($0) })
+        call.targets = targets
+        let now = Date()
+        call.ringDeadline = call.arrivedAt.addingTimeInterval(settings.ringTimeout.timeInterval)
+        schedule(call, at: call.ringDeadline) { [weak self] call in self?.ringTimedOut(call) }
+
+        if targets.devices.isEmpty {
+            call.phase = .ringing
+            call.journey.events.append(JourneyEvent(at: now, text: "no device to wake; \(targets.deskPhones.count) registered device(s) to ring"))
+            forkToEveryoneRegistered(call, late: false)
+            finishIfNothingRings(call, nothingText: "no device is registered and none can be woken by push")
+            return
+        }
+
+        // Something else will ring (a desk phone, an awake app): a push may ring as long as the call.
+        let somethingElseRings = targets.hasDeskPhone || !targets.awake.isEmpty
+        let wait = targets.hasDeskPhone ? settings.wakeWaitWithDeskPhone : settings.wakeWait
+        call.waitDeadline = now.addingTimeInterval(wait.timeInterval)
+        let pushExpiry = somethingElseRings ? call.ringDeadline : call.waitDeadline
+        let ringSeconds = max(1, Int(pushExpiry.timeIntervalSince(now).rounded(.up)))
+        call.content = CallPushContent(
+            callID: call.journey.callID, callerNumber: call.invite.from?.uri.user ?? call.journey.caller,
+            callerName: call.journey.callerName, calleeNumber: call.callee.number, ringTimeoutSeconds: ringSeconds,
+            isVideo: Self.isVideo(call.invite), timestamp: now)
+        call.phase = .waiting
+        call.journey.events.append(JourneyEvent(
+            at: now,
+            text: "pushing \(targets.devices.count) device(s); waiting up to \(Self.seconds(wait)) for an app to register"
+                + (targets.hasDeskPhone ? " (a desk phone is registered)" : "")))
+        // Ringback while the apps wake (product.md step 3).
+        var ringing = SIPResponse(replyingTo: call.invite, statusCode: 180, reasonPhrase: "Ringing", toTag: call.toTag)
+        ringing.headers.add(.server, serverName)
+        signaling.respond(ringing, to: call.handle)
+
+        for device in targets.devices {
+            let state = DeviceState(device: device)
+            call.devices.append(state)
+            push(call, state, expiresAt: pushExpiry)
+        }
+        // An app whose connection is still open is awake: ring it now as well.
+        for binding in targets.awake { fork(call, to: binding, late: false) }
+        schedule(call, at: call.waitDeadline) { [weak self] call in self?.waitEnded(call, because: nil) }
+    }
+
+    private func push(_ call: Call, _ state: DeviceState, expiresAt: Date) {
+        let content = call.content
+        let channel = state.device.ringChannel
+        let aor = call.callee.description
+        state.sentAt = Date()
+        Task { [self] in
+            let (outcome, appID) = await pusher.ring(content, to: channel, expiresAt: expiresAt, aor: aor)
+            queue.async { [self] in pushAnswered(call, state, outcome: outcome, appID: appID) }
+        }
+    }
+
+    private func pushAnswered(_ call: Call, _ state: DeviceState, outcome: PushOutcome, appID: Int64?) {
+        let accepted = outcome.word == "accepted"
+        metrics?.pushes.increment(["provider": state.device.ringChannel.provider.rawValue, "outcome": outcome.word])
+        metrics?.pushLatency.observe(Double(outcome.latencyMilliseconds) / 1000)
+        if !accepted {
+            state.wake = .notPushed
+        } else if state.wake == .notPushed {
+            state.wake = .pending
+        }
+        if call.phase == .ended, accepted, state.wake == .pending {
+            state.wake = call.answered ? .callEnded : .notInTime
+        }
+        let line = JourneyPush(
+            id: state.pushID, device: state.device.name, provider: state.device.ringChannel.provider, appID: appID,
+            tokenShort: PushRecord.shorten(state.device.ringChannel.token), outcome: outcome.word, status: outcome.status,
+            reason: outcome.reason, explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds,
+            sentAt: state.sentAt ?? Date(), wake: state.wake)
+        state.accepted = accepted
+        state.journeyIndex = call.journey.pushes.count
+        call.journey.pushes.append(line)
+        journeys?.recordPush(line, of: call.journey)
+        log("call.push", ["call": call.journey.callID, "device": state.device.name, "outcome": outcome.word, "ms": String(outcome.latencyMilliseconds)])
+        if !accepted {
+            call.pushFailures.append("push \(outcome.word == "refused" ? "refused" : "failed"): \(outcome.explanation)")
+        }
+        // Every push failed and nothing else can ring: no point waiting.
+        if call.phase == .waiting, call.devices.allSatisfy({ $0.journeyIndex != nil && !$0.accepted }), call.branches.isEmpty,
+            call.targets?.hasDeskPhone == false, call.targets?.atWaitEnd.isEmpty == true
+        {
+            waitEnded(call, because: "every push failed")
+        }
+    }
+
+    // MARK: - Waiting and forking
+
+    private func waitEnded(_ call: Call, because reason: String?) {
+        guard call.phase == .waiting else { return }
+        call.phase = .ringing
+        let back = call.devices.filter { if case .woke = $0.wake { return true } else { return false } }
+        let text: String
+        if let reason {
+            text = "wait ended: \(reason)"
+        } else if back.isEmpty {
+            text = "wait ended after \(Self.seconds(Date().timeIntervalSince(call.arrivedAt))): no app back yet"
+        } else {
+            text = "wait ended: \(back.map(\.device.name).joined(separator: ", ")) registered again"
+        }
+        call.journey.events.append(JourneyEvent(at: Date(), text: text))
+        forkToEveryoneRegistered(call, late: false)
+        finishIfNothingRings(call, nothingText: call.pushFailures.first ?? "no device woke in time")
+    }
+
+    /// Forks to every binding of the callee reachable now (product.md step 4), except those
+    /// already ringing over the same flow.
+    private func forkToEveryoneRegistered(_ call: Call, late: Bool) {
+        guard let signaling else { return }
+        for binding in directory.bindings(for: call.callee) where signaling.reach(binding) != .gone {
+            fork(call, to: binding, late: late)
+        }
+    }
+
+    private func fork(_ call: Call, to binding: Binding, late: Bool) {
+        guard let signaling, call.phase != .ended, !call.answered else { return }
+        let key = BranchKey(bindingID: binding.id, flow: binding.flow.connectionID, instance: binding.flow.instanceID)
+        guard !call.branches.contains(where: { $0.key == key }) else { return }
+        guard let target = try? SIPURI(parsing: binding.contact) else { return }
+        let request = ProxyRules.branchRequest(from: call.invite, to: target)
+        let branch = Branch(key: key, binding: binding, isLate: late)
+        call.branches.append(branch)
+        let id = call.id
+        let index = call.branches.count - 1
+        let sent = signaling.sendInvite(request, to: binding, callerFlow: call.callerFlow) { [weak self] event in
+            guard let self else { return }
+            self.queue.async { self.branchEvent(id, index, event) }
+        }
+        let device = call.devices.first { $0.device.bindingIDs.contains(binding.id) || $0.device.matches(binding) }?.device.name
+            ?? binding.userAgent ?? "device"
+        var line = JourneyBranch(
+            bindingID: binding.id, target: binding.contactForDisplay, device: device, transport: binding.flow.transport,
+            startedAt: Date(), isLateFork: late)
+        guard let (sentRequest, flow) = sent else {
+            line.responses.append(JourneyResponse(status: 503, reason: "unreachable", at: Date()))
+            line.endedAt = Date()
+            branch.final = 503
+            call.journey.branches.append(line)
+            call.selector.consider(SIPResponse(replyingTo: call.invite, statusCode: 480, reasonPhrase: "Temporarily Unavailable"))
+            return
+        }
+        branch.sent = sentRequest
+        branch.flow = flow
+        branch.journeyIndex = call.journey.branches.count
+        call.journey.branches.append(line)
+        log("call.fork", ["call": call.journey.callID, "binding": binding.id.uuidString, "late": late ? "yes" : "no"])
+    }
+
+    private func branchEvent(_ id: UUID, _ index: Int, _ event: ClientTransactionEvent) {
+        guard let call = calls[id], call.branches.indices.contains(index) else { return }
+        let branch = call.branches[index]
+        let response = event.response
+        let status = response.statusCode
+        if let journeyIndex = branch.journeyIndex, status != 100 || call.journey.branches[journeyIndex].responses.isEmpty {
+            let isRetransmission = status >= 200 && branch.final != nil
+            if !isRetransmission {
+                call.journey.branches[journeyIndex].responses.append(JourneyResponse(status: status, reason: response.reasonPhrase, at: Date()))
+            }
+        }
+        if status < 200 {
+            branch.gotProvisional = true
+            if let reason = branch.cancelWanted, !branch.cancelSent {
+                sendCancel(branch, reason: reason)
+            } else if status > 100, call.phase != .ended, !call.answered {
+                signaling?.respond(ProxyRules.upstream(response), to: call.handle)
+            }
+            return
+        }
+        let isFirstFinal = branch.final == nil
+        branch.final = status
+        if let journeyIndex = branch.journeyIndex, isFirstFinal { call.journey.branches[journeyIndex].endedAt = Date() }
+        if (200..<300).contains(status) {
+            // §16.7 step 5: every 2xx goes upstream at once, retransmissions included.
+            signaling?.respond(ProxyRules.upstream(response), to: call.handle)
+            if isFirstFinal, !call.answered, call.phase != .ended {
+                answered(call, by: branch)
+            }
+            return
+        }
+        guard isFirstFinal, call.phase != .ended, !call.answered else { return }
+        call.selector.consider(ProxyRules.upstream(response))
+        if status >= 600 {
+            // §16.7: a 6xx ends the search; the other branches are cancelled.
+            end(call, response: Self.stripped(call.selector.chosen, call: call), outcome: .failed,
+                reason: "\(branch.binding.userAgent ?? "a device") answered \(status) \(response.reasonPhrase)", cancelReason: nil, pushReason: "declined")
+            return
+        }
+        if call.phase == .ringing { finishIfNothingRings(call, nothingText: call.pushFailures.first ?? "no device woke in time") }
+    }
+
+    private func answered(_ call: Call, by branch: Branch) {
+        call.answered = true
+        let now = Date()
+        call.journey.answeredAt = now
+        let device = branch.journeyIndex.map { call.journey.branches[$0].device } ?? "device"
+        call.journey.answeredBy = device
+        call.journey.events.append(JourneyEvent(at: now, text: "answered by \(device) after \(Self.seconds(now.timeIntervalSince(call.arrivedAt)))"))
+        for other in call.branches where other !== branch && other.final == nil {
+            cancel(other, reason: ProxyRules.completedElsewhere, because: "answered elsewhere")
+        }
+        close(call, outcome: .answered, finalStatus: 200, reason: "answered by \(device)", pushReason: "answered_elsewhere")
+    }
+
+    /// Ends the call when nothing rings and nothing is still to come: with the best branch answer,
+    /// or 480 saying why.
+    private func finishIfNothingRings(_ call: Call, nothingText: String) {
+        guard call.phase == .ringing, !call.answered else { return }
+        if call.branches.contains(where: { $0.final == nil }) { return }
+        let chosen = call.selector.chosen
+        if let chosen, chosen.statusCode != 408, chosen.statusCode != 480 {
+            end(call, response: Self.stripped(chosen, call: call), outcome: .failed,
+                reason: "every device refused the call (best answer \(chosen.statusCode) \(chosen.reasonPhrase))", cancelReason: nil, pushReason: "declined")
+            return
+        }
+        let text = call.branches.isEmpty ? nothingText : (call.devices.isEmpty ? "no device answered" : nothingText)
+        end(call, response: unavailable(call, text), outcome: .unanswered, reason: text, cancelReason: nil, pushReason: "timeout")
+    }
+
+    private func ringTimedOut(_ call: Call) {
+        guard call.phase != .ended, !call.answered else { return }
+        let text = "no answer within \(Self.seconds(settings.ringTimeout))"
+        end(call, response: unavailable(call, text), outcome: .unanswered, reason: text, cancelReason: ProxyRules.reason(cause: 480, text: text),
+            pushReason: "timeout")
+    }
+
+    // MARK: - Woken devices coming back
+
+    private func deviceMayBeBack(_ call: Call, bindings: [Binding]) {
+        guard call.phase == .waiting || call.phase == .ringing, !call.answered, let signaling else { return }
+        var anyBack = false
+        for binding in bindings where signaling.reach(binding) != .gone {
+            for state in call.devices {
+                guard let sentAt = state.sentAt, binding.registeredAt >= sentAt.addingTimeInterval(-0.05), state.device.matches(binding),
+                    !state.returnedBindings.contains(binding.id)
+                else { continue }
+                state.returnedBindings.insert(binding.id)
+                if case .woke = state.wake {} else {
+                    let ms = max(0, Int(Date().timeIntervalSince(sentAt) * 1000))
+                    state.wake = .woke(afterMilliseconds: ms)
+                    metrics?.wakeLatency.observe(Double(ms) / 1000)
+                    if let index = state.journeyIndex {
+                        call.journey.pushes[index].wake = state.wake
+                        journeys?.recordWake(pushID: state.pushID, state.wake)
+                    }
+                    call.journey.events.append(JourneyEvent(at: Date(), text: "\(state.device.name) registered again: \(state.wake.words)"))
+                }
+                anyBack = true
+                if call.phase == .ringing {
+                    // Late fork: the call still rings somewhere, so the late-comer joins at once.
+                    fork(call, to: binding, late: true)
+                }
+            }
+        }
+        if anyBack, call.phase == .waiting { waitEnded(call, because: nil) }
+    }
+
+    private func graceDevicesMayBeBack(_ aor: AddressOfRecord, bindings: [Binding]) {
+        guard let signaling else { return }
+        let now = Date()
+        var remaining: [GraceDevice] = []
+        for grace in graceDevices[aor] ?? [] where grace.until > now {
+            guard let binding = bindings.first(where: { grace.device.matches($0) && $0.registeredAt >= grace.sentAt && signaling.reach($0) != .gone }),
+                let target = try? SIPURI(parsing: binding.contact)
+            else {
+                remaining.append(grace)
+                continue
+            }
+            // product.md: the INVITE and at once a CANCEL, so CallKit ends the call it showed.
+            let request = ProxyRules.branchRequest(from: grace.invite, to: target)
+            let holder = GraceSend()
+            let ms = max(0, Int(now.timeIntervalSince(grace.sentAt) * 1000))
+            journeys?.recordWake(pushID: grace.pushID, .late(afterMilliseconds: ms))
+            let sent = signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow) { [weak self] event in
+                guard let self else { return }
+                self.queue.async {
+                    guard event.response.statusCode < 200, !holder.cancelled, let sent = holder.sent, let flow = holder.flow else { return }
+                    holder.cancelled = true
+                    self.signaling?.sendCancel(ProxyRules.cancel(of: sent, reason: grace.reason), over: flow)
+                }
+            }
+            holder.sent = sent?.sent
+            holder.flow = sent?.flow
+            log("call.grace_invite", ["call": grace.invite.callID ?? "", "binding": binding.id.uuidString])
+        }
+        graceDevices[aor] = remaining.isEmpty ? nil : remaining
+    }
+
+    // MARK: - Ending
+
+    /// Ends an unanswered call: the final response to the caller, CANCEL to the branches, cancel
+    /// pushes to woken devices that are not ringing over SIP.
+    private func end(_ call: Call, response: SIPResponse, outcome: CallOutcome, reason: String, cancelReason: String?, pushReason: String) {
+        guard call.phase != .ended else { return }
+        signaling?.respond(response, to: call.handle)
+        for branch in call.branches where branch.final == nil {
+            cancel(branch, reason: cancelReason ?? ProxyRules.reason(cause: response.statusCode, text: reason), because: reason)
+        }
+        close(call, outcome: outcome, finalStatus: response.statusCode, reason: reason, pushReason: pushReason)
+    }
+
+    private func close(_ call: Call, outcome: CallOutcome, finalStatus: Int, reason: String, pushReason: String) {
+        let now = Date()
+        call.phase = .ended
+        call.journey.outcome = outcome
+        call.journey.finalStatus = finalStatus
+        call.journey.reason = reason
+        call.journey.endedAt = now
+        call.journey.events.append(JourneyEvent(at: now, text: "call \(outcome.rawValue): \(finalStatus) \(reason)"))
+        stopWokenDevices(call, reason: pushReason)
+        for state in call.devices where state.wake == .pending && state.journeyIndex != nil {
+            state.wake = outcome == .unanswered ? .notInTime : .callEnded
+            if let index = state.journeyIndex { call.journey.pushes[index].wake = state.wake }
+        }
+        liveCallsByCallee[call.callee]?.remove(call.id)
+        if liveCallsByCallee[call.callee]?.isEmpty == true { liveCallsByCallee[call.callee] = nil }
+        metrics?.live.set(Double(liveCallsByCallee.values.reduce(0) { $0 + $1.count }))
+        metrics?.calls.increment(["outcome": outcome.rawValue])
+        journeys?.recordCall(call.journey)
+        log("call.ended", ["call": call.journey.callID, "outcome": outcome.rawValue, "status": String(finalStatus), "reason": reason])
+        // Keep the call a while for late responses (2xx retransmissions, CANCEL answers), then forget it.
+        let id = call.id
+        queue.asyncAfter(deadline: .now() + 34) { [weak self] in
+            guard let self, let call = self.calls.removeValue(forKey: id) else { return }
+            self.callByHandle[call.handle] = nil
+        }
+    }
+
+    /// product.md step 5: a woken device must stop ringing when the call ends before it answered.
+    private func stopWokenDevices(_ call: Call, reason: String) {
+        let until = Date().addingTimeInterval(settings.cancelGrace.timeInterval)
+        for state in call.devices where state.sentAt != nil && state.wake != .notPushed {
+            let ringingOverSIP = call.branches.contains { branch in
+                branch.gotProvisional && (state.device.bindingIDs.contains(branch.binding.id) || state.returnedBindings.contains(branch.binding.id))
+            }
+            if ringingOverSIP { continue }
+            if let channel = state.device.cancelChannel {
+                let content = call.content
+                let aor = call.callee.description
+                let name = state.device.name
+                let id = call.id
+                Task { [self] in
+                    let outcome = await pusher.cancel(content, reason: reason, to: channel, expiresAt: until, aor: aor)
+                    queue.async { [self] in
+                        guard let call = calls[id] else { return }
+                        call.journey.events.append(JourneyEvent(at: Date(), text: "stopped ringing on \(name): call.canceled (\(reason)) push \(outcome.word)"
+                            + (outcome.word == "accepted" ? "" : ": \(outcome.explanation)")))
+                        journeys?.recordCall(call.journey)
+                    }
+                }
+            } else if state.device.ringChannel.family == .apns {
+                // An iPhone with only its VoIP token: never a second VoIP push. If it registers
+                // within the grace period, it gets the INVITE and at once a CANCEL.
+                graceDevices[call.callee, default: []].append(GraceDevice(
+                    device: state.device, pushID: state.pushID, sentAt: state.sentAt ?? Date(), until: until,
+                    invite: call.invite, callerFlow: call.callerFlow, reason: ProxyRules.reason(cause: 487, text: reason)))
+                call.journey.events.append(JourneyEvent(
+                    at: Date(), text: "\(state.device.name) has only a VoIP token: if it registers within \(Self.seconds(settings.cancelGrace)) it gets the INVITE and a CANCEL"))
+            }
+        }
+    }
+
+    private func cancel(_ branch: Branch, reason: String, because why: String) {
+        guard branch.final == nil else { return }
+        branch.cancelWanted = reason
+        if let call = calls.values.first(where: { $0.branches.contains { $0 === branch } }), let index = branch.journeyIndex {
+            call.journey.branches[index].canceledBecause = why
+        }
+        // §9.1: a CANCEL may only follow a provisional response; otherwise it is sent when one comes.
+        if branch.gotProvisional { sendCancel(branch, reason: reason) }
+    }
+
+    private func sendCancel(_ branch: Branch, reason: String) {
+        guard let sent = branch.sent, let flow = branch.flow, !branch.cancelSent else { return }
+        branch.cancelSent = true
+        signaling?.sendCancel(ProxyRules.cancel(of: sent, reason: reason), over: flow)
+    }
+
+    // MARK: - Helpers
+
+    private func respondAtOnce(_ request: SIPRequest, _ handle: ServerTransactionHandle, _ status: Int, _ reason: String) {
+        var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: Self.makeTag())
+        response.headers.add(.server, serverName)
+        signaling?.respond(response, to: handle)
+    }
+
+    /// 480 with the reason in the status line and in a Reason header (decisions.md).
+    private func unavailable(_ call: Call, _ text: String) -> SIPResponse {
+        var response = SIPResponse(replyingTo: call.invite, statusCode: 480, reasonPhrase: Self.phrase(text), toTag: call.toTag)
+        response.headers.add(.reason, ProxyRules.reason(cause: 480, text: text))
+        response.headers.add(.server, serverName)
+        return response
+    }
+
+    /// A branch's response as the caller's final answer; nil falls back to 480.
+    private static func stripped(_ response: SIPResponse?, call: Call) -> SIPResponse {
+        response ?? SIPResponse(replyingTo: call.invite, statusCode: 480, reasonPhrase: "Temporarily Unavailable", toTag: call.toTag)
+    }
+
+    /// A reason phrase: the text with a capital letter, limited to what a status line may hold.
+    static func phrase(_ text: String) -> String {
+        let cleaned = String(text.filter { $0 != "\r" && $0 != "\n" }.prefix(120))
+        return cleaned.prefix(1).uppercased() + cleaned.dropFirst()
+    }
+
+    private func schedule(_ call: Call, at deadline: Date, _ body: @escaping @Sendable (Call) -> Void) {
+        let delay = max(0, deadline.timeIntervalSinceNow)
+        let id = call.id
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self, let call = self.calls[id] else { return }
+            body(call)
+        }
+    }
+
+    static func makeTag() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String(generator.next() as UInt64, radix: 36)
+    }
+
+    static func seconds(_ duration: Duration) -> String { seconds(duration.timeInterval) }
+
+    static func seconds(_ interval: TimeInterval) -> String {
+        interval == interval.rounded() ? "\(Int(interval)) s" : String(format: "%.1f s", interval)
+    }
+
+    static func isVideo(_ invite: SIPRequest) -> Bool {
+        String(decoding: invite.body, as: UTF8.self).contains("m=video")
+    }
+
+    // MARK: - State
+
+    enum Phase { case starting, waiting, ringing, ended }
+
+    /// One call in progress. @unchecked Sendable: only touched on the coordinator's `queue`.
+    final class Call: @unchecked Sendable {
+        let id = UUID()
+        let invite: SIPRequest
+        let handle: ServerTransactionHandle
+        let callerFlow: Flow
+        let callee: AddressOfRecord
+        let arrivedAt: Date
+        var journey: CallJourney
+        let toTag: String
+        var phase = Phase.starting
+        var targets: CallTargets?
+        var content = CallPushContent(callID: "", callerNumber: "", calleeNumber: "", ringTimeoutSeconds: 0)
+        var devices: [DeviceState] = []
+        var branches: [Branch] = []
+        var selector = ForkResponseSelector()
+        var answered = false
+        var waitDeadline = Date.distantFuture
+        var ringDeadline = Date.distantFuture
+        var pushFailures: [String] = []
+
+        init(invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, callee: AddressOfRecord, arrivedAt: Date, journey: CallJourney, toTag: String) {
+            self.invite = invite
+            self.handle = handle
+            self.callerFlow = callerFlow
+            self.callee = callee
+            self.arrivedAt = arrivedAt
+            var journey = journey
+            journey.id = id
+            self.journey = journey
+            self.toTag = toTag
+        }
+    }
+
+    /// A pushed device of a call. @unchecked Sendable: only touched on `queue`.
+    final class DeviceState: @unchecked Sendable {
+        let device: WakeDevice
+        let pushID = UUID()
+        var sentAt: Date?
+        var accepted = false
+        var wake = WakeResult.pending
+        var journeyIndex: Int?
+        var returnedBindings: Set<UUID> = []
+
+        init(device: WakeDevice) { self.device = device }
+    }
+
+    struct BranchKey: Hashable {
+        var bindingID: UUID
+        var flow: String
+        var instance: String
+    }
+
+    /// One branch of the fork. @unchecked Sendable: only touched on `queue`.
+    final class Branch: @unchecked Sendable {
+        let key: BranchKey
+        let binding: Binding
+        let isLate: Bool
+        var sent: SIPRequest?
+        var flow: Flow?
+        var journeyIndex: Int?
+        var gotProvisional = false
+        var final: Int?
+        var cancelWanted: String?
+        var cancelSent = false
+
+        init(key: BranchKey, binding: Binding, isLate: Bool) {
+            self.key = key
+            self.binding = binding
+            self.isLate = isLate
+        }
+    }
+
+    struct GraceDevice: Sendable {
+        var device: WakeDevice
+        var pushID: UUID
+        var sentAt: Date
+        var until: Date
+        var invite: SIPRequest
+        var callerFlow: Flow
+        var reason: String
+    }
+
+    /// The INVITE of a grace device and whether its CANCEL went. @unchecked Sendable: only
+    /// touched on `queue`.
+    final class GraceSend: @unchecked Sendable {
+        var sent: SIPRequest?
+        var flow: Flow?
+        var cancelled = false
+    }
+}
+
+/// The call metrics in `/metrics`.
+struct CallMetrics: Sendable {
+    let calls: MetricsRegistry.Counter
+    let pushes: MetricsRegistry.Counter
+    let pushLatency: MetricsRegistry.Histogram
+    let wakeLatency: MetricsRegistry.Histogram
+    let live: MetricsRegistry.Gauge
+
+    init(_ registry: MetricsRegistry) {
+        calls = registry.counter("rouse_calls_total", help: "Calls to extensions that ended, by outcome (answered, canceled, unanswered, failed).")
+        pushes = registry.counter("rouse_call_pushes_total", help: "Ring pushes sent for calls, by provider and outcome (accepted, refused, failed).")
+        pushLatency = registry.histogram("rouse_push_latency_seconds", help: "Time from sending a ring push to the provider's answer.")
+        wakeLatency = registry.histogram(
+            "rouse_wake_latency_seconds", help: "Time from a ring push to the woken device's fresh REGISTER.",
+            buckets: [0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 20, 45])
+        live = registry.gauge("rouse_calls_live", help: "Calls ringing now on this instance.")
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import Push
+import Registrar
+import SIPMessage
+import SIPTransaction
+
+/// What the coordinator needs from the SIP side (SIPService implements it over real sockets; unit
+/// tests may use a double). Every method returns at once and never blocks.
+public protocol CallSignaling: AnyObject, Sendable {
+    /// How the SIP side names the way to a device (a transport flow).
+    associatedtype Flow: Hashable & Sendable
+
+    /// Sends a response to the caller through its INVITE server transaction.
+    func respond(_ response: SIPResponse, to handle: ServerTransactionHandle)
+    /// How `binding` can be reached now.
+    func reach(_ binding: Binding) -> BindingReach
+    /// Sends a branch INVITE to `binding` in a client transaction, adding Rouse's Via, a
+    /// Record-Route that names both the caller's flow and the device's, and, for a binding held by
+    /// another instance, a Route through it. Returns the request as sent and its flow, or nil when
+    /// the binding cannot be reached.
+    func sendInvite(
+        _ request: SIPRequest, to binding: Binding, callerFlow: Flow, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) -> (sent: SIPRequest, flow: Flow)?
+    /// Sends a CANCEL (built by `ProxyRules.cancel`) over `flow` in its own client transaction.
+    func sendCancel(_ cancel: SIPRequest, over flow: Flow)
+}
+
+/// The callee's side of the directory: which extensions exist and their live bindings (the
+/// registrar implements it).
+public protocol CalleeDirectory: Sendable {
+    func directorySnapshot() -> DirectorySnapshot
+    func bindings(for aor: AddressOfRecord) -> [Binding]
+}
+
+/// Posted tokens and dead-token marks, read when a call arrives (PostgreSQL in production).
+public protocol WakeTokenSource: Sendable {
+    /// The extension's posted tokens, and which of `tokens` (and of the posted ones) are marked
+    /// dead, as `family:token` keys.
+    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>)
+}
+
+/// Sends a call's ring and cancel pushes (PushService implements it).
+public protocol CallPushing: Sendable {
+    /// The ring push; returns the outcome and the push app used.
+    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?)
+    /// The cancel push (`call.canceled` with a reason).
+    func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome
+}
+
+extension PushService: CallPushing {
+    public func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?) {
+        let appID = app(for: channel)?.id
+        let outcome = await sendRing(call, to: channel, expiresAt: expiresAt, aor: aor, recordOutcome: false)
+        return (outcome, appID)
+    }
+
+    public func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
+        await sendCancel(call, event: .canceled, reason: reason, to: channel, expiresAt: expiresAt, aor: aor)
+    }
+}
+
+extension Registrar: CalleeDirectory {}
+
+/// The call settings (decisions.md "Settings and limits"): `wake_wait`, `wake_wait_with_desk_phone`,
+/// `ring_timeout`, `cancel_grace`, `trusted_peers`.
+public struct CallSettings: Sendable, Equatable {
+    /// How long to wait for a woken app when nothing else can ring (default 8 s).
+    public var wakeWait: Duration
+    /// How long when a desk phone is registered (default 3 s).
+    public var wakeWaitWithDeskPhone: Duration
+    /// How long a call may ring before it ends with 480 (default 45 s).
+    public var ringTimeout: Duration
+    /// How long after a call ended a woken iPhone known only by its VoIP token is still sent the
+    /// INVITE and its CANCEL when it registers, so CallKit ends the call (default 30 s).
+    public var cancelGrace: Duration
+    public var trustedPeers: TrustedPeers
+
+    public init(
+        wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
+        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers()
+    ) {
+        self.wakeWait = wakeWait
+        self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
+        self.ringTimeout = ringTimeout
+        self.cancelGrace = cancelGrace
+        self.trustedPeers = trustedPeers
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a TimeInterval.
+    var timeInterval: TimeInterval {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,147 @@
+import Foundation
+import Glibc
+import Registrar
+import SIPMessage
+
+/// Addresses allowed to send calls without digest authentication (setting `trusted_peers`: IP
+/// addresses and CIDR blocks, IPv4 or IPv6). A value.
+public struct TrustedPeers: Sendable, Equatable {
+    struct Network: Sendable, Equatable {
+        var address: [UInt8]
+        var prefixLength: Int
+    }
+
+    private var networks: [Network]
+
+    /// An empty list trusts no one.
+    public init() { networks = [] }
+
+    /// Parses `192.0.2.10`, `10.0.0.0/8`, `2001:db8::/32`; throws naming the first bad entry.
+    public init(parsing entries: [String]) throws(TrustedPeersError) {
+        networks = []
+        for entry in entries {
+            let trimmed = entry.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty else { continue }
+            let parts = trimmed.split(separator: "/", maxSplits: 1).map(String.init)
+            guard let address = Self.bytes(of: parts[0]) else { throw TrustedPeersError(entry: entry) }
+            let bits = address.count * 8
+            var prefix = bits
+            if parts.count == 2 {
+                guard let value = Int(parts[1]), (0...bits).contains(value) else { throw TrustedPeersError(entry: entry) }
+                prefix = value
+            }
+            networks.append(Network(address: address, prefixLength: prefix))
+        }
+    }
+
+    public var isEmpty: Bool { networks.isEmpty }
+
+    /// Whether `ip` (a literal, brackets allowed) lies in one of the networks.
+    public func contains(_ ip: String) -> Bool {
+        var text = ip
+        if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
+        guard let address = Self.bytes(of: text) else { return false }
+        return networks.contains { network in
+            guard network.address.count == address.count else { return false }
+            var remaining = network.prefixLength
+            for index in address.indices where remaining > 0 {
+                let take = min(8, remaining)
+                let mask = UInt8(truncatingIfNeeded: 0xFF << (8 - take))
+                if address[index] & mask != network.address[index] & mask { return false }
+                remaining -= take
+            }
+            return true
+        }
+    }
+
+    static func bytes(of literal: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, literal, &v4) == 1 {
+            return withUnsafeBytes(of: &v4) { Array($0) }
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, literal, &v6) == 1 {
+            return withUnsafeBytes(of: &v6) { Array($0) }
+        }
+        return nil
+    }
+}
+
+/// A `trusted_peers` entry that is neither an IP address nor a CIDR block.
+public struct TrustedPeersError: Error, Equatable, CustomStringConvertible {
+    public let entry: String
+    public var description: String { "trusted_peers: \"\(entry)\" is not an IP address or CIDR block (e.g. 192.0.2.10, 10.0.0.0/8, 2001:db8::/32)" }
+}
+
+/// The decision on an arriving INVITE before anything rings (issue 6 item 1): whom it is for,
+/// and whether the caller may place it. Rouse is never an open relay: a Request-URI outside its
+/// organisations gets 403; a caller not on a trusted address must answer a digest challenge
+/// (407) as an extension of the organisation. Pure.
+public enum InviteAdmission: Sendable {
+    /// Answer at once (403, 404, 407, 485…).
+    case respond(SIPResponse)
+    /// Go ahead: the callee, and the authenticated caller (nil for a trusted peer).
+    case accept(callee: AddressOfRecord, authenticatedCaller: AddressOfRecord?)
+
+    /// - Parameters:
+    ///   - sourceIP: where the INVITE came from (the packet's source, not its Via).
+    ///   - ownNames: the names a Request-URI may use for Rouse itself (its addresses, aliases).
+    public static func decide(
+        _ request: SIPRequest, sourceIP: String, directory: DirectorySnapshot, ownNames: Set<String>, trustedPeers: TrustedPeers,
+        authenticator: DigestAuthenticator, serverName: String, now: Date
+    ) -> InviteAdmission {
+        func answer(_ status: Int, _ reason: String) -> InviteAdmission {
+            var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: tag(for: request))
+            response.headers.add(.server, serverName)
+            return .respond(response)
+        }
+        let host = request.uri.host.lowercased()
+        let hostWithPort = request.uri.port.map { "\(host):\($0)" } ?? host
+        guard let number = request.uri.user, !number.isEmpty else { return answer(404, "Not Found") }
+        // Which organisation the Request-URI names: a domain of Rouse's, or Rouse's own address
+        // with the extension as user part (mapped when unambiguous, protocol.md).
+        let candidates: [AddressOfRecord]
+        if directory.domains.contains(host) {
+            candidates = [AddressOfRecord(number: number, domain: host)]
+        } else if ownNames.contains(host) || ownNames.contains(hostWithPort) {
+            candidates = directory.extensions.keys.filter { $0.number == number }.sorted()
+        } else {
+            return answer(403, "Relaying Denied")
+        }
+
+        var caller: AddressOfRecord?
+        if !trustedPeers.contains(sourceIP) {
+            let fromHost = request.from?.uri.host.lowercased() ?? ""
+            let realm = directory.domains.contains(fromHost) ? fromHost : (candidates.first?.domain ?? directory.domains.sorted().first ?? host)
+            var stale = false
+            let offered = request.headers.lines(.proxyAuthorization).compactMap(DigestCredentials.init(header:))
+            for credentials in offered where credentials.realm?.lowercased() == realm {
+                switch authenticator.verify(credentials, method: request.method.rawValue, realm: realm, now: now, lookup: { directory.extensions[$0] }) {
+                case .authenticated(let aor): caller = aor
+                case .stale: stale = true
+                case .rejected: break
+                }
+            }
+            guard caller != nil else {
+                var challenge = SIPResponse(
+                    replyingTo: request, statusCode: 407, reasonPhrase: "Proxy Authentication Required", toTag: tag(for: request))
+                for value in authenticator.challenges(realm: realm, stale: stale, now: now) { challenge.headers.add(.proxyAuthenticate, value) }
+                challenge.headers.add(.server, serverName)
+                return .respond(challenge)
+            }
+        }
+        let known = candidates.filter { directory.extensions[$0] != nil }
+        switch known.count {
+        case 0: return answer(404, "Not Found")
+        case 1: return .accept(callee: known[0], authenticatedCaller: caller)
+        default: return answer(485, "Ambiguous")
+        }
+    }
+
+    /// A To tag that is the same for retransmissions of one request (its Via branch hashed).
+    static func tag(for request: SIPRequest) -> String {
+        var hasher = Hasher()
+        hasher.combine(request.topVia?.branch ?? request.callID ?? "")
+        return String(UInt64(bitPattern: Int64(hasher.finalize())), radix: 36)
+    }
+}

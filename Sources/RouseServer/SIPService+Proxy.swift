@@ -1,0 +1,254 @@
+import CallRouting
+import Crypto
+import Foundation
+import Registrar
+import SIPMessage
+import SIPTransaction
+import SIPTransport
+
+/// An INVITE this instance forwarded statefully for another instance (through a flow it holds):
+/// what was sent and over which flow, so the caller's CANCEL can follow it.
+struct ForwardedInvite: Sendable {
+    let sent: SIPRequest
+    let flow: FlowID
+}
+
+/// The proxy side of the SIP service (RFC 3261 §16): loose routing by Rouse's own Route entries,
+/// Record-Route carrying signed flow tokens (RFC 5626 §5.3 style) so requests inside a dialog
+/// reach each end over its own flow, and the `CallSignaling` the call coordinator drives.
+extension SIPService: CallSignaling {
+    public typealias Flow = FlowID
+
+    /// URI parameters of Rouse's Route and Record-Route entries: the caller's flow, the device's
+    /// flow, and (a Route from another instance) the flow to send over.
+    static let callerFlowParameter = "rouse-c"
+    static let deviceFlowParameter = "rouse-d"
+    static let forwardFlowParameter = "rouse-f"
+
+    // MARK: CallSignaling
+
+    public func respond(_ response: SIPResponse, to handle: ServerTransactionHandle) {
+        transactions.respond(response, to: handle)
+    }
+
+    public func reach(_ binding: Binding) -> BindingReach {
+        if let flow = flow(for: binding) { return flow.isReliable ? .connected : .datagram }
+        guard binding.flow.instanceID != instanceID, binding.flow.transport != "udp" else { return .gone }
+        // A connection held by another instance: a desk phone's is taken as open (that instance
+        // answers 430 if not); a push binding's app is taken as asleep until it registers again.
+        return binding.pushChannels.isEmpty ? .connected : .gone
+    }
+
+    public func sendInvite(
+        _ request: SIPRequest, to binding: Binding, callerFlow: FlowID, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) -> (sent: SIPRequest, flow: FlowID)? {
+        var outgoing = request
+        let target: FlowID
+        if let local = flow(for: binding) {
+            target = local
+            for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
+        } else if binding.flow.instanceID != instanceID, let point = try? ListenPoint(parsing: binding.flow.localPoint),
+            let address = try? SocketAddress(ip: point.host, port: point.port), let toInstance = transport.datagramFlow(from: nil, to: address)
+        {
+            // The connection is held by another instance: route through it (it recorded where
+            // the flow lives, as a Path would), over UDP to its SIP port.
+            target = toInstance
+            let host = point.isIPv6 ? "[\(point.host)]" : point.host
+            outgoing.headers.prepend(.route, "<sip:\(host):\(point.port);lr;\(Self.forwardFlowParameter)=\(flowToken(binding.flow.connectionID))>")
+        } else {
+            return nil
+        }
+        addRecordRoutes(to: &outgoing, callerFlow: callerFlow, deviceFlow: target)
+        addVia(to: &outgoing, over: target)
+        do {
+            try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable, onResponse: onResponse)
+            return (outgoing, target)
+        } catch {
+            logger.warning("sip.send_failed", ["binding": binding.id.uuidString, "error": "\(error)"])
+            return nil
+        }
+    }
+
+    public func sendCancel(_ cancel: SIPRequest, over flow: FlowID) {
+        do {
+            try transactions.sendRequest(cancel, over: flow, isReliable: flow.isReliable) { _ in }
+        } catch {
+            logger.debug("sip.cancel_failed", ["error": "\(error)"])
+        }
+    }
+
+    // MARK: Routing requests
+
+    /// Takes a request that is not for Rouse itself: an INVITE for an extension (to the call
+    /// coordinator), a request inside a dialog Rouse record-routed, or a request another instance
+    /// routed through a flow held here. Returns false when the request is for Rouse itself.
+    func route(_ request: SIPRequest, _ handle: ServerTransactionHandle, arrivedOn flow: FlowID) -> Bool {
+        var request = request
+        let tokens = popOwnRoutes(&request)
+        let inDialog = request.to?.tag != nil
+        if let forwardFlow = tokens.forward {
+            forward(request, handle, arrivedOn: flow, to: forwardFlow, recordRoute: request.method == .invite && !inDialog)
+            return true
+        }
+        if inDialog {
+            guard tokens.popped else {
+                guard request.method != .options || request.uri.user != nil else { return false }
+                reply(request, handle, 481, "Call/Transaction Does Not Exist")
+                return true
+            }
+            guard let target = tokens.target(arrivedOn: flow) else {
+                reply(request, handle, 430, "Flow Failed")
+                return true
+            }
+            forward(request, handle, arrivedOn: flow, to: target, recordRoute: false)
+            return true
+        }
+        guard request.method == .invite, let coordinator else { return false }
+        coordinator.handleInvite(request, handle: handle, callerFlow: flow, sourceIP: sourceIP(of: flow), transport: flow.transport.rawValue)
+        return true
+    }
+
+    /// An ACK for a 2xx: forwarded statelessly along Rouse's Route entries (§16.11); dropped when
+    /// it names no flow of Rouse's.
+    func routeACK(_ ack: SIPRequest, arrivedOn flow: FlowID) {
+        var request = ack
+        let tokens = popOwnRoutes(&request)
+        guard let target = tokens.forward ?? tokens.target(arrivedOn: flow), transport.flowIsOpen(target) else { return }
+        guard (request.maxForwards ?? ProxyRules.defaultMaxForwards) > 0 else { return }
+        request.headers.set(.maxForwards, String((request.maxForwards ?? ProxyRules.defaultMaxForwards) - 1))
+        addVia(to: &request, over: target)
+        send(.request(request), over: target)
+    }
+
+    /// Forwards statefully over `target` (§16.6): responses go back through the server
+    /// transaction without Rouse's Via.
+    func forward(_ request: SIPRequest, _ handle: ServerTransactionHandle, arrivedOn flow: FlowID, to target: FlowID, recordRoute: Bool) {
+        if let tooMany = ProxyRules.tooManyHops(request) {
+            transactions.respond(tooMany, to: handle)
+            return
+        }
+        guard transport.flowIsOpen(target) else {
+            reply(request, handle, 430, "Flow Failed")
+            return
+        }
+        var outgoing = request
+        outgoing.headers.set(.maxForwards, String((request.maxForwards ?? ProxyRules.defaultMaxForwards) - 1))
+        if recordRoute { addRecordRoutes(to: &outgoing, callerFlow: flow, deviceFlow: target) }
+        addVia(to: &outgoing, over: target)
+        let isInvite = request.method == .invite
+        if isInvite { forwardedInvites.withLock { $0[handle] = ForwardedInvite(sent: outgoing, flow: target) } }
+        do {
+            try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable) { [weak self] event in
+                guard let self else { return }
+                let response = event.response
+                guard response.statusCode != 100 else { return }
+                if isInvite, response.statusCode >= 200 { _ = self.forwardedInvites.withLock { $0.removeValue(forKey: handle) } }
+                self.transactions.respond(ProxyRules.upstream(response), to: handle)
+            }
+        } catch {
+            if isInvite { _ = forwardedInvites.withLock { $0.removeValue(forKey: handle) } }
+            reply(request, handle, 503, "Service Unavailable")
+        }
+    }
+
+    /// Rouse's own entries at the top of the Route set, removed (§16.4), with the flow tokens they
+    /// carried.
+    func popOwnRoutes(_ request: inout SIPRequest) -> RouteTokens {
+        var tokens = RouteTokens()
+        while let first = request.headers.values(.route).first, let address = try? SIPNameAddress(parsing: first) {
+            let uri = address.uri
+            let caller = uri.parameters.value(Self.callerFlowParameter).flatMap(flow(fromToken:))
+            let device = uri.parameters.value(Self.deviceFlowParameter).flatMap(flow(fromToken:))
+            let forward = uri.parameters.value(Self.forwardFlowParameter).flatMap(flow(fromToken:))
+            guard caller != nil || device != nil || forward != nil || namesThisServer(uri) else { break }
+            request.headers.removeFirstValue(.route)
+            tokens.popped = true
+            tokens.caller = tokens.caller ?? caller
+            tokens.device = tokens.device ?? device
+            tokens.forward = tokens.forward ?? forward
+        }
+        return tokens
+    }
+
+    /// Whether a Route URI is this server: one of its names and one of its ports.
+    func namesThisServer(_ uri: SIPURI) -> Bool {
+        let host = uri.host.lowercased()
+        guard ownNames.contains(host) else { return false }
+        let port = uri.port.map { UInt16(clamping: $0) } ?? 5060
+        return listeningPoints.contains { $0.port == port }
+    }
+
+    // MARK: Headers
+
+    /// Rouse's Via on an outgoing request: the listen point of the flow's transport, a fresh
+    /// branch, rport, and the instance marker for loop detection.
+    func addVia(to request: inout SIPRequest, over flow: FlowID) {
+        let local = listeningPoints.first { $0.transport == flow.transport } ?? listeningPoints.first
+        let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
+        let sentBy = local.map { "\(host):\($0.port)" } ?? host
+        request.headers.prepend(
+            .via,
+            "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=\(SIPVia.magicCookie)\(SIPService.makeTag());rport;"
+                + "\(ProxyRules.viaMarkerParameter)=\(instanceID)")
+    }
+
+    /// Record-Route naming both flows (RFC 3261 §16.6 step 4); two entries when the two sides use
+    /// different transports (RFC 5658 double record-routing), so each side reaches Rouse its way.
+    func addRecordRoutes(to request: inout SIPRequest, callerFlow: FlowID, deviceFlow: FlowID) {
+        let tokens = "\(Self.callerFlowParameter)=\(flowToken(callerFlow.description));\(Self.deviceFlowParameter)=\(flowToken(deviceFlow.description))"
+        func entry(_ transport: SIPTransportKind) -> String {
+            let point = listeningPoints.first { $0.transport == transport } ?? listeningPoints.first
+            let host = point.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
+            let port = point.map { String($0.port) } ?? "5060"
+            let transportParameter = transport == .udp ? "" : ";transport=\(transport.rawValue)"
+            return "<sip:\(host):\(port)\(transportParameter);lr;\(tokens)>"
+        }
+        // The device side is nearest the device: its entry comes first in the request it gets.
+        if callerFlow.transport != deviceFlow.transport { request.headers.prepend(.recordRoute, entry(callerFlow.transport)) }
+        request.headers.prepend(.recordRoute, entry(deviceFlow.transport))
+    }
+
+    // MARK: Flow tokens
+
+    /// A flow's name, signed: `hex(name).hex(HMAC-SHA256(key, name)[0..<8])`.
+    func flowToken(_ name: String) -> String {
+        Hex.encode(Array(name.utf8)) + "." + Hex.encode(Digest.hmacSHA256(key: flowTokenKey, message: Array(name.utf8)).prefix(8))
+    }
+
+    /// The flow a token names, when the signature is Rouse's and the flow is this instance's.
+    func flow(fromToken token: String) -> FlowID? {
+        let parts = token.split(separator: ".")
+        guard parts.count == 2, let nameBytes = Hex.decode(String(parts[0])), let mac = Hex.decode(String(parts[1])) else { return nil }
+        let expected = Array(Digest.hmacSHA256(key: flowTokenKey, message: nameBytes).prefix(8))
+        guard Digest.constantTimeEquals(expected, mac) else { return nil }
+        return FlowID(description: String(decoding: nameBytes, as: UTF8.self))
+    }
+
+    // MARK: Helpers
+
+    func sourceIP(of flow: FlowID) -> String {
+        if let peer = flow.datagramPeer { return peer.ip }
+        return connections.endpoints(of: flow)?.0?.ip ?? ""
+    }
+
+    func reply(_ request: SIPRequest, _ handle: ServerTransactionHandle, _ status: Int, _ reason: String) {
+        var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: request.to?.tag == nil ? SIPService.makeTag() : nil)
+        response.headers.add(.server, selfHandler.serverName)
+        transactions.respond(response, to: handle)
+    }
+}
+
+/// The flow tokens found in Rouse's own Route entries of a request.
+struct RouteTokens {
+    var popped = false
+    var caller: FlowID?
+    var device: FlowID?
+    var forward: FlowID?
+
+    /// Inside a dialog: a request from the device goes to the caller, any other to the device.
+    func target(arrivedOn flow: FlowID) -> FlowID? {
+        guard let device else { return nil }
+        if flow == device { return caller }
+        return device
+    }
+}
