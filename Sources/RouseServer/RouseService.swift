@@ -25,6 +25,7 @@ public final class RouseService: @unchecked Sendable {
     private var http: HTTPAPIService?
     private var callPool: PostgresWorkerPool?
     private var coordinator: CallCoordinator<SIPService>?
+    private var journeyStore: PostgresJourneyStore?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -78,8 +79,10 @@ public final class RouseService: @unchecked Sendable {
             settings: configuration.pushSettings, apps: try PostgresPushApps(connection: connection).all(), deadTokens: pushStores,
             records: pushStores)
         let logger = self.logger
+        let journeyStore = PostgresJourneyStore(settings: settings)
+        self.journeyStore = journeyStore
         let coordinator = CallCoordinator<SIPService>(
-            directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: nil,
+            directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: journeyStore,
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
             settings: CallSettings(
                 wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,
@@ -196,6 +199,11 @@ public final class RouseService: @unchecked Sendable {
         listener?.stop()
         locationStore?.shutdown()
         callPool?.shutdown()
+        // Journeys still queued (PostgreSQL slow or away) get a last chance to be written.
+        if let journeyStore, !journeyStore.flush(timeout: 5) {
+            logger.warning("calls.journeys_unwritten", ["pending": String(journeyStore.pendingCount)])
+        }
+        journeyStore?.shutdown()
         logger.info("rouse.stopped", [:])
     }
 }

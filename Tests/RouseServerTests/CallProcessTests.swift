@@ -1,0 +1,378 @@
+import CallRouting
+import Foundation
+import Push
+import Registrar
+import RouseTestSupport
+import SIPMessage
+import SIPTransport
+import Storage
+import XCTest
+
+/// Calls through `rouse serve` end to end (issue 6 item 6): a scripted phone registers with pn-*
+/// parameters and goes quiet, a caller INVITEs, the push stand-in receives the push, the phone
+/// registers again from a new port, gets the INVITE and answers; ACK and BYE pass through. Each
+/// test checks the journey and the push records, not only the SIP answers.
+final class CallProcessTests: XCTestCase {
+    static let apnsToken = String(repeating: "ab", count: 32)
+    static let deadToken = "dead" + String(repeating: "cd", count: 30)
+    static let voipParam = "DEF123GHIJ.com.example.app.voip"
+
+    var database: TestDatabase!
+    var apns: PushStandIn!
+    var fcm: PushStandIn!
+    var caFile = ""
+    var rouse: RouseProcess?
+    var points: [ListenPoint] = []
+    var agents: [TestUserAgent] = []
+
+    override func setUpWithError() throws {
+        database = try TestDatabase()
+        let connection = try database.connect()
+        try Migrator.migrate(connection)
+        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        _ = try directory.addDomain("example.com")
+        for number in ["1001", "1002"] {
+            try directory.addExtension(AddressOfRecord(number: number, domain: "example.com"), password: "pw-\(number)")
+        }
+        let key = try PushStandIn.makeAPNsKey()
+        apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
+        let account = try PushStandIn.makeFCMServiceAccount()
+        fcm = try PushStandIn.fcm(serviceAccountPath: account)
+        caFile = apns.stateDirectory + "/cas.pem"
+        try [apns.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()
+            .write(toFile: caFile, atomically: true, encoding: .utf8)
+        let apps = PostgresPushApps(connection: connection)
+        _ = try apps.add(PushApp(credentials: .apns(APNsCredentials(
+            teamID: "DEF123GHIJ", keyID: "ABC123DEFG", topic: "com.example.app", privateKeyPEM: key.privateKeyPEM, environment: .production))))
+        _ = try apps.add(PushApp(credentials: .fcm(try FCMServiceAccount(json: Array(try Data(contentsOf: URL(fileURLWithPath: fcm.serviceAccountFile!)))))))
+    }
+
+    override func tearDown() {
+        agents.forEach { $0.close() }
+        _ = rouse?.stop()
+        rouse = nil
+        apns?.stop()
+        fcm?.stop()
+        database?.drop()
+    }
+
+    /// Starts `rouse serve` with short waits, so a test never sits through the 8 s default.
+    func startRouse(wakeWait: Int = 3, withDeskPhone: Int = 1, ringTimeout: Int = 20, extra: [String: String] = [:]) throws {
+        var environment = [
+            "ROUSE_DATABASE_URL": database.conninfo, "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0",
+            "ROUSE_APNS_PRODUCTION_URL": apns.baseURL, "ROUSE_APNS_SANDBOX_URL": apns.baseURL, "ROUSE_FCM_URL": fcm.baseURL,
+            "ROUSE_PUSH_CA_FILE": caFile, "ROUSE_PUSH_TIMEOUT": "3", "ROUSE_WAKE_WAIT": String(wakeWait),
+            "ROUSE_WAKE_WAIT_WITH_DESK_PHONE": String(withDeskPhone), "ROUSE_RING_TIMEOUT": String(ringTimeout),
+            "ROUSE_CANCEL_GRACE": "10",
+        ]
+        environment.merge(extra) { $1 }
+        let process = try RouseProcess(arguments: ["serve"], environment: environment)
+        XCTAssertTrue(process.waitForOutput(containing: "serving SIP on"), process.outputText)
+        let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
+        points = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ").map { try ListenPoint(parsing: $0) }
+        rouse = process
+    }
+
+    func port(_ transport: SIPTransportKind) throws -> UInt16 {
+        try XCTUnwrap(points.first { $0.transport == transport }).port
+    }
+
+    /// An app that can be woken through APNs (VoIP token in its Contact, RFC 8599).
+    func iPhoneApp(token: String = CallProcessTests.apnsToken, transport: TestSIPClient.Transport = .tcp) throws -> TestUserAgent {
+        let agent = try TestUserAgent(
+            transport: transport, serverPort: try port(transport == .udp ? .udp : .tcp), user: "1002", domain: "example.com", password: "pw-1002",
+            instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
+            contactURIParameters: "pn-provider=apns;pn-prid=\(token);pn-param=\(Self.voipParam)", userAgent: "RouseTestApp/1 (iPhone)")
+        agents.append(agent)
+        return agent
+    }
+
+    func deskPhone() throws -> TestUserAgent {
+        let agent = try TestUserAgent(
+            transport: .udp, serverPort: try port(.udp), user: "1002", domain: "example.com", password: "pw-1002", userAgent: "RouseDeskPhone/1")
+        agents.append(agent)
+        return agent
+    }
+
+    func caller() throws -> TestUserAgent {
+        let agent = try TestUserAgent(transport: .udp, serverPort: try port(.udp), user: "1001", domain: "example.com", password: "pw-1001")
+        agents.append(agent)
+        return agent
+    }
+
+    /// The stand-in's requests for `token`, waiting until there are `count`.
+    func pushes(_ standIn: PushStandIn, token: String, count: Int = 1, timeout: TimeInterval = 15) throws -> [StandInRequest] {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let found = try standIn.requests().filter { $0.path.hasSuffix(token) || $0.body.contains(token) }
+            if found.count >= count { return found }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        XCTFail("no push for \(token.prefix(8)) within \(timeout) s")
+        return []
+    }
+
+    /// The call's journey once it has been recorded with `outcome` (polls PostgreSQL, with a deadline).
+    func journey(callID: String, outcome: CallOutcome? = nil, where extra: (CallJourney) -> Bool = { _ in true }) throws -> CallJourney {
+        let connection = try database.connect()
+        let deadline = Date().addingTimeInterval(20)
+        var last: CallJourney?
+        while Date() < deadline {
+            last = try PostgresCalls.recent(on: connection, limit: 20).first { $0.callID == callID }
+            if let last, outcome == nil || last.outcome == outcome, extra(last) { return last }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw JourneyNotFound(callID: callID, last: last.map { "\($0.outcome) \($0.events.map(\.text))" })
+    }
+
+    struct JourneyNotFound: Error { let callID: String; let last: String? }
+
+    func pushRecords() throws -> [PushRecord] {
+        try PostgresPushStores.recent(on: try database.connect(), aor: "1002@example.com")
+    }
+
+    /// INVITEs `target` from `caller` and answers the 407 (the agent answers a challenge only while
+    /// it reads): returns once Rouse has the authenticated INVITE (its 100 Trying came). Every
+    /// agent of the test is linked, so each keeps answering while the test waits on another.
+    func place(_ caller: TestUserAgent, _ target: String = "sip:1002@example.com") throws -> TestOutgoingCall {
+        if agents.count > 1 {
+            for agent in agents { TestUserAgent.link(agent, caller) }
+        }
+        let call = try caller.invite(target)
+        // The first INVITE (CSeq 1) is challenged; the 100 Trying of the answered one (CSeq 2) says
+        // Rouse took the call.
+        _ = try call.waitForResponse { $0.statusCode == 100 && ($0.cseq?.number ?? 0) >= 2 }
+        return call
+    }
+
+    /// Registers the phone, then closes its socket: the app was suspended.
+    func registerAndSleep(_ phone: TestUserAgent) throws {
+        XCTAssertEqual(try phone.register().statusCode, 200)
+        phone.goQuiet()
+    }
+
+    /// The woken app: a new socket (new source port), a fresh REGISTER.
+    func wake(_ phone: TestUserAgent) throws {
+        try phone.reopen()
+        XCTAssertEqual(try phone.register().statusCode, 200)
+    }
+
+    /// Answer on `phone`, ACK from the caller, BYE from the caller: the whole dialog through Rouse.
+    func answerAndHangUp(_ phone: TestUserAgent, _ invite: SIPRequest, _ call: TestOutgoingCall, _ caller: TestUserAgent) throws {
+        let phoneDialog = try phone.answer(invite)
+        let ok = try call.waitForResponse(status: 200)
+        XCTAssertNotNil(ok.headers[.recordRoute], "Rouse record-routes so the dialog passes through it")
+        let callerDialog = try call.ack(ok)
+        try phoneDialog.waitForAck()
+        let bye = try callerDialog.sendRequest(.bye)
+        try phoneDialog.receiveBye()
+        XCTAssertEqual(try caller.waitForFinalResponse(to: bye).statusCode, 200)
+    }
+
+    // MARK: - The cases of issue 6 item 6
+
+    func testAppOnlyRingsWithinTheWakeWait() throws {
+        try startRouse(wakeWait: 8)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        XCTAssertEqual(try call.waitForResponse(status: 180).statusCode, 180, "ringback while the app wakes")
+
+        let push = try XCTUnwrap(try pushes(apns, token: Self.apnsToken).first)
+        XCTAssertEqual(push.headers["apns-push-type"], "voip")
+        XCTAssertEqual(push.headers["apns-topic"], "com.example.app.voip")
+        XCTAssertEqual(push.jsonBody?["call_id"]?.stringValue, call.callID)
+        XCTAssertEqual(push.jsonBody?["caller_number"]?.stringValue, "1001")
+        XCTAssertEqual(push.jsonBody?["ring_timeout_secs"]?.stringValue, "8", "an app-only call's push lives as long as the wait")
+
+        try wake(phone)
+        let invite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        try answerAndHangUp(phone, invite, call, caller)
+
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        XCTAssertEqual(journey.pushes.count, 1)
+        XCTAssertEqual(journey.pushes[0].outcome, "accepted")
+        guard case .woke = journey.pushes[0].wake else { return XCTFail("wake: \(journey.pushes[0].wake)") }
+        XCTAssertTrue(journey.pushes[0].line.contains("accepted in"), journey.pushes[0].line)
+        XCTAssertTrue(journey.pushes[0].line.contains("woke in"), journey.pushes[0].line)
+        XCTAssertEqual(journey.branches.count, 1)
+        XCTAssertEqual(journey.branches[0].finalStatus, 200)
+        XCTAssertEqual(journey.answeredBy, "RouseTestApp/1 (iPhone)")
+        let record = try XCTUnwrap(try pushRecords().first { $0.callID == call.callID })
+        XCTAssertEqual(record.wake, "woke")
+        XCTAssertNotNil(record.wokeAfterMilliseconds)
+    }
+
+    func testDeskPhoneRingsWhenTheShortWaitEndsThenTheLateAppJoinsTheFork() throws {
+        try startRouse(wakeWait: 8, withDeskPhone: 1)
+        let desk = try deskPhone()
+        XCTAssertEqual(try desk.register().statusCode, 200)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        _ = try pushes(apns, token: Self.apnsToken)
+        // The desk phone rings when the 1 s wait ends, before the app is back…
+        let deskInvite = try desk.waitForRequest(.invite)
+        try desk.respond(to: deskInvite, status: 180)
+        // …and the app, too late for the wait but in time for the ring, is added to the fork.
+        try wake(phone)
+        let appInvite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(appInvite.callID, call.callID)
+        try answerAndHangUp(phone, appInvite, call, caller)
+        // The desk phone's ring is stopped: CANCEL with the Reason product.md names.
+        let cancel = try desk.handleCancel(of: deskInvite)
+        XCTAssertEqual(cancel.headers[.reason], "SIP;cause=200;text=\"Call completed elsewhere\"")
+
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        XCTAssertEqual(journey.branches.count, 2)
+        XCTAssertEqual(journey.branches.filter(\.isLateFork).count, 1, "the app's branch is a late fork")
+        XCTAssertEqual(journey.branches.first { !$0.isLateFork }?.canceledBecause, "answered elsewhere")
+        XCTAssertEqual(journey.answeredBy, "RouseTestApp/1 (iPhone)")
+    }
+
+    func testAppBackBeforeTheShortWaitEndsRingsWithTheDeskPhoneAtOnce() throws {
+        try startRouse(wakeWait: 8, withDeskPhone: 6)
+        let desk = try deskPhone()
+        XCTAssertEqual(try desk.register().statusCode, 200)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let push = try XCTUnwrap(try pushes(apns, token: Self.apnsToken).first)
+        XCTAssertEqual(push.jsonBody?["ring_timeout_secs"]?.stringValue, "20", "with a desk phone ringing, the push lives as long as the ring")
+        XCTAssertTrue(desk.buffered.requests.isEmpty)
+        try wake(phone)
+        // The wait ends the moment the app is back: both ring long before the 6 s wait would end.
+        let appInvite = try phone.waitForRequest(.invite, timeout: .seconds(4))
+        try phone.respond(to: appInvite, status: 180)
+        let deskInvite = try desk.waitForRequest(.invite, timeout: .seconds(4))
+        try desk.respond(to: deskInvite, status: 180)
+        try answerAndHangUp(desk, deskInvite, call, caller)
+        // Answered on the desk phone: the app's ring is stopped with a CANCEL.
+        let cancel = try phone.handleCancel(of: appInvite)
+        XCTAssertEqual(cancel.headers[.reason], "SIP;cause=200;text=\"Call completed elsewhere\"")
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        XCTAssertEqual(journey.answeredBy, "RouseDeskPhone/1")
+        XCTAssertTrue(journey.events.contains { $0.text.contains("registered again") }, "\(journey.events.map(\.text))")
+    }
+
+    func testAppNeverBackEndsWith480AndTheJourneySaysWhy() throws {
+        try startRouse(wakeWait: 2)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let final = try call.waitForFinal(timeout: .seconds(15))
+        XCTAssertEqual(final.statusCode, 480)
+        XCTAssertEqual(final.headers[.reason], "SIP;cause=480;text=\"no device woke in time\"")
+        let journey = try journey(callID: call.callID, outcome: .unanswered)
+        XCTAssertEqual(journey.reason, "no device woke in time")
+        XCTAssertEqual(journey.pushes.first?.wake, .notInTime)
+        XCTAssertTrue(journey.pushes.first?.line.hasSuffix("no re-register in time") == true, journey.pushes.first?.line ?? "")
+        XCTAssertEqual(try pushRecords().first { $0.callID == call.callID }?.wake, "no")
+    }
+
+    func testCallerCancelsDuringTheWait() throws {
+        try startRouse(wakeWait: 8)
+        // An Android app: its ring is stopped by a call.canceled data message.
+        let fcmToken = "fcm-token-" + UUID().uuidString
+        let phone = try TestUserAgent(
+            transport: .tcp, serverPort: try port(.tcp), user: "1002", domain: "example.com", password: "pw-1002",
+            instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
+            contactURIParameters: "pn-provider=fcm;pn-prid=\(fcmToken);pn-param=rouse-test", userAgent: "RouseTestApp/1 (Android)")
+        agents.append(phone)
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let ring = try XCTUnwrap(try pushes(fcm, token: fcmToken).first)
+        XCTAssertTrue(ring.body.contains("call.ring"), ring.body)
+        XCTAssertEqual(try call.cancel().statusCode, 200)
+        XCTAssertEqual(try call.waitForFinal().statusCode, 487)
+        let both = try pushes(fcm, token: fcmToken, count: 2)
+        let cancelPush = try XCTUnwrap(both.last)
+        XCTAssertTrue(cancelPush.body.contains("call.canceled"), cancelPush.body)
+        XCTAssertTrue(cancelPush.body.contains("caller_hangup"), cancelPush.body)
+        let journey = try journey(callID: call.callID, outcome: .canceled) { $0.events.contains { $0.text.contains("stopped ringing") } }
+        XCTAssertTrue(journey.reason?.hasPrefix("caller hung up") == true, journey.reason ?? "")
+        XCTAssertEqual(journey.pushes.first?.wake, .callEnded)
+    }
+
+    func testDeadTokenAndUnreachableProviderStillRingTheDeskPhone() throws {
+        try startRouse(wakeWait: 8, withDeskPhone: 1)
+        let desk = try deskPhone()
+        XCTAssertEqual(try desk.register().statusCode, 200)
+        let phone = try iPhoneApp(token: Self.deadToken)
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let deskInvite = try desk.waitForRequest(.invite)
+        try answerAndHangUp(desk, deskInvite, call, caller)
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        let push = try XCTUnwrap(journey.pushes.first)
+        XCTAssertEqual(push.outcome, "refused")
+        XCTAssertEqual(push.reason, "Unregistered")
+        XCTAssertTrue(push.line.contains("refused: Unregistered"), push.line)
+        // The dead token is marked: the next call does not push it.
+        let connection = try database.connect()
+        XCTAssertTrue(try PostgresPushStores.isDead(on: connection, family: .apns, token: Self.deadToken))
+    }
+
+    func testUnreachableProviderIsSaidInWordsAndTheDeskPhoneStillRings() throws {
+        try startRouse(wakeWait: 8, withDeskPhone: 1, extra: ["ROUSE_APNS_PRODUCTION_URL": "https://127.0.0.1:1"])
+        let desk = try deskPhone()
+        XCTAssertEqual(try desk.register().statusCode, 200)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let deskInvite = try desk.waitForRequest(.invite)
+        try answerAndHangUp(desk, deskInvite, call, caller)
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        let push = try XCTUnwrap(journey.pushes.first)
+        XCTAssertEqual(push.outcome, "failed")
+        XCTAssertTrue(push.line.hasPrefix("pushed RouseTestApp/1 (iPhone) (apns): failed: "), push.line)
+    }
+
+    func testDeviceKnownOnlyByAPostedTokenIsWokenAndRings() throws {
+        try startRouse(wakeWait: 8)
+        let token = String(repeating: "9f", count: 32)
+        let connection = try database.connect()
+        _ = try PostedPushTokens.store(
+            PushChannel(provider: .apns, token: token, param: nil, kind: .voip), deviceID: nil,
+            for: AddressOfRecord(number: "1002", domain: "example.com"), on: connection)
+        let caller = try caller()
+        let call = try place(caller)
+        _ = try pushes(apns, token: token)
+        // The app registers (no pn-* in its Contact): any new binding is the posted device back.
+        let phone = try TestUserAgent(
+            transport: .tcp, serverPort: try port(.tcp), user: "1002", domain: "example.com", password: "pw-1002", userAgent: "RouseTestApp/1 (posted)")
+        agents.append(phone)
+        XCTAssertEqual(try phone.register().statusCode, 200)
+        let invite = try phone.waitForRequest(.invite)
+        try answerAndHangUp(phone, invite, call, caller)
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        XCTAssertEqual(journey.pushes.first?.device, "iPhone (posted token)")
+        guard case .woke = journey.pushes.first?.wake else { return XCTFail("\(String(describing: journey.pushes.first?.wake))") }
+    }
+
+    func testNothingRegisteredGets480AndStrangersAreRefused() throws {
+        try startRouse()
+        let caller = try caller()
+        let call = try place(caller)
+        let final = try call.waitForFinal()
+        XCTAssertEqual(final.statusCode, 480)
+        XCTAssertEqual(final.headers[.reason], "SIP;cause=480;text=\"no device is registered and none can be woken by push\"")
+
+        let unknown = try caller.invite("sip:1999@example.com")
+        XCTAssertEqual(try unknown.waitForFinal().statusCode, 404)
+        let relay = try caller.invite("sip:someone@elsewhere.example.net")
+        XCTAssertEqual(try relay.waitForFinal().statusCode, 403, "never an open relay")
+        let unauthenticated = try caller.invite("sip:1002@example.com", authenticate: false)
+        let challenge = try unauthenticated.waitForFinal()
+        XCTAssertEqual(challenge.statusCode, 407)
+        XCTAssertNotNil(challenge.headers[.proxyAuthenticate])
+    }
+}
