@@ -62,12 +62,12 @@ var targets: [Target] = [
     .testTarget(
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport"]),
-    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar"]),
+    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport"]),
+        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push"]),
 ]
 
 var products: [Product] = [

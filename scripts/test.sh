@@ -28,9 +28,9 @@ status=0
 echo "== swift test (all suites)"
 swift test 2>&1 | grep -vE "$quiet" || status=1
 
-echo "== swift test --sanitize=thread (transports, transactions, registrar, storage)"
+echo "== swift test --sanitize=thread (transports, transactions, registrar, storage, calls)"
 swift test --sanitize=thread --scratch-path .build-tsan \
-    --filter 'SIPTransportTests|SIPTransactionTests|RegistrarTests|FlowRoutingTests|StorageTests' 2>&1 | grep -vE "$quiet" || status=1
+    --filter 'SIPTransportTests|SIPTransactionTests|RegistrarTests|FlowRoutingTests|StorageTests|CallRoutingTests' 2>&1 | grep -vE "$quiet" || status=1
 
 if [ "$status" -ne 0 ]; then
     echo "rouse: tests FAILED" >&2

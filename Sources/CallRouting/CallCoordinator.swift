@@ -403,9 +403,11 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     // MARK: - Woken devices coming back
 
     private func deviceMayBeBack(_ call: Call, bindings: [Binding]) {
-        guard call.phase == .waiting || call.phase == .ringing, !call.answered, let signaling else { return }
+        guard call.phase == .waiting || call.phase == .ringing, !call.answered else { return }
         var anyBack = false
-        for binding in bindings where signaling.reach(binding) != .gone {
+        // A binding registered after the push is the woken app, awake by definition, even when
+        // another instance holds its connection (the SIP side routes through that instance).
+        for binding in bindings {
             for state in call.devices {
                 guard let sentAt = state.sentAt, binding.registeredAt >= sentAt.addingTimeInterval(-0.05), state.device.matches(binding),
                     !state.returnedBindings.contains(binding.id)
@@ -422,10 +424,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     call.journey.events.append(JourneyEvent(at: Date(), text: "\(state.device.name) registered again: \(state.wake.words)"))
                 }
                 anyBack = true
-                if call.phase == .ringing {
-                    // Late fork: the call still rings somewhere, so the late-comer joins at once.
-                    fork(call, to: binding, late: true)
-                }
+                // While the call waits, the woken app ends the wait and rings with the others; once
+                // the call rings elsewhere, the late-comer joins the fork at once (late fork).
+                fork(call, to: binding, late: call.phase == .ringing)
             }
         }
         if anyBack, call.phase == .waiting { waitEnded(call, because: nil) }
@@ -436,7 +437,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         let now = Date()
         var remaining: [GraceDevice] = []
         for grace in graceDevices[aor] ?? [] where grace.until > now {
-            guard let binding = bindings.first(where: { grace.device.matches($0) && $0.registeredAt >= grace.sentAt && signaling.reach($0) != .gone }),
+            guard let binding = bindings.first(where: { grace.device.matches($0) && $0.registeredAt >= grace.sentAt }),
                 let target = try? SIPURI(parsing: binding.contact)
             else {
                 remaining.append(grace)
@@ -446,7 +447,14 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             let request = ProxyRules.branchRequest(from: grace.invite, to: target)
             let holder = GraceSend()
             let ms = max(0, Int(now.timeIntervalSince(grace.sentAt) * 1000))
-            journeys?.recordWake(pushID: grace.pushID, .late(afterMilliseconds: ms))
+            let late = WakeResult.late(afterMilliseconds: ms)
+            // The journey (if the call is still kept) says so too, so a later rewrite of it keeps it.
+            if let call = calls[grace.callID], let index = call.journey.pushes.firstIndex(where: { $0.id == grace.pushID }) {
+                call.journey.pushes[index].wake = late
+                call.journey.events.append(JourneyEvent(at: now, text: "\(grace.device.name) registered again after the call ended: INVITE and CANCEL sent"))
+                journeys?.recordCall(call.journey)
+            }
+            journeys?.recordWake(pushID: grace.pushID, late)
             let sent = signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow) { [weak self] event in
                 guard let self else { return }
                 self.queue.async {
@@ -528,11 +536,21 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 // An iPhone with only its VoIP token: never a second VoIP push. If it registers
                 // within the grace period, it gets the INVITE and at once a CANCEL.
                 graceDevices[call.callee, default: []].append(GraceDevice(
-                    device: state.device, pushID: state.pushID, sentAt: state.sentAt ?? Date(), until: until,
-                    invite: call.invite, callerFlow: call.callerFlow, reason: ProxyRules.reason(cause: 487, text: reason)))
+                    callID: call.id, device: state.device, pushID: state.pushID, sentAt: state.sentAt ?? Date(), until: until,
+                    invite: call.invite, callerFlow: call.callerFlow, reason: Self.sipReason(forPushReason: reason)))
                 call.journey.events.append(JourneyEvent(
                     at: Date(), text: "\(state.device.name) has only a VoIP token: if it registers within \(Self.seconds(settings.cancelGrace)) it gets the INVITE and a CANCEL"))
             }
+        }
+    }
+
+    /// The RFC 3326 Reason of the CANCEL a late iPhone gets, for a cancel push's reason code.
+    static func sipReason(forPushReason code: String) -> String {
+        switch code {
+        case "answered_elsewhere": return ProxyRules.completedElsewhere
+        case "caller_hangup": return ProxyRules.reason(cause: 487, text: "caller hung up")
+        case "timeout": return ProxyRules.reason(cause: 480, text: "no answer")
+        default: return ProxyRules.reason(cause: 487, text: "call ended")
         }
     }
 
@@ -681,6 +699,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     struct GraceDevice: Sendable {
+        var callID: UUID
         var device: WakeDevice
         var pushID: UUID
         var sentAt: Date

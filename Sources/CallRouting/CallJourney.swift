@@ -246,7 +246,7 @@ public struct CallJourney: Sendable, Hashable {
     /// Ring duration (arrival to answer or end) in milliseconds, once known.
     public var ringMilliseconds: Int? {
         guard let end = answeredAt ?? endedAt else { return nil }
-        return Int(end.timeIntervalSince(startedAt) * 1000)
+        return Int((end.timeIntervalSince(startedAt) * 1000).rounded())
     }
 }
 

@@ -1,3 +1,4 @@
+import CallRouting
 import Crypto
 import Dispatch
 import Foundation
@@ -6,9 +7,10 @@ import Registrar
 import Storage
 
 /// The admin JSON API under `/api/v1/admin/` (issue 5, item 4): organisations, extensions (with
-/// an extension's bindings, posted tokens and recent pushes), push apps (keys write-only) and the
-/// test push. Every route requires an administrator's HTTP Basic credentials (`rouse admin add`);
-/// otherwise 401 with `WWW-Authenticate: Basic realm="rouse-admin"`.
+/// an extension's bindings, posted tokens, recent pushes and recent calls), push apps (keys
+/// write-only), the test push, and calls with their journeys. Every route requires an
+/// administrator's HTTP Basic credentials (`rouse admin add`); otherwise 401 with
+/// `WWW-Authenticate: Basic realm="rouse-admin"`.
 ///
 /// Threading: the handlers run on the HTTP server's threads and never block: each request's work
 /// (the PBKDF2 check when not cached, the directory and storage calls, which wait for the worker
@@ -23,6 +25,7 @@ public struct AdminAPI: Sendable {
         ("GET", "/extensions"), ("POST", "/extensions"), ("GET", "/extensions/{address}"),
         ("PUT", "/extensions/{address}/password"), ("DELETE", "/extensions/{address}"),
         ("GET", "/push-apps"), ("POST", "/push-apps"), ("DELETE", "/push-apps/{id}"), ("POST", "/push-apps/{id}/test"),
+        ("GET", "/calls"), ("GET", "/calls/{id}"),
     ].map { ($0.0, base + $0.1) }
 
     let pool: PostgresWorkerPool
@@ -83,6 +86,8 @@ public struct AdminAPI: Sendable {
         router.add("POST", prefix: b + "/push-apps/") { request, rest, respond in
             authorized(request, respond) { testPush(request, rest, respond) }
         }
+        router.add("GET", b + "/calls") { request, respond in guarded(request, respond) { try listCalls(request) } }
+        router.add("GET", prefix: b + "/calls/") { request, rest, respond in guarded(request, respond) { try callDetail(rest) } }
     }
 
     // MARK: - Authentication
@@ -240,13 +245,14 @@ public struct AdminAPI: Sendable {
     func extensionDetail(_ aor: AddressOfRecord) throws -> HTTPResponse {
         guard try directory.hasExtension(aor) else { throw DirectoryError.noSuchExtension(aor) }
         let now = Date()
-        let (bindings, posted, dead, pushes) = try pool.run { connection in
+        let (bindings, posted, dead, pushes, calls) = try pool.run { connection in
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
             let posted = try PostedPushTokens.list(for: aor, on: connection)
             let channels = bindings.flatMap(\.pushChannels) + posted.map(\.channel)
             let dead = try PostgresLocationStore.deadTokens(on: connection, among: channels)
             let pushes = try PostgresPushStores.recent(on: connection, aor: aor.description, limit: 20)
-            return (bindings, posted, dead, pushes)
+            let calls = try PostgresCalls.recent(on: connection, aor: aor, limit: 20)
+            return (bindings, posted, dead, pushes, calls)
         }
         let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
         func isDead(_ channel: PushChannel) -> Bool { deadKeys.contains("\(channel.family.rawValue) \(channel.token)") }
@@ -274,11 +280,16 @@ public struct AdminAPI: Sendable {
             [
                 "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
                 "status": record.status ?? NSNull(), "reason": record.reason ?? NSNull(), "explanation": record.explanation,
-                "latencyMs": record.latencyMilliseconds,
+                "latencyMs": record.latencyMilliseconds, "device": record.device ?? NSNull(),
+                "wake": record.wake.map { Self.wake(WakeResult(word: $0, milliseconds: record.wokeAfterMilliseconds)) } ?? NSNull(),
             ]
         }
         return .json(
-            200, ["address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems])
+            200,
+            [
+                "address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems,
+                "recentCalls": calls.map(Self.callSummary),
+            ])
     }
 
     /// The posting endpoint's platform name of a provider.
@@ -289,6 +300,86 @@ public struct AdminAPI: Sendable {
         case .fcm: return "android"
         default: return provider.rawValue
         }
+    }
+
+    // MARK: - Calls
+
+    /// `GET /calls`: newest first, of one extension (`extension`), `limit` (1–500, default 50) at
+    /// a time; `before` (a call's `startedAt`, as `next` gives it) pages back.
+    func listCalls(_ request: HTTPRequest) throws -> HTTPResponse {
+        var aor: AddressOfRecord? = nil
+        if let text = request.query["extension"], !text.isEmpty {
+            guard let parsed = AddressOfRecord(parsing: text) else {
+                throw FieldProblem(field: "extension", message: "extension must be an extension's address, number@domain")
+            }
+            aor = parsed
+        }
+        var limit = 50
+        if let text = request.query["limit"], !text.isEmpty {
+            guard let value = Int(text), (1...500).contains(value) else {
+                throw FieldProblem(field: "limit", message: "limit must be a whole number from 1 to 500")
+            }
+            limit = value
+        }
+        var before: Date? = nil
+        if let text = request.query["before"], !text.isEmpty {
+            guard let parsed = MillisecondTime.date(text) else {
+                throw FieldProblem(field: "before", message: "before must be a date and time, as a page's next gives it (2026-11-29T10:00:00.000Z)")
+            }
+            before = parsed
+        }
+        let (chosen, cursor, fetched) = (aor, before, limit + 1)
+        let calls = try pool.run { try PostgresCalls.recent(on: $0, aor: chosen, limit: fetched, before: cursor) }
+        let page = calls.prefix(limit)
+        let next: Any = calls.count > limit ? (page.last.map { MillisecondTime.string($0.startedAt) } ?? NSNull()) : NSNull()
+        return .json(200, ["calls": page.map(Self.callSummary), "next": next])
+    }
+
+    /// `GET /calls/{id}`: one call's journey; 404 for an unknown or malformed id.
+    func callDetail(_ rest: String) throws -> HTTPResponse {
+        guard let id = UUID(uuidString: rest), let journey = try pool.run({ try PostgresCalls.journey(id: id, on: $0) }) else {
+            return .error(404, code: "not_found", message: "there is no call \(rest)")
+        }
+        var detail = Self.callSummary(journey)
+        detail["source"] = journey.source
+        detail["instanceId"] = journey.instanceID
+        detail["pushes"] = journey.pushes.map { push -> [String: Any] in
+            [
+                "id": push.id.uuidString.lowercased(), "device": push.device, "provider": push.provider.rawValue,
+                "appId": push.appID ?? NSNull(), "token": push.tokenShort, "outcome": push.outcome, "status": push.status ?? NSNull(),
+                "reason": push.reason ?? NSNull(), "explanation": push.explanation, "latencyMs": push.latencyMilliseconds,
+                "sentAt": MillisecondTime.string(push.sentAt), "wake": Self.wake(push.wake), "line": push.line,
+            ]
+        }
+        detail["branches"] = journey.branches.map { branch -> [String: Any] in
+            [
+                "bindingId": branch.bindingID.uuidString.lowercased(), "target": branch.target, "device": branch.device,
+                "transport": branch.transport, "startedAt": MillisecondTime.string(branch.startedAt), "lateFork": branch.isLateFork,
+                "responses": branch.responses.map { ["status": $0.status, "reason": $0.reason, "at": MillisecondTime.string($0.at)] },
+                "canceledBecause": branch.canceledBecause ?? NSNull(),
+                "endedAt": branch.endedAt.map(MillisecondTime.string) ?? NSNull(),
+            ]
+        }
+        detail["events"] = journey.events.map { ["at": MillisecondTime.string($0.at), "text": $0.text] }
+        return .json(200, detail)
+    }
+
+    /// A call as the call list and an extension's detail show it.
+    static func callSummary(_ journey: CallJourney) -> [String: Any] {
+        [
+            "id": journey.id.uuidString.lowercased(), "callId": journey.callID, "uuid": journey.uuid,
+            "callee": journey.callee.description, "caller": journey.caller, "callerName": journey.callerName ?? NSNull(),
+            "transport": journey.transport, "startedAt": MillisecondTime.string(journey.startedAt),
+            "answeredAt": journey.answeredAt.map(MillisecondTime.string) ?? NSNull(),
+            "endedAt": journey.endedAt.map(MillisecondTime.string) ?? NSNull(), "outcome": journey.outcome.rawValue,
+            "finalStatus": journey.finalStatus ?? NSNull(), "reason": journey.reason ?? NSNull(),
+            "answeredBy": journey.answeredBy ?? NSNull(), "ringMs": journey.ringMilliseconds ?? NSNull(),
+        ]
+    }
+
+    /// A ring push's wake result: its word, the milliseconds to the fresh REGISTER, and in words.
+    static func wake(_ result: WakeResult) -> [String: Any] {
+        ["result": result.word, "afterMs": result.milliseconds ?? NSNull(), "words": result.words]
     }
 
     // MARK: - Push apps

@@ -565,7 +565,7 @@ public enum OpenAPIDocument {
     },
     "/api/v1/admin/extensions/{address}": {
       "get": {
-        "summary": "An extension's bindings, posted tokens and recent pushes",
+        "summary": "An extension's bindings, posted tokens, recent pushes and recent calls",
         "parameters": [
           {
             "name": "address",
@@ -695,8 +695,44 @@ public enum OpenAPIDocument {
                           },
                           "latencyMs": {
                             "type": "integer"
+                          },
+                          "device": {
+                            "type": "string",
+                            "nullable": true
+                          },
+                          "wake": {
+                            "type": "object",
+                            "nullable": true,
+                            "description": "whether the device came back after a call's ring push; null for a push outside a call",
+                            "properties": {
+                              "result": {
+                                "type": "string",
+                                "enum": [
+                                  "pending",
+                                  "woke",
+                                  "late",
+                                  "no",
+                                  "call_ended",
+                                  "not_pushed"
+                                ]
+                              },
+                              "afterMs": {
+                                "type": "integer",
+                                "nullable": true
+                              },
+                              "words": {
+                                "type": "string"
+                              }
+                            }
                           }
                         }
+                      }
+                    },
+                    "recentCalls": {
+                      "type": "array",
+                      "description": "the last 20 calls to the extension, newest first",
+                      "items": {
+                        "$ref": "#/components/schemas/CallSummary"
                       }
                     }
                   }
@@ -1131,6 +1167,263 @@ public enum OpenAPIDocument {
         ]
       }
     },
+    "/api/v1/admin/calls": {
+      "get": {
+        "summary": "Calls, newest first, with paging and a filter by extension",
+        "parameters": [
+          {
+            "name": "extension",
+            "in": "query",
+            "schema": {
+              "type": "string"
+            },
+            "description": "only calls to this extension, number@domain"
+          },
+          {
+            "name": "limit",
+            "in": "query",
+            "schema": {
+              "type": "integer",
+              "minimum": 1,
+              "maximum": 500,
+              "default": 50
+            }
+          },
+          {
+            "name": "before",
+            "in": "query",
+            "schema": {
+              "type": "string",
+              "format": "date-time"
+            },
+            "description": "only calls that started before this time: the next of the previous page"
+          }
+        ],
+        "responses": {
+          "200": {
+            "description": "a page",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "type": "object",
+                  "properties": {
+                    "calls": {
+                      "type": "array",
+                      "items": {
+                        "$ref": "#/components/schemas/CallSummary"
+                      }
+                    },
+                    "next": {
+                      "type": "string",
+                      "nullable": true,
+                      "description": "the before of the next page; null on the last page"
+                    }
+                  },
+                  "required": [
+                    "calls",
+                    "next"
+                  ]
+                }
+              }
+            }
+          },
+          "400": {
+            "$ref": "#/components/responses/Error"
+          },
+          "401": {
+            "$ref": "#/components/responses/Error"
+          }
+        },
+        "security": [
+          {
+            "adminBasic": []
+          }
+        ]
+      }
+    },
+    "/api/v1/admin/calls/{id}": {
+      "get": {
+        "summary": "A call's journey: its pushes and whether each device woke, its branches and their responses, its events",
+        "parameters": [
+          {
+            "name": "id",
+            "in": "path",
+            "required": true,
+            "schema": {
+              "type": "string",
+              "format": "uuid"
+            },
+            "description": "the call's id (a UUID)"
+          }
+        ],
+        "responses": {
+          "200": {
+            "description": "the journey",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "allOf": [
+                    {
+                      "$ref": "#/components/schemas/CallSummary"
+                    },
+                    {
+                      "type": "object",
+                      "properties": {
+                        "source": {
+                          "type": "string"
+                        },
+                        "instanceId": {
+                          "type": "string"
+                        },
+                        "pushes": {
+                          "type": "array",
+                          "items": {
+                            "type": "object",
+                            "properties": {
+                              "id": {
+                                "type": "string",
+                                "format": "uuid"
+                              },
+                              "device": {
+                                "type": "string"
+                              },
+                              "provider": {
+                                "type": "string"
+                              },
+                              "appId": {
+                                "type": "integer",
+                                "nullable": true
+                              },
+                              "token": {
+                                "type": "string"
+                              },
+                              "outcome": {
+                                "type": "string",
+                                "enum": [
+                                  "accepted",
+                                  "refused",
+                                  "failed"
+                                ]
+                              },
+                              "status": {
+                                "type": "integer",
+                                "nullable": true
+                              },
+                              "reason": {
+                                "type": "string",
+                                "nullable": true
+                              },
+                              "explanation": {
+                                "type": "string"
+                              },
+                              "latencyMs": {
+                                "type": "integer"
+                              },
+                              "sentAt": {
+                                "type": "string",
+                                "format": "date-time"
+                              },
+                              "wake": {
+                                "$ref": "#/components/schemas/Wake"
+                              },
+                              "line": {
+                                "type": "string",
+                                "description": "the journey line in words"
+                              }
+                            }
+                          }
+                        },
+                        "branches": {
+                          "type": "array",
+                          "items": {
+                            "type": "object",
+                            "properties": {
+                              "bindingId": {
+                                "type": "string",
+                                "format": "uuid"
+                              },
+                              "target": {
+                                "type": "string"
+                              },
+                              "device": {
+                                "type": "string"
+                              },
+                              "transport": {
+                                "type": "string"
+                              },
+                              "startedAt": {
+                                "type": "string",
+                                "format": "date-time"
+                              },
+                              "lateFork": {
+                                "type": "boolean"
+                              },
+                              "responses": {
+                                "type": "array",
+                                "items": {
+                                  "type": "object",
+                                  "properties": {
+                                    "status": {
+                                      "type": "integer"
+                                    },
+                                    "reason": {
+                                      "type": "string"
+                                    },
+                                    "at": {
+                                      "type": "string",
+                                      "format": "date-time"
+                                    }
+                                  }
+                                }
+                              },
+                              "canceledBecause": {
+                                "type": "string",
+                                "nullable": true
+                              },
+                              "endedAt": {
+                                "type": "string",
+                                "nullable": true,
+                                "format": "date-time"
+                              }
+                            }
+                          }
+                        },
+                        "events": {
+                          "type": "array",
+                          "items": {
+                            "type": "object",
+                            "properties": {
+                              "at": {
+                                "type": "string",
+                                "format": "date-time"
+                              },
+                              "text": {
+                                "type": "string"
+                              }
+                            }
+                          }
+                        }
+                      }
+                    }
+                  ]
+                }
+              }
+            }
+          },
+          "404": {
+            "$ref": "#/components/responses/Error"
+          },
+          "401": {
+            "$ref": "#/components/responses/Error"
+          }
+        },
+        "security": [
+          {
+            "adminBasic": []
+          }
+        ]
+      }
+    },
     "/metrics": {
       "get": {
         "summary": "Prometheus metrics (text format 0.0.4): live bindings, REGISTERs by result, HTTP requests by route and status",
@@ -1187,6 +1480,119 @@ public enum OpenAPIDocument {
         },
         "required": [
           "error"
+        ]
+      },
+      "CallSummary": {
+        "type": "object",
+        "properties": {
+          "id": {
+            "type": "string",
+            "format": "uuid"
+          },
+          "callId": {
+            "type": "string"
+          },
+          "uuid": {
+            "type": "string"
+          },
+          "callee": {
+            "type": "string"
+          },
+          "caller": {
+            "type": "string"
+          },
+          "callerName": {
+            "type": "string",
+            "nullable": true
+          },
+          "transport": {
+            "type": "string"
+          },
+          "startedAt": {
+            "type": "string",
+            "format": "date-time"
+          },
+          "answeredAt": {
+            "type": "string",
+            "nullable": true,
+            "format": "date-time"
+          },
+          "endedAt": {
+            "type": "string",
+            "nullable": true,
+            "format": "date-time"
+          },
+          "outcome": {
+            "type": "string",
+            "enum": [
+              "ringing",
+              "answered",
+              "canceled",
+              "unanswered",
+              "failed"
+            ]
+          },
+          "finalStatus": {
+            "type": "integer",
+            "nullable": true
+          },
+          "reason": {
+            "type": "string",
+            "nullable": true
+          },
+          "answeredBy": {
+            "type": "string",
+            "nullable": true
+          },
+          "ringMs": {
+            "type": "integer",
+            "nullable": true
+          }
+        },
+        "required": [
+          "id",
+          "callId",
+          "uuid",
+          "callee",
+          "caller",
+          "callerName",
+          "transport",
+          "startedAt",
+          "answeredAt",
+          "endedAt",
+          "outcome",
+          "finalStatus",
+          "reason",
+          "answeredBy",
+          "ringMs"
+        ]
+      },
+      "Wake": {
+        "type": "object",
+        "properties": {
+          "result": {
+            "type": "string",
+            "enum": [
+              "pending",
+              "woke",
+              "late",
+              "no",
+              "call_ended",
+              "not_pushed"
+            ]
+          },
+          "afterMs": {
+            "type": "integer",
+            "nullable": true
+          },
+          "words": {
+            "type": "string"
+          }
+        },
+        "required": [
+          "result",
+          "afterMs",
+          "words"
         ]
       }
     },

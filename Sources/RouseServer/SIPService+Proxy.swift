@@ -48,13 +48,17 @@ extension SIPService: CallSignaling {
             target = local
             for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
         } else if binding.flow.instanceID != instanceID, let point = try? ListenPoint(parsing: binding.flow.localPoint),
-            let address = try? SocketAddress(ip: point.host, port: point.port), let toInstance = transport.datagramFlow(from: nil, to: address)
+            let address = try? SocketAddress(ip: point.host, port: point.port),
+            let toInstance = point.transport == .udp
+                ? transport.datagramFlow(from: nil, to: address) : transport.streamFlow(to: address, transport: point.transport)
         {
-            // The connection is held by another instance: route through it (it recorded where
-            // the flow lives, as a Path would), over UDP to its SIP port.
+            // The connection is held by another instance: route through it (it recorded where the
+            // flow lives, as a Path would), to the listen point the phone registered on.
             target = toInstance
             let host = point.isIPv6 ? "[\(point.host)]" : point.host
-            outgoing.headers.prepend(.route, "<sip:\(host):\(point.port);lr;\(Self.forwardFlowParameter)=\(flowToken(binding.flow.connectionID))>")
+            let transportParameter = point.transport == .udp ? "" : ";transport=\(point.transport.rawValue)"
+            outgoing.headers.prepend(
+                .route, "<sip:\(host):\(point.port)\(transportParameter);lr;\(Self.forwardFlowParameter)=\(flowToken(binding.flow.connectionID, instance: binding.flow.instanceID))>")
         } else {
             return nil
         }
@@ -136,17 +140,17 @@ extension SIPService: CallSignaling {
         if recordRoute { addRecordRoutes(to: &outgoing, callerFlow: flow, deviceFlow: target) }
         addVia(to: &outgoing, over: target)
         let isInvite = request.method == .invite
-        if isInvite { forwardedInvites.withLock { $0[handle] = ForwardedInvite(sent: outgoing, flow: target) } }
+        if isInvite { forwardedInvites.set(handle, ForwardedInvite(sent: outgoing, flow: target)) }
         do {
             try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable) { [weak self] event in
                 guard let self else { return }
                 let response = event.response
                 guard response.statusCode != 100 else { return }
-                if isInvite, response.statusCode >= 200 { _ = self.forwardedInvites.withLock { $0.removeValue(forKey: handle) } }
+                if isInvite, response.statusCode >= 200 { _ = self.forwardedInvites.remove(handle) }
                 self.transactions.respond(ProxyRules.upstream(response), to: handle)
             }
         } catch {
-            if isInvite { _ = forwardedInvites.withLock { $0.removeValue(forKey: handle) } }
+            if isInvite { _ = forwardedInvites.remove(handle) }
             reply(request, handle, 503, "Service Unavailable")
         }
     }
@@ -210,18 +214,23 @@ extension SIPService: CallSignaling {
 
     // MARK: Flow tokens
 
-    /// A flow's name, signed: `hex(name).hex(HMAC-SHA256(key, name)[0..<8])`.
-    func flowToken(_ name: String) -> String {
-        Hex.encode(Array(name.utf8)) + "." + Hex.encode(Digest.hmacSHA256(key: flowTokenKey, message: Array(name.utf8)).prefix(8))
+    /// A flow of the instance `instance` (this one by default), named and signed:
+    /// `hex(instance " " name).hex(HMAC-SHA256(key, instance " " name)[0..<8])`. Every instance
+    /// shares the key, so one can name a flow another holds; nobody else can forge one.
+    func flowToken(_ name: String, instance: String? = nil) -> String {
+        let text = Array("\(instance ?? instanceID) \(name)".utf8)
+        return Hex.encode(text) + "." + Hex.encode(Digest.hmacSHA256(key: flowTokenKey, message: text).prefix(8))
     }
 
     /// The flow a token names, when the signature is Rouse's and the flow is this instance's.
     func flow(fromToken token: String) -> FlowID? {
         let parts = token.split(separator: ".")
-        guard parts.count == 2, let nameBytes = Hex.decode(String(parts[0])), let mac = Hex.decode(String(parts[1])) else { return nil }
-        let expected = Array(Digest.hmacSHA256(key: flowTokenKey, message: nameBytes).prefix(8))
+        guard parts.count == 2, let textBytes = Hex.decode(String(parts[0])), let mac = Hex.decode(String(parts[1])) else { return nil }
+        let expected = Array(Digest.hmacSHA256(key: flowTokenKey, message: textBytes).prefix(8))
         guard Digest.constantTimeEquals(expected, mac) else { return nil }
-        return FlowID(description: String(decoding: nameBytes, as: UTF8.self))
+        let text = String(decoding: textBytes, as: UTF8.self)
+        guard let space = text.firstIndex(of: " "), text[..<space] == instanceID else { return nil }
+        return FlowID(description: String(text[text.index(after: space)...]))
     }
 
     // MARK: Helpers
@@ -235,6 +244,26 @@ extension SIPService: CallSignaling {
         var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: request.to?.tag == nil ? SIPService.makeTag() : nil)
         response.headers.add(.server, selfHandler.serverName)
         transactions.respond(response, to: handle)
+    }
+}
+
+/// INVITEs forwarded outside the coordinator, by server transaction. Thread-safe behind a lock;
+/// entries go when the INVITE gets a final response or is cancelled.
+final class ForwardedInvites: @unchecked Sendable {
+    // @unchecked: `entries` is only touched under `lock`.
+    private let lock = NSLock()
+    private var entries: [ServerTransactionHandle: ForwardedInvite] = [:]
+
+    func set(_ handle: ServerTransactionHandle, _ invite: ForwardedInvite) {
+        lock.lock()
+        entries[handle] = invite
+        lock.unlock()
+    }
+
+    func remove(_ handle: ServerTransactionHandle) -> ForwardedInvite? {
+        lock.lock()
+        defer { lock.unlock() }
+        return entries.removeValue(forKey: handle)
     }
 }
 

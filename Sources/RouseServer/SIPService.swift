@@ -7,7 +7,6 @@ import Registrar
 import SIPMessage
 import SIPTransaction
 import SIPTransport
-import Synchronization
 
 /// The SIP side of Rouse, wired as architecture.md draws it: sockets (SIPTransportLayer) → parser
 /// → transactions (TransactionLayer) → the handlers. It needs no database, so benchmarks and
@@ -39,7 +38,7 @@ public final class SIPService: Sendable {
     let flowTokenKey: [UInt8]
     /// INVITEs forwarded statefully outside the coordinator (through this instance's flow for
     /// another instance), by the server transaction they came in, for the caller's CANCEL.
-    let forwardedInvites = Mutex<[ServerTransactionHandle: ForwardedInvite]>([:])
+    let forwardedInvites = ForwardedInvites()
 
     /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
     /// - Parameter metrics: counts REGISTERs by result when given.
@@ -188,7 +187,7 @@ public final class SIPService: Sendable {
         response.headers.add(.server, selfHandler.serverName)
         transactions.respond(response, to: handle)
         guard let invite else { return }
-        if let forwarded = forwardedInvites.withLock({ $0.removeValue(forKey: invite) }) {
+        if let forwarded = forwardedInvites.remove(invite) {
             sendCancel(ProxyRules.cancel(of: forwarded.sent, reason: cancel.headers[.reason]), over: forwarded.flow)
         } else {
             coordinator?.handleCancel(of: invite, reason: cancel.headers[.reason])

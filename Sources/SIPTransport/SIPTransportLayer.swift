@@ -1,3 +1,4 @@
+import Dispatch
 
 /// Rouse's SIP sockets: UDP, TCP and TLS listen points served by one epoll thread that never blocks.
 ///
@@ -135,6 +136,22 @@ public final class SIPTransportLayer: Sendable {
         let index = local.map { point in udp.firstIndex(of: point) } ?? udp.firstIndex { $0.isIPv6 == peer.isIPv6 }
         guard let index else { return nil }
         return FlowID(.datagram(socket: index, peer: peer), transport: .udp)
+    }
+
+    /// The TCP/TLS flow to `address`: an open connection to it, else a new one, connected without
+    /// blocking (what is sent over it waits for the connection). Waits at most `timeout` for the
+    /// loop thread to set it up; nil when it cannot (limits, shutdown, a UDP transport).
+    public func streamFlow(to address: SocketAddress, transport kind: SIPTransportKind, timeout: Duration = .seconds(2)) -> FlowID? {
+        guard kind.isReliable, let (loop, core) = runningLoop() else { return nil }
+        let result = Locked<FlowID?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        guard loop.execute({
+            result.withLock { $0 = core.streamFlow(to: address, transport: kind) }
+            done.signal()
+        }) else { return nil }
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        guard done.wait(timeout: .now() + seconds) == .success else { return nil }
+        return result.withLock { $0 }
     }
 
     /// Whether `flow` can still carry messages: for TCP/TLS, whether its connection is open; for UDP,

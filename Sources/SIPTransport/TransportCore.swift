@@ -270,6 +270,17 @@ final class TransportCore: @unchecked Sendable {
         return .success(connection)
     }
 
+    /// The flow of an open connection to `remote`, else of a new one (connecting without blocking;
+    /// what is sent waits for the connection). Loop thread.
+    func streamFlow(to remote: SocketAddress, transport: SIPTransportKind) -> FlowID? {
+        guard !isShutDown else { return nil }
+        if let number = byRemote[RemoteKey(transport: transport, address: remote)]?.last, let connection = connections[number] {
+            return connection.flow
+        }
+        guard case .success(let connection) = connect(to: remote, transport: transport) else { return nil }
+        return connection.flow
+    }
+
     /// The listen point an outbound connection's traffic is reported on: the listener of the same
     /// transport and family, else the connection's own local address.
     func localPoint(for transport: SIPTransportKind, connectedFrom address: SocketAddress) -> ListenPoint {

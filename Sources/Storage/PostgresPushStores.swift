@@ -50,12 +50,13 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
             ])
     }
 
-    /// The latest records, newest first (of one AOR when given).
+    /// The latest records, newest first (of one AOR when given), with the device and wake result
+    /// of a call's ring push.
     public static func recent(on connection: PostgresConnection, aor: String? = nil, limit: Int = 50) throws -> [PushRecord] {
         let rows = try connection.query(
             """
             SELECT extract(epoch FROM created_at)::double precision AS at, aor, call_id, provider, token_short, app_id, outcome,
-                   status, reason, explanation, latency_ms
+                   status, reason, explanation, latency_ms, record_uuid::text AS record_uuid, device, wake, woke_after_ms
             FROM push_records WHERE ($1::text IS NULL OR aor = $1) ORDER BY created_at DESC, id DESC LIMIT $2::integer
             """,
             [aor, String(limit)])
@@ -67,7 +68,9 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
                 tokenShort: rows.value(index, "token_short") ?? "", appID: rows.value(index, "app_id").flatMap { Int64($0) },
                 outcome: rows.value(index, "outcome") ?? "", status: rows.value(index, "status").flatMap { Int($0) },
                 reason: rows.value(index, "reason"), explanation: rows.value(index, "explanation") ?? "",
-                latencyMilliseconds: Int(rows.value(index, "latency_ms") ?? "0") ?? 0)
+                latencyMilliseconds: Int(rows.value(index, "latency_ms") ?? "0") ?? 0,
+                id: rows.value(index, "record_uuid").flatMap(UUID.init(uuidString:)), device: rows.value(index, "device"),
+                wake: rows.value(index, "wake"), wokeAfterMilliseconds: rows.value(index, "woke_after_ms").flatMap { Int($0) })
         }
     }
 

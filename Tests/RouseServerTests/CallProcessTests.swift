@@ -49,7 +49,11 @@ final class CallProcessTests: XCTestCase {
 
     override func tearDown() {
         agents.forEach { $0.close() }
-        _ = rouse?.stop()
+        if ProcessInfo.processInfo.environment["ROUSE_TEST_SHOW_OUTPUT"] != nil {
+            for (index, instance) in otherInstances.enumerated() { print("== rouse instance \(index) output:\n\(instance.outputText)") }
+        }
+        otherInstances.forEach { _ = $0.stop() }
+        otherInstances = []
         rouse = nil
         apns?.stop()
         fcm?.stop()
@@ -58,6 +62,17 @@ final class CallProcessTests: XCTestCase {
 
     /// Starts `rouse serve` with short waits, so a test never sits through the 8 s default.
     func startRouse(wakeWait: Int = 3, withDeskPhone: Int = 1, ringTimeout: Int = 20, extra: [String: String] = [:]) throws {
+        let (process, bound) = try startInstance(wakeWait: wakeWait, withDeskPhone: withDeskPhone, ringTimeout: ringTimeout, extra: extra)
+        rouse = process
+        points = bound
+    }
+
+    var otherInstances: [RouseProcess] = []
+
+    /// One more `rouse serve` on the same PostgreSQL; returns its listen points.
+    func startInstance(
+        wakeWait: Int = 3, withDeskPhone: Int = 1, ringTimeout: Int = 20, extra: [String: String] = [:]
+    ) throws -> (RouseProcess, [ListenPoint]) {
         var environment = [
             "ROUSE_DATABASE_URL": database.conninfo, "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0",
             "ROUSE_APNS_PRODUCTION_URL": apns.baseURL, "ROUSE_APNS_SANDBOX_URL": apns.baseURL, "ROUSE_FCM_URL": fcm.baseURL,
@@ -67,10 +82,11 @@ final class CallProcessTests: XCTestCase {
         ]
         environment.merge(extra) { $1 }
         let process = try RouseProcess(arguments: ["serve"], environment: environment)
+        otherInstances.append(process)
         XCTAssertTrue(process.waitForOutput(containing: "serving SIP on"), process.outputText)
         let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
-        points = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ").map { try ListenPoint(parsing: $0) }
-        rouse = process
+        let bound = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ").map { try ListenPoint(parsing: $0) }
+        return (process, bound)
     }
 
     func port(_ transport: SIPTransportKind) throws -> UInt16 {
@@ -374,5 +390,69 @@ final class CallProcessTests: XCTestCase {
         let challenge = try unauthenticated.waitForFinal()
         XCTAssertEqual(challenge.statusCode, 407)
         XCTAssertNotNil(challenge.headers[.proxyAuthenticate])
+    }
+
+    func testAppWokenOnTheOtherInstanceEndsTheWaitAndIsReachedThroughIt() throws {
+        try startRouse(wakeWait: 8)
+        let (_, otherPoints) = try startInstance(wakeWait: 8)
+        let otherTCP = try XCTUnwrap(otherPoints.first { $0.transport == .tcp }).port
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        // The call is parked on this instance…
+        let call = try place(caller)
+        _ = try pushes(apns, token: Self.apnsToken)
+        // …and the woken app registers on the other one (as DNS SRV may send it).
+        let woken = try TestUserAgent(
+            transport: .tcp, serverPort: otherTCP, user: "1002", domain: "example.com", password: "pw-1002", instanceID: phone.instanceID,
+            contactURIParameters: phone.contactURIParameters, userAgent: phone.userAgent)
+        agents.append(woken)
+        TestUserAgent.link(woken, caller)
+        XCTAssertEqual(try woken.register().statusCode, 200)
+        let invite = try woken.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        // Both instances record-route (this one twice: UDP towards the caller, TCP towards the
+        // other instance, RFC 5658): the dialog passes through each, over the phone's own flow.
+        let recordRoutes = invite.headers.values(.recordRoute)
+        XCTAssertEqual(recordRoutes.count, 3, "\(recordRoutes)")
+        XCTAssertTrue(recordRoutes[0].contains(":\(otherTCP);transport=tcp;lr"), recordRoutes[0])
+        try answerAndHangUp(woken, invite, call, caller)
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        guard case .woke = journey.pushes.first?.wake else { return XCTFail("\(String(describing: journey.pushes.first?.wake))") }
+        XCTAssertEqual(journey.branches.count, 1)
+        XCTAssertEqual(journey.branches.first?.finalStatus, 200)
+    }
+
+    func testVoipOnlyIPhoneBackAfterTheCallEndedGetsTheInviteAndACancel() throws {
+        try startRouse(wakeWait: 8)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        _ = try pushes(apns, token: Self.apnsToken)
+        XCTAssertEqual(try call.cancel().statusCode, 200)
+        XCTAssertEqual(try call.waitForFinal().statusCode, 487)
+        // Never a second VoIP push: the only push to the token is the ring.
+        XCTAssertEqual(try apns.requests().filter { $0.path.hasSuffix(Self.apnsToken) }.count, 1)
+        // The woken iPhone registers within the grace period: it gets the INVITE and at once a
+        // CANCEL, so CallKit ends the call it showed.
+        try wake(phone)
+        let invite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        try phone.respond(to: invite, status: 180)
+        let cancel = try phone.handleCancel(of: invite)
+        XCTAssertEqual(cancel.headers[.reason], "SIP;cause=487;text=\"caller hung up\"")
+        XCTAssertEqual(try apns.requests().filter { $0.path.hasSuffix(Self.apnsToken) }.count, 1)
+        let journey = try journey(callID: call.callID, outcome: .canceled)
+        XCTAssertTrue(journey.events.contains { $0.text.contains("has only a VoIP token") }, "\(journey.events.map(\.text))")
+        let connection = try database.connect()
+        let deadline = Date().addingTimeInterval(10)
+        var wake: String?
+        while Date() < deadline {
+            wake = try PostgresPushStores.recent(on: connection, aor: "1002@example.com").first { $0.callID == call.callID }?.wake
+            if wake == "late" { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        XCTAssertEqual(wake, "late", "the push record says the device came back too late to ring")
     }
 }

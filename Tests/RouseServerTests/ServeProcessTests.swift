@@ -117,10 +117,10 @@ final class ServeProcessTests: XCTestCase {
 
     func testMethodsWithoutHandlerGet405AndUnknownOnes501() throws {
         let client = try client(.tcp)
-        try client.send(Self.request("INVITE", uri: "sip:1001@127.0.0.1", transport: "TCP"))
-        let invite = try finalResponse(from: client)
-        XCTAssertEqual(invite.statusCode, 405)
-        XCTAssertEqual(invite.headers.values(.allow), ["OPTIONS", "REGISTER"])
+        try client.send(Self.request("MESSAGE", uri: "sip:1001@127.0.0.1", transport: "TCP"))
+        let message = try finalResponse(from: client)
+        XCTAssertEqual(message.statusCode, 405)
+        XCTAssertEqual(message.headers.values(.allow), ["OPTIONS", "REGISTER", "INVITE", "ACK", "CANCEL", "BYE"])
 
         try client.send(Self.request("FROB", uri: "sip:127.0.0.1", transport: "TCP"))
         let unknown = try finalResponse(from: client)

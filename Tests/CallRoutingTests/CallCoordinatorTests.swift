@@ -1,0 +1,299 @@
+import CallRouting
+import Crypto
+import Foundation
+import Push
+import Registrar
+import SIPMessage
+import SIPTransaction
+import XCTest
+
+/// The coordinator's logic with in-memory doubles around it: a transaction layer whose "network"
+/// is an array, a directory in memory, a pusher that answers at once, a journey store that keeps
+/// what it is given. Runs under ThreadSanitizer in `make test` (the coordinator's queue, push
+/// tasks and branch callbacks all meet here).
+final class CallCoordinatorTests: XCTestCase {
+    let callee = AddressOfRecord(number: "1002", domain: "example.com")
+    let voip = PushChannel(provider: .apns, token: String(repeating: "ab", count: 32), param: nil, kind: .voip)
+
+    func testDeskPhoneOnlyRingsAtOnceAndItsAnswerGoesToTheCaller() throws {
+        let harness = Harness(bindings: [desk()])
+        harness.placeCall()
+        let invite = try harness.waitForBranch()
+        XCTAssertEqual(invite.request.uri.user, "desk")
+        invite.respond(180)
+        invite.respond(200)
+        let answer = try harness.waitForCallerResponse { $0 >= 200 }
+        XCTAssertEqual(answer.statusCode, 200)
+        let journey = try harness.waitForJourney()
+        XCTAssertEqual(journey.outcome, .answered)
+        XCTAssertTrue(journey.pushes.isEmpty)
+        XCTAssertEqual(journey.branches.first?.responses.map(\.status), [180, 200])
+    }
+
+    func testAppOnlyThatNeverComesBackGets480WithTheReason() throws {
+        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .milliseconds(200)))
+        harness.placeCall()
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 == 180 }.statusCode, 180)
+        let final = try harness.waitForCallerResponse { $0 >= 200 }
+        XCTAssertEqual(final.statusCode, 480)
+        XCTAssertEqual(final.headers[.reason], "SIP;cause=480;text=\"no device woke in time\"")
+        let journey = try harness.waitForJourney()
+        XCTAssertEqual(journey.pushes.count, 1)
+        XCTAssertEqual(journey.pushes.first?.wake, .notInTime)
+        XCTAssertEqual(harness.pusher.rings.count, 1)
+    }
+
+    func testWokenAppEndsTheWaitAndAnswers() throws {
+        let sleeping = app()
+        let harness = Harness(bindings: [sleeping], settings: CallSettings(wakeWait: .seconds(30)))
+        harness.placeCall()
+        try harness.waitUntil { harness.pusher.rings.count == 1 }
+        var woken = sleeping
+        woken.id = UUID()
+        woken.registeredAt = Date()
+        woken.flow.connectionID = "tcp#2"
+        harness.directory.set([woken])
+        harness.coordinator.bindingsChanged(callee)
+        let invite = try harness.waitForBranch()
+        XCTAssertEqual(invite.bindingID, woken.id)
+        invite.respond(200)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
+        let journey = try harness.waitForJourney()
+        guard case .woke = journey.pushes.first?.wake else { return XCTFail("\(String(describing: journey.pushes.first?.wake))") }
+        XCTAssertEqual(harness.journeys.wakes.count, 1)
+    }
+
+    func testCallerCancelStopsEveryBranchAndPushesTheCancel() throws {
+        let fcm = PushChannel(provider: .fcm, token: "fcm-1", param: "p", kind: .standard)
+        var android = app()
+        android.pushChannels = [fcm]
+        let harness = Harness(bindings: [desk(), android], settings: CallSettings(wakeWait: .seconds(30), wakeWaitWithDeskPhone: .milliseconds(100)))
+        harness.placeCall()
+        let invite = try harness.waitForBranch()
+        invite.respond(180)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
+        try harness.waitUntil { harness.signaling.cancels.count == 1 }
+        try harness.waitUntil { harness.pusher.cancels.count == 1 }
+        XCTAssertEqual(harness.pusher.cancels.first?.reason, "caller_hangup")
+        let journey = try harness.waitForJourney()
+        XCTAssertEqual(journey.outcome, .canceled)
+        XCTAssertEqual(journey.branches.first?.canceledBecause?.hasPrefix("caller hung up"), true)
+    }
+
+    // MARK: - Doubles
+
+    func desk() -> Binding {
+        Binding(
+            aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
+            userAgent: "Desk", flow: BindingFlow(transport: "udp", source: "192.0.2.5:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i"))
+    }
+
+    func app() -> Binding {
+        Binding(
+            aor: callee, contact: "sip:app@192.0.2.6:5060;transport=tcp", instance: "<urn:uuid:1>", callID: "a", cseq: 1,
+            registeredAt: Date().addingTimeInterval(-60), expiresAt: Date().addingTimeInterval(600), userAgent: "App",
+            flow: BindingFlow(transport: "tcp", source: "192.0.2.6:40000", connectionID: "tcp#1", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            pushChannels: [voip])
+    }
+}
+
+/// Everything around one coordinator. The SIP side is a real `TransactionLayer` whose sends land in
+/// arrays; timers run on a Dispatch queue.
+final class Harness: @unchecked Sendable {
+    // @unchecked: the arrays are only touched under `lock`; the rest is set in init.
+    let lock = NSLock()
+    let directory = MemoryDirectory()
+    let pusher = MemoryPusher()
+    let journeys = MemoryJourneys()
+    let signaling: FakeSignaling
+    let coordinator: CallCoordinator<FakeSignaling>
+    let transactions: TransactionLayer<Int>
+    private var callerResponses: [SIPResponse] = []
+    private var handle: ServerTransactionHandle?
+
+    init(bindings: [Binding], settings: CallSettings = CallSettings()) {
+        directory.set(bindings)
+        let box = Box()
+        transactions = TransactionLayer<Int>(
+            timers: TransactionTimers(), scheduler: DispatchTimerScheduler(queue: DispatchQueue(label: "test.timers")),
+            send: { message, _ in box.harness?.sent(message) },
+            core: { event in box.harness?.core(event) })
+        signaling = FakeSignaling(transactions: transactions)
+        coordinator = CallCoordinator<FakeSignaling>(
+            directory: directory, tokens: nil, pusher: pusher, journeys: journeys,
+            authenticator: DigestAuthenticator(secret: Array("secret".utf8), nonceLifetime: 300),
+            settings: CallSettings(
+                wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
+                cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"])),
+            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance")
+        coordinator.attach(signaling)
+        box.harness = self
+    }
+
+    var serverHandle: ServerTransactionHandle? { lock.withLock { handle } }
+
+    func placeCall() {
+        let text = "INVITE sip:1002@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcall\(UUID().uuidString)\r\n"
+            + "Max-Forwards: 70\r\nFrom: \"Alice\" <sip:1001@example.com>;tag=a\r\nTo: <sip:1002@example.com>\r\n"
+            + "Call-ID: \(UUID().uuidString)\r\nCSeq: 1 INVITE\r\nContact: <sip:1001@192.0.2.1>\r\nContent-Length: 0\r\n\r\n"
+        guard case .request(let invite) = try? SIPParser.parse(Array(text.utf8)) else { return XCTFail("bad INVITE") }
+        transactions.receive(.request(invite), from: 0, isReliable: true)
+    }
+
+    func core(_ event: TransactionLayerEvent<Int>) {
+        if case .request(let request, let handle, let flow) = event, request.method == .invite {
+            lock.withLock { self.handle = handle }
+            coordinator.handleInvite(request, handle: handle, callerFlow: flow, sourceIP: "192.0.2.1", transport: "udp")
+        }
+    }
+
+    func sent(_ message: SIPMessage) {
+        if case .response(let response) = message, response.statusCode > 100 {
+            lock.withLock { callerResponses.append(response) }
+        }
+    }
+
+    func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        throw Timeout()
+    }
+
+    func waitForCallerResponse(_ matching: @escaping (Int) -> Bool) throws -> SIPResponse {
+        var found: SIPResponse?
+        try waitUntil {
+            found = lock.withLock { callerResponses.first { matching($0.statusCode) } }
+            return found != nil
+        }
+        return found!
+    }
+
+    func waitForBranch() throws -> FakeSignaling.SentInvite {
+        var found: FakeSignaling.SentInvite?
+        try waitUntil {
+            found = signaling.invites.first
+            return found != nil
+        }
+        return found!
+    }
+
+    func waitForJourney() throws -> CallJourney {
+        var found: CallJourney?
+        try waitUntil {
+            found = journeys.calls.last
+            return found != nil
+        }
+        return found!
+    }
+
+    struct Timeout: Error {}
+
+    final class Box: @unchecked Sendable {
+        // @unchecked: set once, before the first message.
+        weak var harness: Harness?
+    }
+}
+
+/// The SIP side as the coordinator sees it; every "device" is reached over flow 1.
+final class FakeSignaling: CallSignaling, @unchecked Sendable {
+    // @unchecked: `sentInvites` and `sentCancels` are only touched under `lock`.
+    typealias Flow = Int
+
+    struct SentInvite {
+        let request: SIPRequest
+        let bindingID: UUID
+        let onResponse: @Sendable (ClientTransactionEvent) -> Void
+
+        func respond(_ status: Int) {
+            var response = SIPResponse(replyingTo: request, statusCode: status, toTag: "phone")
+            response.headers.set(.via, request.headers.lines(.via).joined(separator: ", "))
+            onResponse(.response(response))
+        }
+    }
+
+    let transactions: TransactionLayer<Int>
+    private let lock = NSLock()
+    private var sentInvites: [SentInvite] = []
+    private var sentCancels: [SIPRequest] = []
+
+    init(transactions: TransactionLayer<Int>) {
+        self.transactions = transactions
+    }
+
+    var invites: [SentInvite] { lock.withLock { sentInvites } }
+    var cancels: [SIPRequest] { lock.withLock { sentCancels } }
+
+    func respond(_ response: SIPResponse, to handle: ServerTransactionHandle) {
+        transactions.respond(response, to: handle)
+    }
+
+    func reach(_ binding: Binding) -> BindingReach {
+        binding.flow.transport == "udp" ? .datagram : (binding.flow.connectionID == "tcp#1" ? .gone : .connected)
+    }
+
+    func sendInvite(
+        _ request: SIPRequest, to binding: Binding, callerFlow: Int, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) -> (sent: SIPRequest, flow: Int)? {
+        var sent = request
+        sent.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
+        lock.withLock { sentInvites.append(SentInvite(request: sent, bindingID: binding.id, onResponse: onResponse)) }
+        return (sent, 1)
+    }
+
+    func sendCancel(_ cancel: SIPRequest, over flow: Int) {
+        lock.withLock { sentCancels.append(cancel) }
+    }
+}
+
+final class MemoryDirectory: CalleeDirectory, @unchecked Sendable {
+    // @unchecked: `stored` is only touched under `lock`.
+    private let lock = NSLock()
+    private var stored: [Binding] = []
+
+    func set(_ bindings: [Binding]) { lock.withLock { stored = bindings } }
+
+    func directorySnapshot() -> DirectorySnapshot {
+        let aor = AddressOfRecord(number: "1002", domain: "example.com")
+        return DirectorySnapshot(domains: ["example.com"], extensions: [aor: ExtensionCredentials(aor: aor, password: "pw")])
+    }
+
+    func bindings(for aor: AddressOfRecord) -> [Binding] { lock.withLock { stored.filter { $0.aor == aor } } }
+}
+
+final class MemoryPusher: CallPushing, @unchecked Sendable {
+    // @unchecked: the arrays are only touched under `lock`.
+    private let lock = NSLock()
+    private var sentRings: [PushChannel] = []
+    private var sentCancels: [(channel: PushChannel, reason: String)] = []
+
+    var rings: [PushChannel] { lock.withLock { sentRings } }
+    var cancels: [(channel: PushChannel, reason: String)] { lock.withLock { sentCancels } }
+
+    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?) {
+        lock.withLock { sentRings.append(channel) }
+        return (PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3)), 1)
+    }
+
+    func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
+        lock.withLock { sentCancels.append((channel, reason)) }
+        return PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3))
+    }
+}
+
+final class MemoryJourneys: JourneyStore, @unchecked Sendable {
+    // @unchecked: the arrays are only touched under `lock`.
+    private let lock = NSLock()
+    private var recorded: [CallJourney] = []
+    private var recordedWakes: [(UUID, WakeResult)] = []
+
+    var calls: [CallJourney] { lock.withLock { recorded } }
+    var wakes: [(UUID, WakeResult)] { lock.withLock { recordedWakes } }
+
+    func recordPush(_ push: JourneyPush, of journey: CallJourney) {}
+    func recordWake(pushID: UUID, _ result: WakeResult) { lock.withLock { recordedWakes.append((pushID, result)) } }
+    func recordCall(_ journey: CallJourney) { lock.withLock { recorded.append(journey) } }
+}
