@@ -27,6 +27,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private let pusher: any CallPushing
     private let journeys: (any JourneyStore)?
     private let authenticator: DigestAuthenticator
+    private let throttle: AuthFailureThrottle?
     private let settings: CallSettings
     private let ownNames: Set<String>
     private let serverName: String
@@ -39,19 +40,24 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private var liveCallsByCallee: [AddressOfRecord: Set<UUID>] = [:]
     /// Woken iPhones known only by a VoIP token, whose call ended before they came back.
     private var graceDevices: [AddressOfRecord: [GraceDevice]] = [:]
+    /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up.
+    private var talking: [String: CallJourney] = [:]
+    /// At most this many answered calls are followed to their BYE; the oldest are let go.
+    private let talkingLimit = 100_000
 
     /// - Parameters:
     ///   - log: one line per call event (`call.started`, `call.ended`, …); must not block.
     public init(
         directory: any CalleeDirectory, tokens: (any WakeTokenSource)?, pusher: any CallPushing, journeys: (any JourneyStore)?,
-        authenticator: DigestAuthenticator, settings: CallSettings, ownNames: Set<String>, serverName: String, instanceID: String,
-        metrics: MetricsRegistry? = nil, log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
+        authenticator: DigestAuthenticator, throttle: AuthFailureThrottle? = nil, settings: CallSettings, ownNames: Set<String>,
+        serverName: String, instanceID: String, metrics: MetricsRegistry? = nil, log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
     ) {
         self.directory = directory
         self.tokens = tokens
         self.pusher = pusher
         self.journeys = journeys
         self.authenticator = authenticator
+        self.throttle = throttle
         self.settings = settings
         self.ownNames = ownNames
         self.serverName = serverName
@@ -85,7 +91,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             let snapshot = directory.directorySnapshot()
             let admission = InviteAdmission.decide(
                 invite, sourceIP: sourceIP, directory: snapshot, ownNames: ownNames, trustedPeers: settings.trustedPeers,
-                authenticator: authenticator, serverName: serverName, now: arrivedAt)
+                authenticator: authenticator, throttle: throttle, serverName: serverName, now: arrivedAt)
             switch admission {
             case .respond(let response):
                 signaling?.respond(response, to: handle)
@@ -118,6 +124,19 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 if let call = calls[id] { deviceMayBeBack(call, bindings: bindings) }
             }
             if hasGrace { graceDevicesMayBeBack(aor, bindings: bindings) }
+        }
+    }
+
+    /// A BYE of an answered call passed through Rouse: its journey gets the end of the talk.
+    /// `fromCallee` says which side hung up, when known.
+    public func dialogEnded(callID: String, fromCallee: Bool?) {
+        queue.async { [self] in
+            guard var journey = talking.removeValue(forKey: callID), let answeredAt = journey.answeredAt else { return }
+            let now = Date()
+            journey.endedAt = now
+            let who = fromCallee.map { $0 ? "the callee" : "the caller" } ?? "one side"
+            journey.events.append(JourneyEvent(at: now, text: "\(who) hung up after \(Self.seconds(now.timeIntervalSince(answeredAt).rounded())) of talk"))
+            journeys?.recordCall(journey)
         }
     }
 
@@ -489,7 +508,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         call.journey.outcome = outcome
         call.journey.finalStatus = finalStatus
         call.journey.reason = reason
-        call.journey.endedAt = now
+        // An answered call ends when its BYE passes (`dialogEnded`); until then it is talking.
+        call.journey.endedAt = outcome == .answered ? nil : now
         call.journey.events.append(JourneyEvent(at: now, text: "call \(outcome.rawValue): \(finalStatus) \(reason)"))
         stopWokenDevices(call, reason: pushReason)
         for state in call.devices where state.wake == .pending && state.journeyIndex != nil {
@@ -501,6 +521,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         metrics?.live.set(Double(liveCallsByCallee.values.reduce(0) { $0 + $1.count }))
         metrics?.calls.increment(["outcome": outcome.rawValue])
         journeys?.recordCall(call.journey)
+        if outcome == .answered {
+            if talking.count >= talkingLimit, let oldest = talking.min(by: { ($0.value.answeredAt ?? .distantPast) < ($1.value.answeredAt ?? .distantPast) }) {
+                talking[oldest.key] = nil
+            }
+            talking[call.journey.callID] = call.journey
+        }
         log("call.ended", ["call": call.journey.callID, "outcome": outcome.rawValue, "status": String(finalStatus), "reason": reason])
         // Keep the call a while for late responses (2xx retransmissions, CANCEL answers), then forget it.
         let id = call.id

@@ -86,12 +86,22 @@ public enum InviteAdmission: Sendable {
     /// - Parameters:
     ///   - sourceIP: where the INVITE came from (the packet's source, not its Via).
     ///   - ownNames: the names a Request-URI may use for Rouse itself (its addresses, aliases).
+    ///   - throttle: counts wrong credentials per source address (shared with REGISTER and the
+    ///     posting endpoint); a blocked source gets 503 with Retry-After.
     public static func decide(
         _ request: SIPRequest, sourceIP: String, directory: DirectorySnapshot, ownNames: Set<String>, trustedPeers: TrustedPeers,
-        authenticator: DigestAuthenticator, serverName: String, now: Date
+        authenticator: DigestAuthenticator, throttle: AuthFailureThrottle? = nil, serverName: String, now: Date
     ) -> InviteAdmission {
         func answer(_ status: Int, _ reason: String) -> InviteAdmission {
             var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: tag(for: request))
+            response.headers.add(.server, serverName)
+            return .respond(response)
+        }
+        let trusted = trustedPeers.contains(sourceIP)
+        if !trusted, let throttle, let left = throttle.isBlocked(sourceIP, now: now) {
+            var response = SIPResponse(
+                replyingTo: request, statusCode: 503, reasonPhrase: RegistrarCore.throttledReasonPhrase, toTag: tag(for: request))
+            response.headers.add(.retryAfter, String(max(1, Int(left.rounded(.up)))))
             response.headers.add(.server, serverName)
             return .respond(response)
         }
@@ -110,7 +120,7 @@ public enum InviteAdmission: Sendable {
         }
 
         var caller: AddressOfRecord?
-        if !trustedPeers.contains(sourceIP) {
+        if !trusted {
             let fromHost = request.from?.uri.host.lowercased() ?? ""
             let realm = directory.domains.contains(fromHost) ? fromHost : (candidates.first?.domain ?? directory.domains.sorted().first ?? host)
             var stale = false
@@ -119,7 +129,7 @@ public enum InviteAdmission: Sendable {
                 switch authenticator.verify(credentials, method: request.method.rawValue, realm: realm, now: now, lookup: { directory.extensions[$0] }) {
                 case .authenticated(let aor): caller = aor
                 case .stale: stale = true
-                case .rejected: break
+                case .rejected: throttle?.recordFailure(sourceIP, now: now)
                 }
             }
             guard caller != nil else {

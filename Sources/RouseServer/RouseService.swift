@@ -84,6 +84,7 @@ public final class RouseService: @unchecked Sendable {
         let coordinator = CallCoordinator<SIPService>(
             directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: journeyStore,
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
+            throttle: authFailureThrottle,
             settings: CallSettings(
                 wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,
                 ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,

@@ -104,6 +104,9 @@ extension SIPService: CallSignaling {
                 reply(request, handle, 430, "Flow Failed")
                 return true
             }
+            if request.method == .bye, let callID = request.callID {
+                coordinator?.dialogEnded(callID: callID, fromCallee: tokens.device.map { $0 == flow })
+            }
             forward(request, handle, arrivedOn: flow, to: target, recordRoute: false)
             return true
         }

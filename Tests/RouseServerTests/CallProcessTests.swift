@@ -219,6 +219,33 @@ final class CallProcessTests: XCTestCase {
         let record = try XCTUnwrap(try pushRecords().first { $0.callID == call.callID })
         XCTAssertEqual(record.wake, "woke")
         XCTAssertNotNil(record.wokeAfterMilliseconds)
+        // The BYE ended the talk: the journey says who hung up.
+        let ended = try self.journey(callID: call.callID, outcome: .answered) { $0.endedAt != nil }
+        XCTAssertTrue(ended.events.contains { $0.text.hasPrefix("the caller hung up after") }, "\(ended.events.map(\.text))")
+
+        // What an admin reads on the extension's page: the push with its wake, and the call.
+        try PostgresAdmins.add(name: "ops", password: "admin-pw-1", on: try database.connect())
+        let http = try TestHTTPClient(port: try httpPort())
+        let basic = "Basic " + Data("ops:admin-pw-1".utf8).base64EncodedString()
+        let page = try http.send("GET", "/api/v1/admin/extensions/1002@example.com", headers: [("Authorization", basic)])
+        XCTAssertEqual(page.status, 200)
+        let calls = try XCTUnwrap(page.json["recentCalls"] as? [[String: Any]])
+        XCTAssertEqual(calls.first?["callId"] as? String, call.callID)
+        let recentPushes = try XCTUnwrap(page.json["recentPushes"] as? [[String: Any]])
+        XCTAssertEqual((recentPushes.first?["wake"] as? [String: Any])?["result"] as? String, "woke")
+        let callID = try XCTUnwrap(calls.first?["id"] as? String)
+        let detail = try http.send("GET", "/api/v1/admin/calls/\(callID)", headers: [("Authorization", basic)])
+        XCTAssertEqual(detail.status, 200)
+        let lines = (detail.json["pushes"] as? [[String: Any]])?.compactMap { $0["line"] as? String } ?? []
+        XCTAssertTrue(lines.first?.contains("woke in") == true, "\(lines)")
+    }
+
+    /// The HTTP API's port, from the `http.listening` log line.
+    func httpPort() throws -> UInt16 {
+        let text = try XCTUnwrap(rouse).outputText
+        let line = try XCTUnwrap(text.split(separator: "\n").first { $0.contains("event=http.listening") })
+        let address = try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("listen=") })
+        return try XCTUnwrap(UInt16(address.split(separator: ":").last ?? ""))
     }
 
     func testDeskPhoneRingsWhenTheShortWaitEndsThenTheLateAppJoinsTheFork() throws {
