@@ -140,6 +140,23 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         }
     }
 
+    /// Ends every call still ringing (Rouse is stopping): 503 to the caller with the reason,
+    /// CANCEL to the branches, cancel pushes, and the journey recorded. Returns how many it ended.
+    @discardableResult
+    public func endAll(reason: String) -> Int {
+        queue.sync { [self] in
+            let live = calls.values.filter { $0.phase != .ended && !$0.answered }
+            for call in live {
+                var response = SIPResponse(replyingTo: call.invite, statusCode: 503, reasonPhrase: Self.phrase(reason), toTag: call.toTag)
+                response.headers.add(.reason, ProxyRules.reason(cause: 503, text: reason))
+                response.headers.add(.retryAfter, "5")
+                response.headers.add(.server, serverName)
+                end(call, response: response, outcome: .unanswered, reason: reason, cancelReason: nil, pushReason: "timeout")
+            }
+            return live.count
+        }
+    }
+
     /// Waits until every queued event has been handled (tests and shutdown).
     public func drain() {
         queue.sync {}

@@ -88,8 +88,8 @@ public struct CallSettings: Sendable, Equatable {
 }
 
 extension Duration {
-    /// The duration in seconds, as a TimeInterval.
-    var timeInterval: TimeInterval {
+    /// The duration in seconds, as a TimeInterval (for Date arithmetic and Dispatch deadlines).
+    public var timeInterval: TimeInterval {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

@@ -123,6 +123,7 @@ public enum ConfigurationLoader {
         withCalls.ringTimeout = reader.duration("ring_timeout")
         withCalls.cancelGrace = reader.duration("cancel_grace")
         withCalls.trustedPeers = reader.list("trusted_peers")
+        withCalls.shutdownGrace = reader.duration("shutdown_grace")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

@@ -56,6 +56,8 @@ public struct RouseConfiguration: Sendable {
     public var ringTimeout: Duration = .seconds(45)
     public var cancelGrace: Duration = .seconds(30)
     public var trustedPeers: [String] = []
+    /// How long a stopping Rouse lets calls still ringing finish before ending them.
+    public var shutdownGrace: Duration = .seconds(10)
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -135,6 +137,8 @@ extension RouseConfiguration {
               meaning: "seconds a call may ring before it ends with 480 (also sent in the ring push)"),
         .init(key: "cancel_grace", defaultValue: "30",
               meaning: "seconds after a call ended in which a woken iPhone known only by its VoIP token still gets the INVITE and a CANCEL"),
+        .init(key: "shutdown_grace", defaultValue: "10",
+              meaning: "seconds a stopping Rouse (SIGTERM) lets calls still ringing finish before it ends them"),
         .init(key: "trusted_peers", defaultValue: "",
               meaning: "comma list of IP addresses and CIDR blocks (trunks, peers) whose INVITEs need no digest authentication"),
     ]

@@ -26,6 +26,8 @@ public final class RouseService: @unchecked Sendable {
     private var callPool: PostgresWorkerPool?
     private var coordinator: CallCoordinator<SIPService>?
     private var journeyStore: PostgresJourneyStore?
+    private var pushService: PushService?
+    private var databaseSettings: PostgresSettings?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -95,6 +97,8 @@ public final class RouseService: @unchecked Sendable {
             logger.info(event, fields)
         }
         self.coordinator = coordinator
+        self.pushService = pushService
+        self.databaseSettings = settings
         registrar.subscribe { event in coordinator.bindingsChanged(event.binding.aor) }
 
         let sip = SIPService(
@@ -190,10 +194,25 @@ public final class RouseService: @unchecked Sendable {
         return listener
     }
 
-    /// Blocks until SIGINT or SIGTERM, then stops serving.
+    /// Serves until SIGINT or SIGTERM, reloading on SIGHUP, then stops gracefully: new
+    /// transactions outside a dialog get 503, calls still ringing get up to `shutdown_grace` to
+    /// finish and are then ended (their journeys recorded), pending journey writes are flushed,
+    /// and every socket closes.
     public func waitForStopSignal(_ stopSignal: StopSignal) {
-        stopSignal.wait()
-        logger.info("rouse.stopping", [:])
+        while stopSignal.wait() == .reload {
+            reload()
+        }
+        logger.info("rouse.stopping", ["live_calls": String(coordinator?.liveCallCount ?? 0)])
+        sip?.beginDraining()
+        let deadline = Date().addingTimeInterval(configuration.shutdownGrace.timeInterval)
+        while let coordinator, coordinator.liveCallCount > 0, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        if let ended = coordinator?.endAll(reason: "Rouse is stopping"), ended > 0 {
+            logger.info("rouse.calls_ended", ["calls": String(ended)])
+            // Let the final responses and CANCELs leave before the sockets close.
+            Thread.sleep(forTimeInterval: 0.2)
+        }
         sip?.shutdown()
         http?.stop()
         registrar?.stopExpiryTimer()
@@ -207,33 +226,70 @@ public final class RouseService: @unchecked Sendable {
         journeyStore?.shutdown()
         logger.info("rouse.stopped", [:])
     }
+
+    /// SIGHUP: the TLS certificate and key are read again (new connections use them; calls and
+    /// open connections are untouched) and push apps are reloaded from PostgreSQL.
+    public func reload() {
+        do {
+            try sip?.reloadTLS()
+            logger.info("rouse.tls_reloaded", [:])
+        } catch {
+            logger.error("rouse.tls_reload_failed", ["error": "\(error)", "kept": "the previous certificate"])
+        }
+        do {
+            guard let databaseSettings else { return }
+            let connection = try databaseSettings.connect()
+            let apps = try PostgresPushApps(connection: connection).all()
+            pushService?.replaceApps(apps)
+            registrar?.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
+            logger.info("rouse.push_apps_reloaded", ["apps": String(apps.count)])
+        } catch {
+            logger.error("rouse.push_apps_reload_failed", ["error": "\(error)"])
+        }
+    }
 }
 
-/// SIGINT and SIGTERM as one event. The handlers are installed when it is made, before anything is
-/// served, so a signal that comes early is not lost to the default action (which would end the
-/// process without a clean stop); `wait()` blocks until one arrives.
+/// SIGINT and SIGTERM as one event, SIGHUP as another. The handlers are installed when it is
+/// made, before anything is served, so a signal that comes early is not lost to the default action
+/// (which would end the process without a clean stop); `wait()` blocks until one arrives.
 public final class StopSignal: @unchecked Sendable {
-    // @unchecked: `sources` is set in init and only read afterwards; DispatchSource is thread-safe.
+    // @unchecked: `sources` is set in init and only read afterwards; DispatchSource is thread-safe;
+    // `pending` is only touched under `lock`.
+    public enum Event: Sendable { case stop, reload }
+
     private let semaphore = DispatchSemaphore(value: 0)
-    private let sources: [any DispatchSourceSignal]
+    private let lock = NSLock()
+    private var pending: [Event] = []
+    private var sources: [any DispatchSourceSignal] = []
 
     public init() {
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
+        signal(SIGHUP, SIG_IGN)
         signal(SIGPIPE, SIG_IGN)
         let queue = DispatchQueue(label: "rouse.signals")
-        let semaphore = self.semaphore
-        sources = [SIGINT, SIGTERM].map { number in
+        sources = [(SIGINT, Event.stop), (SIGTERM, .stop), (SIGHUP, .reload)].map { number, event in
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { semaphore.signal() }
+            source.setEventHandler { [weak self] in self?.deliver(event) }
             source.resume()
             return source
         }
     }
 
-    /// Blocks until SIGINT or SIGTERM.
-    public func wait() {
+    private func deliver(_ event: Event) {
+        lock.lock()
+        pending.append(event)
+        lock.unlock()
+        semaphore.signal()
+    }
+
+    /// Blocks until SIGINT or SIGTERM (`.stop`) or SIGHUP (`.reload`).
+    public func wait() -> Event {
         semaphore.wait()
-        sources.forEach { $0.cancel() }
+        lock.lock()
+        let event = pending.isEmpty ? Event.stop : pending.removeFirst()
+        lock.unlock()
+        if event == .stop { sources.forEach { $0.cancel() } }
+        return event
     }
 }

@@ -39,6 +39,9 @@ public final class SIPService: Sendable {
     /// INVITEs forwarded statefully outside the coordinator (through this instance's flow for
     /// another instance), by the server transaction they came in, for the caller's CANCEL.
     let forwardedInvites = ForwardedInvites()
+    /// Set when Rouse is stopping: new transactions outside a dialog get 503.
+    let draining = DrainingFlag()
+    private let tls: TLSConfiguration?
 
     /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
     /// - Parameter metrics: counts REGISTERs by result when given.
@@ -63,6 +66,7 @@ public final class SIPService: Sendable {
             } else {
                 nil
             }
+        self.tls = tls
         let limits = TransportLimits(
             maxConnections: configuration.tcpMaxConnections, idleTimeout: configuration.tcpIdleTimeout,
             tlsHandshakeTimeout: configuration.tlsHandshakeTimeout, framing: configuration.parserLimits)
@@ -99,6 +103,18 @@ public final class SIPService: Sendable {
 
     /// The points actually bound (port 0 resolved to the port the kernel chose).
     public var listeningPoints: [ListenPoint] { transport.boundPoints }
+
+    /// Stops taking new transactions outside a dialog (they get 503 with Retry-After); requests in
+    /// dialogs, ACKs, CANCELs and responses still pass, so calls in progress can finish.
+    public func beginDraining() {
+        draining.set()
+    }
+
+    /// Loads the TLS certificate and key again for new connections (SIGHUP).
+    public func reloadTLS() throws(SIPTransportError) {
+        guard let tls else { return }
+        try transport.reloadTLS(certificatePath: tls.certificatePath, privateKeyPath: tls.privateKeyPath)
+    }
 
     /// Closes every socket and stops the loop thread.
     public func shutdown() {
@@ -153,7 +169,12 @@ public final class SIPService: Sendable {
     func handle(_ event: TransactionLayerEvent<FlowID>) {
         switch event {
         case .request(let request, let handle, let flow):
-            if request.method == .register, let registrar {
+            if draining.isSet, request.to?.tag == nil, request.method != .cancel {
+                var unavailable = SIPResponse(replyingTo: request, statusCode: 503, reasonPhrase: "Service Unavailable (stopping)", toTag: SIPService.makeTag())
+                unavailable.headers.add(.retryAfter, "5")
+                unavailable.headers.add(.server, selfHandler.serverName)
+                transactions.respond(unavailable, to: handle)
+            } else if request.method == .register, let registrar {
                 registrar.handleRegister(request, flow: bindingFlow(flow, request: request)) { [weak self] response in
                     if response.statusCode == 200, flow.isReliable { self?.connections.remember(flow) }
                     self?.registerResults?.increment(["result": SIPService.registerResult(response)])
@@ -337,6 +358,25 @@ final class ConnectionTable: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return flowsByName[name]
+    }
+}
+
+/// A flag set once, read from any thread. Thread-safe behind a lock.
+final class DrainingFlag: @unchecked Sendable {
+    // @unchecked: `value` is only touched under `lock`.
+    private let lock = NSLock()
+    private var value = false
+
+    func set() {
+        lock.lock()
+        value = true
+        lock.unlock()
+    }
+
+    var isSet: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return value
     }
 }
 

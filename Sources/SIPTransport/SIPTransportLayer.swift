@@ -128,6 +128,15 @@ public final class SIPTransportLayer: Sendable {
         if !accepted { completion?(.failure(.notRunning)) }
     }
 
+    /// Loads the certificate and key again (after they were renewed) for new TLS connections;
+    /// connections already open keep theirs. Throws `tlsSetup` when the files do not load, and
+    /// then changes nothing.
+    public func reloadTLS(certificatePath: String, privateKeyPath: String) throws(SIPTransportError) {
+        let context = try TLSContext.server(certificatePath: certificatePath, privateKeyPath: privateKeyPath)
+        guard let (loop, core) = runningLoop() else { throw .notRunning }
+        _ = loop.execute { core.replaceServerTLS(context) }
+    }
+
     /// The UDP flow from the bound UDP point `local` (or, when nil, the first of the peer's address
     /// family) to `peer`: how to send to a UDP peer that registered over that point, even after a
     /// restart. Nil when no such UDP point is bound.

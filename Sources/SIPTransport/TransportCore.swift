@@ -40,7 +40,8 @@ final class TransportCore: @unchecked Sendable {
     let readBuffer: UnsafeMutableRawBufferPointer
     private let onPacket: @Sendable (InboundPacket) -> Void
     private let onFlowClosed: (@Sendable (FlowID, FlowCloseReason) -> Void)?
-    private let serverTLS: TLSContext?
+    /// Replaced by `replaceServerTLS` (SIGHUP); connections already open keep their sessions.
+    private var serverTLS: TLSContext?
     private let clientTLS: TLSContext
     private let openConnections: OpenConnections
     private(set) var udpSockets: [UDPSocket] = []
@@ -268,6 +269,11 @@ final class TransportCore: @unchecked Sendable {
             isOutbound: true, phase: phase, tls: session, core: self)
         add(connection)
         return .success(connection)
+    }
+
+    /// New TLS connections use `context` from now on. Loop thread.
+    func replaceServerTLS(_ context: TLSContext) {
+        serverTLS = context
     }
 
     /// The flow of an open connection to `remote`, else of a new one (connecting without blocking;

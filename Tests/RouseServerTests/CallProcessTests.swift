@@ -482,4 +482,44 @@ final class CallProcessTests: XCTestCase {
         }
         XCTAssertEqual(wake, "late", "the push record says the device came back too late to ring")
     }
+
+    func testSIGTERMDuringACallEndsItCleanlyAndRecordsTheWholeJourney() throws {
+        try startRouse(wakeWait: 30, extra: ["ROUSE_SHUTDOWN_GRACE": "1"])
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        _ = try pushes(apns, token: Self.apnsToken)
+        let process = try XCTUnwrap(rouse)
+        process.process.terminate()
+        // The call still ringing is ended with a reason, not dropped.
+        let final = try call.waitForFinal(timeout: .seconds(15))
+        XCTAssertEqual(final.statusCode, 503)
+        XCTAssertEqual(final.headers[.reason], "SIP;cause=503;text=\"Rouse is stopping\"")
+        XCTAssertEqual(process.waitForExit(timeout: 30), 0, process.outputText)
+        // Nothing half-written: the journey is complete, with its push and its end.
+        let journey = try journey(callID: call.callID, outcome: .unanswered)
+        XCTAssertEqual(journey.reason, "Rouse is stopping")
+        XCTAssertNotNil(journey.endedAt)
+        XCTAssertEqual(journey.pushes.count, 1)
+        XCTAssertEqual(journey.pushes.first?.wake, .notInTime)
+        XCTAssertTrue(process.outputText.contains("event=rouse.stopped"), process.outputText)
+    }
+
+    func testSIGHUPReloadsPushAppsWithoutDroppingACall() throws {
+        try startRouse(wakeWait: 8)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        _ = try pushes(apns, token: Self.apnsToken)
+        let process = try XCTUnwrap(rouse)
+        kill(process.process.processIdentifier, SIGHUP)
+        XCTAssertTrue(process.waitForOutput(containing: "event=rouse.push_apps_reloaded"), process.outputText)
+        // The call parked before the reload still rings the woken app.
+        try wake(phone)
+        let invite = try phone.waitForRequest(.invite)
+        try answerAndHangUp(phone, invite, call, caller)
+        XCTAssertEqual(try journey(callID: call.callID, outcome: .answered).answeredBy, "RouseTestApp/1 (iPhone)")
+    }
 }
