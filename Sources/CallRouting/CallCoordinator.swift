@@ -384,7 +384,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         if let journeyIndex = branch.journeyIndex, isFirstFinal { call.journey.branches[journeyIndex].endedAt = Date() }
         if (200..<300).contains(status) {
             // §16.7 step 5: every 2xx goes upstream at once, retransmissions included.
-            signaling?.respond(ProxyRules.upstream(response), to: call.handle)
+            signaling?.relay2xx(ProxyRules.upstream(response), to: call.handle, callerFlow: call.callerFlow)
             if isFirstFinal, !call.answered, call.phase != .ended {
                 answered(call, by: branch)
             }

@@ -12,6 +12,10 @@ public protocol CallSignaling: AnyObject, Sendable {
 
     /// Sends a response to the caller through its INVITE server transaction.
     func respond(_ response: SIPResponse, to handle: ServerTransactionHandle)
+    /// Sends a branch's 2xx upstream: through the server transaction while it takes one, else
+    /// straight over the caller's flow (a 2xx that crossed the caller's CANCEL or Rouse's 487 is
+    /// still relayed, RFC 3261 §16.7 step 5, so the caller can ACK and BYE it, §9.1).
+    func relay2xx(_ response: SIPResponse, to handle: ServerTransactionHandle, callerFlow: Flow)
     /// How `binding` can be reached now.
     func reach(_ binding: Binding) -> BindingReach
     /// Sends a branch INVITE to `binding` in a client transaction, adding Rouse's Via, a

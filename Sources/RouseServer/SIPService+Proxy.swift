@@ -31,6 +31,12 @@ extension SIPService: CallSignaling {
         transactions.respond(response, to: handle)
     }
 
+    public func relay2xx(_ response: SIPResponse, to handle: ServerTransactionHandle, callerFlow: FlowID) {
+        if !transactions.respond(response, to: handle) {
+            send(.response(response), over: callerFlow)
+        }
+    }
+
     public func reach(_ binding: Binding) -> BindingReach {
         if let flow = flow(for: binding) { return flow.isReliable ? .connected : .datagram }
         guard binding.flow.instanceID != instanceID, binding.flow.transport != "udp" else { return .gone }

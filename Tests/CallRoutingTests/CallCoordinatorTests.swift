@@ -81,6 +81,19 @@ final class CallCoordinatorTests: XCTestCase {
         XCTAssertEqual(journey.branches.first?.canceledBecause?.hasPrefix("caller hung up"), true)
     }
 
+    func testA2xxThatCrossedTheCallersCancelIsStillRelayed() throws {
+        let harness = Harness(bindings: [desk()])
+        harness.placeCall()
+        let invite = try harness.waitForBranch()
+        invite.respond(180)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
+        invite.respond(200)
+        try harness.waitUntil { harness.signaling.late2xx.count == 1 }
+        XCTAssertEqual(harness.signaling.late2xx.first?.statusCode, 200)
+        XCTAssertEqual(harness.signaling.late2xx.first?.vias.count, 1, "Rouse's own Via is gone")
+    }
+
     // MARK: - Doubles
 
     func desk() -> Binding {
@@ -219,6 +232,7 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
     private let lock = NSLock()
     private var sentInvites: [SentInvite] = []
     private var sentCancels: [SIPRequest] = []
+    private var lateResponses: [SIPResponse] = []
 
     init(transactions: TransactionLayer<Int>) {
         self.transactions = transactions
@@ -230,6 +244,14 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
     func respond(_ response: SIPResponse, to handle: ServerTransactionHandle) {
         transactions.respond(response, to: handle)
     }
+
+    func relay2xx(_ response: SIPResponse, to handle: ServerTransactionHandle, callerFlow: Int) {
+        if !transactions.respond(response, to: handle) {
+            lock.withLock { lateResponses.append(response) }
+        }
+    }
+
+    var late2xx: [SIPResponse] { lock.withLock { lateResponses } }
 
     func reach(_ binding: Binding) -> BindingReach {
         binding.flow.transport == "udp" ? .datagram : (binding.flow.connectionID == "tcp#1" ? .gone : .connected)
