@@ -340,7 +340,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             self.queue.async { self.branchEvent(id, index, event) }
         }
         let device = call.devices.first { $0.device.bindingIDs.contains(binding.id) || $0.device.matches(binding) }?.device.name
-            ?? binding.userAgent ?? "device"
+            ?? binding.userAgent ?? binding.contactForDisplay
         var line = JourneyBranch(
             bindingID: binding.id, target: binding.contactForDisplay, device: device, transport: binding.flow.transport,
             startedAt: Date(), isLateFork: late)

@@ -1,3 +1,4 @@
+import CallRouting
 import Foundation
 import Registrar
 import RouseTestSupport
@@ -110,6 +111,52 @@ final class InteropNetSIPTests: XCTestCase {
         XCTAssertEqual(phone.terminationStatus, 0, collected.all)
         XCTAssertNotNil(waitForLine(startingWith: "unregistered", in: collected, while: phone, timeout: 5), collected.all)
         XCTAssertEqual(try bindings().count, 0, "the unregister (Expires: 0) removes the binding from PostgreSQL")
+    }
+
+    /// Two Net::SIP phones: 1002 registers and answers, 1001 calls it through Rouse (answering the
+    /// 407), the call is answered and hung up with BYE through Rouse's Record-Route.
+    func testNetSIPPhonesCallEachOtherThroughRouse() throws {
+        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        try directory.addExtension(AddressOfRecord(number: "1002", domain: "example.com"), password: "interop-1002")
+        let point = try XCTUnwrap(points.first { $0.transport == .udp })
+        let script = URL(fileURLWithPath: Self.script).deletingLastPathComponent().appendingPathComponent("call.pl").path
+        func phone(_ arguments: [String]) throws -> (Process, RouseProcess.Collected) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/perl")
+            process.arguments = [script, "--proxy", "127.0.0.1:\(point.port)", "--domain", "example.com", "--timeout", "30"] + arguments
+            let output = Pipe()
+            let collected = RouseProcess.Collected()
+            process.standardOutput = output
+            process.standardError = output
+            output.fileHandleForReading.readabilityHandler = { handle in
+                let data = handle.availableData
+                if !data.isEmpty { collected.append(String(decoding: data, as: UTF8.self)) }
+            }
+            try process.run()
+            return (process, collected)
+        }
+        let (callee, calleeSaid) = try phone(["--role", "callee", "--user", "1002", "--password", "interop-1002"])
+        defer { if callee.isRunning { callee.terminate(); callee.waitUntilExit() } }
+        XCTAssertNotNil(waitForLine(startingWith: "registered", in: calleeSaid, while: callee, timeout: 60), calleeSaid.all)
+        let (caller, callerSaid) = try phone(["--role", "caller", "--user", "1001", "--password", Self.password, "--to", "1002"])
+        defer { if caller.isRunning { caller.terminate(); caller.waitUntilExit() } }
+        XCTAssertNotNil(
+            waitForLine(startingWith: "hung up", in: callerSaid, while: caller, timeout: 60),
+            "caller said:\n\(callerSaid.all)\ncallee said:\n\(calleeSaid.all)\nrouse said:\n\(rouse?.outputText ?? "")")
+        XCTAssertNotNil(waitForLine(startingWith: "bye received", in: calleeSaid, while: callee, timeout: 30), calleeSaid.all)
+        let deadline = Date().addingTimeInterval(30)
+        while (caller.isRunning || callee.isRunning) && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        XCTAssertEqual(caller.isRunning ? nil : caller.terminationStatus, 0, callerSaid.all)
+        XCTAssertEqual(callee.isRunning ? nil : callee.terminationStatus, 0, calleeSaid.all)
+        // The journey says the call was answered, by the Net::SIP phone.
+        let journeyDeadline = Date().addingTimeInterval(20)
+        var journey: CallJourney?
+        while journey == nil && Date() < journeyDeadline {
+            journey = try PostgresCalls.recent(on: try database.connect(), limit: 5).first { $0.outcome == .answered }
+            if journey == nil { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        XCTAssertEqual(journey?.callee.number, "1002")
+        XCTAssertEqual(journey?.branches.first?.finalStatus, 200)
     }
 
     func bindings() throws -> [Binding] {
