@@ -3,7 +3,8 @@
 # parser throughput on one core; OPTIONS round trips over UDP on loopback through Rouse's own SIP
 # stack; authenticated REGISTERs against a real `rouse serve` and a private PostgreSQL (fsync on,
 # so a 200 costs an honest durable commit); VoIP pushes over HTTP/2 to the APNs stand-in (its Python
-# venv, scripts/standins-venv.sh, and curl). Arguments go to rouse-bench (`--help` lists them).
+# venv, scripts/standins-venv.sh, and curl); calls through the proxy to awake phones, INVITE → push and
+# woken REGISTER → INVITE against a real `rouse serve`. Arguments go to rouse-bench (`--help` lists them).
 # ROUSE_BENCH_SCRATCH sets SwiftPM's scratch path (default .build).
 set -euo pipefail
 cd "$(dirname "$0")/.."

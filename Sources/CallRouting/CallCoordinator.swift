@@ -409,7 +409,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         call.journey.answeredBy = device
         call.journey.events.append(JourneyEvent(at: now, text: "answered by \(device) after \(Self.seconds(now.timeIntervalSince(call.arrivedAt)))"))
         for other in call.branches where other !== branch && other.final == nil {
-            cancel(other, reason: ProxyRules.completedElsewhere, because: "answered elsewhere")
+            cancel(other, of: call, reason: ProxyRules.completedElsewhere, because: "answered elsewhere")
         }
         close(call, outcome: .answered, finalStatus: 200, reason: "answered by \(device)", pushReason: "answered_elsewhere")
     }
@@ -514,7 +514,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         guard call.phase != .ended else { return }
         signaling?.respond(response, to: call.handle)
         for branch in call.branches where branch.final == nil {
-            cancel(branch, reason: cancelReason ?? ProxyRules.reason(cause: response.statusCode, text: reason), because: reason)
+            cancel(branch, of: call, reason: cancelReason ?? ProxyRules.reason(cause: response.statusCode, text: reason), because: reason)
         }
         close(call, outcome: outcome, finalStatus: response.statusCode, reason: reason, pushReason: pushReason)
     }
@@ -597,12 +597,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         }
     }
 
-    private func cancel(_ branch: Branch, reason: String, because why: String) {
+    private func cancel(_ branch: Branch, of call: Call, reason: String, because why: String) {
         guard branch.final == nil else { return }
         branch.cancelWanted = reason
-        if let call = calls.values.first(where: { $0.branches.contains { $0 === branch } }), let index = branch.journeyIndex {
-            call.journey.branches[index].canceledBecause = why
-        }
+        if let index = branch.journeyIndex { call.journey.branches[index].canceledBecause = why }
         // §9.1: a CANCEL may only follow a provisional response; otherwise it is sent when one comes.
         if branch.gotProvisional { sendCancel(branch, reason: reason) }
     }

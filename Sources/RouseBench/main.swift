@@ -8,8 +8,8 @@ struct BenchOptions {
     var jsonPath: String?
     /// How the OPTIONS throughput phase releases requests.
     var pacing = UDPLoadGenerator.Pacing.window(64)
-    /// Which phases run, in this order: parser, options, register, posting, push.
-    var phases: Set<String> = ["parser", "options", "register", "posting", "push"]
+    /// Which phases run, in this order: parser, options, register, posting, push, calls.
+    var phases: Set<String> = ["parser", "options", "register", "posting", "push", "calls"]
     /// libpq conninfo of a scratch database; without it the REGISTER and posting phases are skipped.
     var databaseURL: String?
     /// The `rouse` executable the REGISTER phase starts; by default the one beside rouse-bench.
@@ -27,8 +27,16 @@ struct BenchOptions {
     var postingExtensions = 1_000
     var postingSeconds = 5.0
     var postingConnections = 8
+    /// The calls phase: desk-phone callees, calls in flight and the bounds of the proxy pass, and
+    /// the samples of the push and wake latency passes.
+    var callsCallees = 1_000
+    var callsWindow = 64
+    var callsCount = 20_000
+    var callsSeconds = 10.0
+    var callsPushSamples = 300
+    var callsWakeSamples = 100
 
-    static let phaseNames: Set<String> = ["parser", "options", "register", "posting", "push"]
+    static let phaseNames: Set<String> = ["parser", "options", "register", "posting", "push", "calls"]
 
     static let usage = """
         usage: rouse-bench [--seconds N] [--json FILE] [--window N | --rate R] [--phases LIST]
@@ -36,13 +44,15 @@ struct BenchOptions {
                            [--register-seconds N] [--register-window N] [--memory-bindings N]
                            [--posting-extensions N] [--posting-seconds N]
                            [--posting-connections N] [--push-count N] [--push-window N]
+                           [--calls-callees N] [--calls-window N] [--calls-count N]
+                           [--calls-seconds N] [--calls-push-samples N] [--calls-wake-samples N]
 
           --seconds N   duration of each OPTIONS phase, in seconds (default 3); the parser
                         benchmarks always take about 1.5 s each
           --json FILE   also write the figures to FILE as JSON
           --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
           --rate R      instead of a window, send R OPTIONS requests per second
-          --phases LIST comma list of parser, options, register, posting, push (default all five)
+          --phases LIST comma list of parser, options, register, posting, push, calls (default all)
 
         REGISTER phase (needs PostgreSQL; `make bench` starts one and passes its database):
           --database-url CONNINFO   a scratch database to fill; without it the phase is skipped
@@ -62,6 +72,18 @@ struct BenchOptions {
         push phase (needs the stand-ins' Python venv, scripts/standins-venv.sh, and curl):
           --push-count N            pushes in the throughput pass, at most 10 s (default 5000)
           --push-window N           pushes in flight on the one HTTP/2 connection (default 100)
+
+        calls phase (INVITEs through rouse serve; needs --database-url, and the stand-ins' venv for
+        the push and wake passes):
+          --calls-callees N         extensions with a desk phone over UDP that the proxy pass
+                                    calls in turn (default 1000)
+          --calls-window N          calls in flight in the proxy pass, INVITE to BYE (default 64)
+          --calls-count N           most calls of the proxy pass (default 20000)
+          --calls-seconds N         most seconds the proxy pass places calls (default 10)
+          --calls-push-samples N    calls, one at a time, timed INVITE → push at the APNs
+                                    stand-in (default 300, at most 10 s)
+          --calls-wake-samples N    calls, one at a time, timed woken REGISTER → INVITE
+                                    (default 100, at most 15 s)
         """
 
     /// Reads the arguments (without the program name); the error is a message for the user.
@@ -96,7 +118,7 @@ struct BenchOptions {
             case "--phases":
                 let names = Set(try value(flag).split(separator: ",").map { String($0) })
                 guard !names.isEmpty, names.isSubset(of: phaseNames) else {
-                    throw UsageError(message: "--phases takes a comma list of parser, options, register, posting, push")
+                    throw UsageError(message: "--phases takes a comma list of parser, options, register, posting, push, calls")
                 }
                 options.phases = names
             case "--database-url":
@@ -148,6 +170,36 @@ struct BenchOptions {
                     throw UsageError(message: "--push-window needs a whole number between 1 and 300")
                 }
                 options.pushWindow = size
+            case "--calls-callees":
+                guard let count = Int(try value(flag)), count > 0, count <= 100_000 else {
+                    throw UsageError(message: "--calls-callees needs a whole number between 1 and 100000")
+                }
+                options.callsCallees = count
+            case "--calls-window":
+                guard let size = Int(try value(flag)), size > 0, size <= 10_000 else {
+                    throw UsageError(message: "--calls-window needs a whole number between 1 and 10000")
+                }
+                options.callsWindow = size
+            case "--calls-count":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--calls-count needs a whole number between 1 and 1000000")
+                }
+                options.callsCount = count
+            case "--calls-seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--calls-seconds needs a number of seconds between 0 and 3600")
+                }
+                options.callsSeconds = seconds
+            case "--calls-push-samples":
+                guard let count = Int(try value(flag)), count > 0, count <= 100_000 else {
+                    throw UsageError(message: "--calls-push-samples needs a whole number between 1 and 100000")
+                }
+                options.callsPushSamples = count
+            case "--calls-wake-samples":
+                guard let count = Int(try value(flag)), count > 0, count <= 10_000 else {
+                    throw UsageError(message: "--calls-wake-samples needs a whole number between 1 and 10000")
+                }
+                options.callsWakeSamples = count
             case "--help", "-h":
                 throw UsageError(message: nil)
             default:
@@ -284,6 +336,26 @@ if options.phases.contains("push") {
     } catch {
         FileHandle.standardError.write(Data("rouse-bench: \(error)\n".utf8))
         exit(1)
+    }
+}
+
+if options.phases.contains("calls") {
+    if let databaseURL = options.databaseURL {
+        print(
+            "calls through rouse serve and PostgreSQL on loopback: \(options.callsCallees) desk phones with \(options.callsWindow)"
+                + " calls in flight, then INVITE → push and woken REGISTER → INVITE, one call at a time…")
+        do {
+            figures += try CallBenchmark.run(
+                CallBenchmark.Settings(
+                    databaseURL: databaseURL, rouseExecutable: options.rouseExecutable, callees: options.callsCallees,
+                    window: options.callsWindow, maxCalls: options.callsCount, seconds: options.callsSeconds,
+                    pushSamples: options.callsPushSamples, wakeSamples: options.callsWakeSamples))
+        } catch {
+            FileHandle.standardError.write(Data("rouse-bench: calls benchmark: \(error)\n".utf8))
+            exit(1)
+        }
+    } else {
+        print("calls phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
     }
 }
 
