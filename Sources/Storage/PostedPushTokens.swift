@@ -42,71 +42,61 @@ public enum PostedPushTokens {
     /// The origin written into the binding notifications this table's changes send.
     static let bindingOrigin = "posted-tokens"
 
-    /// Stores `channel` for `aor` (one transaction). Returns nil when the extension does not exist.
+    /// Stores `channel` for `aor`. Returns nil when the extension does not exist.
+    ///
+    /// One statement, so one round trip and one implicit transaction: the upsert, clearing a dead
+    /// mark, stripping the token from other extensions' bindings and both announcements
+    /// (`rouse_bindings` for each stripped binding, `rouse_posted_tokens` unless nothing changed)
+    /// commit together or not at all.
     public static func store(
         _ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord, on connection: PostgresConnection
     ) throws -> PostedTokenChange? {
-        try connection.transaction { connection -> PostedTokenChange? in
-            let found = try connection.query(
-                """
-                SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
-                WHERE d.domain = $1 AND e.number = $2
-                """,
-                [aor.domain, aor.number])
-            guard let extensionID = found.rows.first?[0] ?? nil else { return nil }
-            let family = channel.family.rawValue
-            let previous = try connection.query(
-                """
-                SELECT p.extension_id::text, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
-                FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id
-                JOIN sip_domains d ON d.id = e.domain_id
-                WHERE p.family = $1 AND p.token = $2 FOR UPDATE OF p
-                """,
-                [family, channel.token])
-            try connection.query(
-                """
+        let rows = try connection.query(
+            """
+            WITH ext AS (
+                SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1 AND e.number = $2
+            ), prev AS (
+                SELECT p.extension_id, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
+                FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
+                WHERE p.family = $3 AND p.token = $4 FOR UPDATE OF p
+            ), upserted AS (
                 INSERT INTO posted_push_tokens (family, token, extension_id, provider, param, kind, device_id, posted_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+                SELECT $3, $4, ext.id, $5, $6, $7, $8, now() FROM ext
                 ON CONFLICT (family, token) DO UPDATE SET extension_id = EXCLUDED.extension_id,
                     provider = EXCLUDED.provider, param = EXCLUDED.param, kind = EXCLUDED.kind,
                     device_id = EXCLUDED.device_id, posted_at = now()
-                """,
-                [family, channel.token, extensionID, channel.provider.rawValue, channel.param, channel.kind.rawValue, deviceID])
-            try connection.query("DELETE FROM push_dead_tokens WHERE family = $1 AND token = $2", [family, channel.token])
-            // decisions.md: the old holder's bindings stay reachable over SIP and only lose the channel.
-            let stripped = try connection.query(
-                """
-                DELETE FROM binding_push_channels c USING bindings b
-                WHERE b.id = c.binding_id AND c.family = $1 AND c.token = $2 AND b.extension_id <> $3::bigint
-                RETURNING b.id::text, b.aor
-                """,
-                [family, channel.token, extensionID])
-            let notifications = stripped.rows.compactMap { row -> String? in
-                guard let id = row[0].flatMap(UUID.init(uuidString:)), let aor = row[1].flatMap(AddressOfRecord.init(parsing:))
-                else { return nil }
-                return BindingNotification(kind: .refreshed, aor: aor, bindingID: id, origin: bindingOrigin).payload
-            }
-            try BindingRecords.announce(notifications, on: connection)
-
-            let change: PostedTokenChange
-            if let row = previous.rows.first {
-                let same = row[0] == extensionID && row[1] == channel.provider.rawValue && row[2] == channel.param
-                    && row[3] == channel.kind.rawValue && row[4] == deviceID
-                if same {
-                    change = .refreshed
-                } else {
-                    let oldAOR = row[0] == extensionID
-                        ? nil : (row[5]).flatMap { number in row[6].map { AddressOfRecord(number: number, domain: $0) } }
-                    change = .updated(movedFrom: oldAOR)
-                }
-            } else {
-                change = .stored
-            }
-            if change != .refreshed {
-                try connection.query("SELECT pg_notify($1, $2)", [notificationChannel, "stored \(aor)"])
-            }
-            return change
-        }
+                RETURNING 1
+            ), revived AS (
+                DELETE FROM push_dead_tokens WHERE family = $3 AND token = $4 AND EXISTS (SELECT 1 FROM ext) RETURNING 1
+            ), stripped AS (
+                DELETE FROM binding_push_channels c USING bindings b, ext
+                WHERE b.id = c.binding_id AND c.family = $3 AND c.token = $4 AND b.extension_id <> ext.id
+                RETURNING b.id, b.aor
+            ), announced AS (
+                SELECT pg_notify($9, 'refreshed ' || aor || ' ' || lower(id::text) || ' ' || $10) FROM stripped
+            ), unchanged AS (
+                SELECT EXISTS (
+                    SELECT 1 FROM prev, ext WHERE prev.extension_id = ext.id AND prev.provider = $5
+                        AND prev.param IS NOT DISTINCT FROM $6 AND prev.kind = $7 AND prev.device_id IS NOT DISTINCT FROM $8
+                ) AS value
+            ), told AS (
+                SELECT pg_notify($11, 'stored ' || $2 || '@' || $1) FROM ext, unchanged WHERE NOT unchanged.value
+            )
+            SELECT ext.id::text, prev.extension_id::text, prev.number, prev.domain, unchanged.value,
+                (SELECT count(*) FROM upserted) + (SELECT count(*) FROM revived) + (SELECT count(*) FROM announced)
+                    + (SELECT count(*) FROM told)
+            FROM ext CROSS JOIN unchanged LEFT JOIN prev ON true
+            """,
+            [
+                aor.domain, aor.number, channel.family.rawValue, channel.token, channel.provider.rawValue, channel.param,
+                channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
+            ])
+        guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
+        guard let previousExtension = row[1] else { return .stored }
+        if row[4] == "t" { return .refreshed }
+        let movedFrom = previousExtension == extensionID
+            ? nil : row[2].flatMap { number in row[3].map { AddressOfRecord(number: number, domain: $0) } }
+        return .updated(movedFrom: movedFrom)
     }
 
     /// Removes `token` from `aor` (either family when `family` is nil; APNs tokens compared in
