@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rouse need on Debian, once: the C libraries Swift
 # links (OpenSSL, libpq, libcurl, libmicrohttpd), the PostgreSQL server the embedded default and the tests run,
-# the openssl command that makes test and first-run certificates, and Perl's Net::SIP, the
+# the openssl command that makes test and first-run certificates, Perl's Net::SIP, the
 # third-party SIP stack of the interop tests (SIPp 3.6.1 cannot answer Rouse's SHA-256-first
-# challenges; see Tests/RouseServerTests/InteropNetSIPTests.swift).
+# challenges; see Tests/RouseServerTests/InteropNetSIPTests.swift), the curl command of the
+# docs' examples (DocsExamplesTests runs them), and headless Chromium with its WebDriver for the
+# admin pages' browser test (AdminPagesBrowserTests).
 set -euo pipefail
 
 packages=(
@@ -16,6 +18,9 @@ packages=(
     postgresql
     postgresql-contrib
     libnet-sip-perl
+    chromium
+    chromium-driver
+    curl
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make run`: the embedded default. Installs what is missing, builds Rouse, creates on first use a
 # private PostgreSQL cluster and a self-signed TLS certificate under var/ in the checkout, applies
-# migrations and runs `rouse serve` in the foreground. Ctrl-C stops Rouse, then the cluster.
+# migrations, makes the first administrator (its password printed once), prints where Rouse
+# listens and runs `rouse serve` in the foreground. Ctrl-C stops Rouse, then the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -49,5 +50,47 @@ export ROUSE_TLS_CERT=${ROUSE_TLS_CERT:-$top/var/tls/cert.pem}
 export ROUSE_TLS_KEY=${ROUSE_TLS_KEY:-$top/var/tls/key.pem}
 export ROUSE_HTTP_LISTEN=${ROUSE_HTTP_LISTEN:-127.0.0.1:8080}
 
-"$rouse" migrate
+"$rouse" migrate "$@"
+
+# The first administrator of the admin pages, made once: its password is printed only now.
+admin=$("$rouse" admin add admin --generate-password --if-none "$@")
+admin_password=$(printf '%s\n' "$admin" | sed -n 's/^generated password (shown once): //p')
+
+# For a shell in another terminal while this one serves: `. var/env.sh`, then `rouse ...`.
+cat >var/env.sh <<ENV
+# Written by make run: the rouse command and the database of this checkout's Rouse, for a shell
+# in another terminal while make run serves (. var/env.sh; rouse extension list).
+export PATH='$(dirname "$rouse")':"\$PATH"
+export ROUSE_DATABASE_URL='$ROUSE_DATABASE_URL'
+ENV
+
+# Where it listens, as rouse itself reads its settings (environment, flags given to make run).
+settings=$("$rouse" check-config "$@")
+sip=$(printf '%s\n' "$settings" | sed -n 's/^  sip_listen: //p' | sed 's/,/, /g')
+http=$(printf '%s\n' "$settings" | sed -n 's/^  http_listen: //p')
+case "$http" in
+0.0.0.0:*) http_url="http://127.0.0.1:${http#0.0.0.0:}" ;;
+\[::\]:*) http_url="http://[::1]:${http#\[::\]:}" ;;
+*) http_url="http://$http" ;;
+esac
+cat <<BANNER
+
+  Rouse, from this checkout (data in var/; Ctrl-C stops it)
+    SIP          $sip
+    HTTP API     $http_url  (health: $http_url/health)
+    admin pages  $http_url/admin
+BANNER
+if [ -n "$admin_password" ]; then
+    cat <<BANNER
+    first administrator, made now (the password is shown this once):
+                 user admin, password $admin_password
+BANNER
+else
+    echo "    administrators: those made before (rouse admin list; rouse admin add NAME makes another)"
+fi
+cat <<BANNER
+    in another terminal: . var/env.sh, then e.g. rouse domain add example.com
+
+BANNER
+
 "$rouse" serve "$@"

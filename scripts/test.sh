@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 bash scripts/standins-venv.sh >/dev/null  # Python venv of the APNs/FCM stand-ins (Tests/PushStandIns)
 bash scripts/property-venv.sh >/dev/null  # Python venv of schemathesis (Tests/PropertyTests, OpenAPIPropertyTests)
+bash scripts/browser-venv.sh >/dev/null   # Python venv of Selenium (Tests/BrowserTests, AdminPagesBrowserTests)
 
 pgdir=$(mktemp -d /tmp/rouse-test-pg.XXXXXX)
 chmod 0755 "$pgdir"

@@ -30,14 +30,14 @@ public struct AdminAPI: Sendable {
 
     let pool: PostgresWorkerPool
     let directory: PostgresDirectory
-    let pushSettings: PushSettings
+    let reads: AdminReads
     let sessions: AdminSessionCache
     let queue = DispatchQueue(label: "rouse.http.admin", attributes: .concurrent)
 
     public init(pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache()) {
         self.pool = pool
-        self.directory = PostgresDirectory(pool: pool)
-        self.pushSettings = pushSettings
+        self.reads = AdminReads(pool: pool, pushSettings: pushSettings)
+        self.directory = reads.directory
         self.sessions = sessions
     }
 
@@ -215,7 +215,7 @@ public struct AdminAPI: Sendable {
 
     func listExtensions(_ request: HTTPRequest) throws -> HTTPResponse {
         let domain = request.query["domain"].flatMap { $0.isEmpty ? nil : $0 }
-        let search = (request.query["search"] ?? "").lowercased()
+        let search = request.query["search"] ?? ""
         func number(_ name: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
             guard let text = request.query[name], !text.isEmpty else { return fallback }
             guard let value = Int(text), range.contains(value) else {
@@ -225,7 +225,7 @@ public struct AdminAPI: Sendable {
         }
         let limit = try number("limit", 50, 1...500)
         let offset = try number("offset", 0, 0...Int(Int32.max))
-        let all = try directory.listExtensions(domain: domain).filter { search.isEmpty || $0.aor.description.lowercased().contains(search) }
+        let all = try reads.extensions(domain: domain, search: search)
         let page: [[String: Any]] = all.dropFirst(offset).prefix(limit).map {
             [
                 "address": $0.aor.description, "liveBindings": $0.liveBindingCount, "createdAt": Self.iso($0.createdAt),
@@ -243,20 +243,10 @@ public struct AdminAPI: Sendable {
     }
 
     func extensionDetail(_ aor: AddressOfRecord) throws -> HTTPResponse {
-        guard try directory.hasExtension(aor) else { throw DirectoryError.noSuchExtension(aor) }
-        let now = Date()
-        let (bindings, posted, dead, pushes, calls) = try pool.run { connection in
-            let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
-            let posted = try PostedPushTokens.list(for: aor, on: connection)
-            let channels = bindings.flatMap(\.pushChannels) + posted.map(\.channel)
-            let dead = try PostgresLocationStore.deadTokens(on: connection, among: channels)
-            let pushes = try PostgresPushStores.recent(on: connection, aor: aor.description, limit: 20)
-            let calls = try PostgresCalls.recent(on: connection, aor: aor, limit: 20)
-            return (bindings, posted, dead, pushes, calls)
-        }
-        let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
-        func isDead(_ channel: PushChannel) -> Bool { deadKeys.contains("\(channel.family.rawValue) \(channel.token)") }
-        let bindingItems: [[String: Any]] = bindings.map { binding in
+        let detail = try reads.extensionDetail(aor)
+        let now = detail.now
+        let isDead = detail.isDead
+        let bindingItems: [[String: Any]] = detail.bindings.map { binding in
             [
                 "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
                 "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
@@ -269,14 +259,14 @@ public struct AdminAPI: Sendable {
                 },
             ]
         }
-        let postedItems: [[String: Any]] = posted.map { token in
+        let postedItems: [[String: Any]] = detail.postedTokens.map { token in
             [
                 "platform": Self.platform(token.channel.provider), "token": Binding.shortenedToken(token.channel.token),
                 "param": token.channel.param ?? NSNull(), "kind": token.channel.kind.rawValue,
                 "postedAt": Self.iso(token.postedAt), "dead": isDead(token.channel),
             ]
         }
-        let pushItems: [[String: Any]] = pushes.map { record in
+        let pushItems: [[String: Any]] = detail.recentPushes.map { record in
             [
                 "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
                 "status": record.status ?? NSNull(), "reason": record.reason ?? NSNull(), "explanation": record.explanation,
@@ -288,7 +278,7 @@ public struct AdminAPI: Sendable {
             200,
             [
                 "address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems,
-                "recentCalls": calls.map(Self.callSummary),
+                "recentCalls": detail.recentCalls.map(Self.callSummary),
             ])
     }
 
@@ -328,16 +318,13 @@ public struct AdminAPI: Sendable {
             }
             before = parsed
         }
-        let (chosen, cursor, fetched) = (aor, before, limit + 1)
-        let calls = try pool.run { try PostgresCalls.recent(on: $0, aor: chosen, limit: fetched, before: cursor) }
-        let page = calls.prefix(limit)
-        let next: Any = calls.count > limit ? (page.last.map { MillisecondTime.string($0.startedAt) } ?? NSNull()) : NSNull()
-        return .json(200, ["calls": page.map(Self.callSummary), "next": next])
+        let (page, next) = try reads.calls(of: aor, limit: limit, before: before)
+        return .json(200, ["calls": page.map(Self.callSummary), "next": next.map(MillisecondTime.string) ?? NSNull()])
     }
 
     /// `GET /calls/{id}`: one call's journey; 404 for an unknown or malformed id.
     func callDetail(_ rest: String) throws -> HTTPResponse {
-        guard let id = UUID(uuidString: rest), let journey = try pool.run({ try PostgresCalls.journey(id: id, on: $0) }) else {
+        guard let id = UUID(uuidString: rest), let journey = try reads.journey(id: id) else {
             return .error(404, code: "not_found", message: "there is no call \(rest)")
         }
         var detail = Self.callSummary(journey)
@@ -385,7 +372,7 @@ public struct AdminAPI: Sendable {
     // MARK: - Push apps
 
     func listPushApps() throws -> HTTPResponse {
-        let items: [[String: Any]] = try pool.run { try PostgresPushApps(connection: $0).summaries() }.map {
+        let items: [[String: Any]] = try reads.pushApps().map {
             [
                 "id": $0.id, "kind": $0.kind, "param": $0.param, "environment": $0.environment ?? NSNull(),
                 "details": $0.details, "createdAt": $0.createdAt,
@@ -444,28 +431,17 @@ public struct AdminAPI: Sendable {
                 }
                 provider = parsed
             }
-            guard let app = try pool.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
-                respond(.error(404, code: "not_found", message: "there is no push app #\(id)"))
-                return
-            }
-            let settings = pushSettings
-            let chosen = provider
-            let pool = pool
+            let (reads, chosen) = (reads, provider)
             Task {
-                let outcome = await PushService(settings: settings, apps: [app]).sendTest(app: app, token: token, provider: chosen)
-                let family = app.family
-                let channelToken = family == .apns ? token.lowercased() : token
-                let record = PushRecord(
-                    createdAt: Date(), aor: nil, callID: nil, provider: chosen ?? (family == .fcm ? .fcm : .apns),
-                    tokenShort: PushRecord.shorten(channelToken), appID: id, outcome: outcome.word, status: outcome.status,
-                    reason: outcome.reason, explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds)
-                _ = try? await pool.perform { connection in
-                    if outcome.isDeadToken {
-                        try PostgresPushStores.markDead(on: connection, family: family, token: channelToken, reason: outcome.reason ?? "dead")
+                do {
+                    guard let outcome = try await reads.sendTestPush(appID: id, token: token, provider: chosen) else {
+                        respond(.error(404, code: "not_found", message: "there is no push app #\(id)"))
+                        return
                     }
-                    try PostgresPushStores.insert(record, on: connection)
+                    respond(.json(200, ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]))
+                } catch {
+                    respond(Self.response(for: error))
                 }
-                respond(.json(200, ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]))
             }
         } catch {
             respond(Self.response(for: error))

@@ -6,8 +6,8 @@ import Registrar
 import Storage
 
 /// Rouse's HTTP API as one piece: the server on its address, the token posting endpoint, health,
-/// and what they need (a worker pool of their own, the credentials loaded from the directory and
-/// reloaded on `NOTIFY rouse_directory`).
+/// the admin JSON API and the admin pages, and what they need (a worker pool of their own, the
+/// credentials loaded from the directory and reloaded on `NOTIFY rouse_directory`).
 ///
 /// Threading: `init` blocks the calling thread for the first directory load (bounded by the
 /// settings' connect timeout; a failure leaves the cache empty until the listener connects and
@@ -26,10 +26,11 @@ public final class HTTPAPIService: @unchecked Sendable {
     /// - Parameter authFailureThrottle: refuses sources with too many failed credentials (429), shared with SIP.
     /// - Parameter metrics: served at `/metrics`; counts `rouse_http_requests_total{route,status}`.
     /// - Parameter log: gets one event per request and per failed directory load; no secrets.
-    /// - Parameter pushSettings: where the admin API's test pushes go.
+    /// - Parameter pushSettings: where the admin API's and pages' test pushes go.
+    /// - Parameter adminSessionLifetime: seconds an admin pages session lasts from sign-in.
     public init(
         listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
-        pushSettings: PushSettings = PushSettings(),
+        pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
@@ -61,6 +62,8 @@ public final class HTTPAPIService: @unchecked Sendable {
         HealthAPI(pool: pool).register(on: &router)
         MetricsAPI(registry: metrics).register(on: &router)
         AdminAPI(pool: pool, pushSettings: pushSettings).register(on: &router)
+        AdminPages(pool: pool, pushSettings: pushSettings, sessionLifetime: adminSessionLifetime, throttle: authFailureThrottle)
+            .register(on: &router)
         OpenAPIDocument.register(on: &router)
         let server: HTTPServer
         do {

@@ -4,24 +4,38 @@ import Storage
 
 /// The operator's commands for the admin API's administrators. Like the directory commands they
 /// read the database setting, run one operation and exit 0, or 1 with one line on standard error.
-/// A password comes from `--password` or one line of standard input; when standard input is empty
-/// a random one is generated and printed once. Stored only as a PBKDF2 hash.
+/// A password comes from `--password` or one line of standard input; with `--generate-password`,
+/// or when standard input is empty, a random one is generated and printed once. Stored only as a
+/// PBKDF2 hash. `--if-none` adds the administrator only to a database that has none yet (the
+/// first run of `make run`).
 extension CommandLineInterface {
     static let adminCommands: [Command] = [
         Command(
             name: "admin add",
             summary: "add an administrator of the admin API; the password comes from --password or standard input, or is generated",
-            usage: "rouse admin add NAME [--password PASSWORD] [--database-url URL]",
+            usage: "rouse admin add NAME [--password PASSWORD | --generate-password] [--if-none] [--database-url URL]",
             run: { cli, arguments in
                 cli.runDirectoryCommand(
-                    arguments, usage: "rouse admin add NAME [--password PASSWORD]", positional: 1...1, acceptsPassword: true
+                    arguments, usage: "rouse admin add NAME [--password PASSWORD | --generate-password] [--if-none]", positional: 1...1,
+                    acceptsPassword: true, switches: ["--generate-password", "--if-none"]
                 ) { context in
                     let connection = try adminConnection(context)
                     let name = context.positional[0]
-                    var password = context.givenPassword ?? PasswordReader.readLine(prompt: "password for admin \(name): ") ?? ""
+                    let generate = context.switches.contains("--generate-password")
+                    if generate, context.givenPassword != nil {
+                        throw CommandLineProblem("give either --password or --generate-password, not both")
+                    }
+                    var password = generate ? "" : context.givenPassword ?? PasswordReader.readLine(prompt: "password for admin \(name): ") ?? ""
                     let generated = password.isEmpty
                     if generated { password = generatePassword() }
-                    try PostgresAdmins.add(name: name, password: password, on: connection)
+                    if context.switches.contains("--if-none") {
+                        guard try PostgresAdmins.addFirst(name: name, password: password, on: connection) else {
+                            print("an administrator exists already; added none")
+                            return
+                        }
+                    } else {
+                        try PostgresAdmins.add(name: name, password: password, on: connection)
+                    }
                     print("added admin \(name)")
                     if generated { print("generated password (shown once): \(password)") }
                 }

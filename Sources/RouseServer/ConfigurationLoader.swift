@@ -124,6 +124,7 @@ public enum ConfigurationLoader {
         withCalls.cancelGrace = reader.duration("cancel_grace")
         withCalls.trustedPeers = reader.list("trusted_peers")
         withCalls.shutdownGrace = reader.duration("shutdown_grace")
+        withCalls.adminSessionLifetime = reader.duration("admin_session_lifetime")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

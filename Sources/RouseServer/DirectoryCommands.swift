@@ -106,6 +106,8 @@ extension CommandLineInterface {
     struct DirectoryCommandContext {
         let positional: [String]
         let givenPassword: String?
+        /// The command's own on/off options that were given (`--generate-password`).
+        let switches: Set<String>
         let settings: PostgresSettings
         let directory: PostgresDirectory
 
@@ -163,19 +165,24 @@ extension CommandLineInterface {
         init(_ description: String) { self.description = description }
     }
 
-    /// Splits this command's own arguments (positional ones, `--password`) from the setting flags,
-    /// reads the settings, and runs `body`; any error is one line on standard error and status 1.
+    /// Splits this command's own arguments (positional ones, `--password`, the on/off options in
+    /// `switches`) from the setting flags, reads the settings, and runs `body`; any error is one
+    /// line on standard error and status 1.
     func runDirectoryCommand(
         _ arguments: [String], usage: String, positional allowed: ClosedRange<Int>, acceptsPassword: Bool = false,
-        _ body: (DirectoryCommandContext) throws -> Void
+        switches allowedSwitches: Set<String> = [], _ body: (DirectoryCommandContext) throws -> Void
     ) -> Int32 {
         var positional: [String] = []
         var password: String? = nil
+        var switches: Set<String> = []
         var settingFlags: [String] = []
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
-            if acceptsPassword, argument == "--password" || argument.hasPrefix("--password=") {
+            if allowedSwitches.contains(argument) {
+                switches.insert(argument)
+                index += 1
+            } else if acceptsPassword, argument == "--password" || argument.hasPrefix("--password=") {
                 if argument == "--password" {
                     guard index + 1 < arguments.count else {
                         printError("rouse: option '--password' needs a value")
@@ -212,7 +219,7 @@ extension CommandLineInterface {
         let settings = PostgresSettings(
             conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
         let context = DirectoryCommandContext(
-            positional: positional, givenPassword: password, settings: settings,
+            positional: positional, givenPassword: password, switches: switches, settings: settings,
             directory: PostgresDirectory(settings: settings))
         do {
             let connection = try settings.connect()

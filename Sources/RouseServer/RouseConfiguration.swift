@@ -58,6 +58,8 @@ public struct RouseConfiguration: Sendable {
     public var trustedPeers: [String] = []
     /// How long a stopping Rouse lets calls still ringing finish before ending them.
     public var shutdownGrace: Duration = .seconds(10)
+    /// How long an admin pages session lasts from sign-in.
+    public var adminSessionLifetime: Duration = .seconds(12 * 3600)
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -141,5 +143,7 @@ extension RouseConfiguration {
               meaning: "seconds a stopping Rouse (SIGTERM) lets calls still ringing finish before it ends them"),
         .init(key: "trusted_peers", defaultValue: "",
               meaning: "comma list of IP addresses and CIDR blocks (trunks, peers) whose INVITEs need no digest authentication"),
+        .init(key: "admin_session_lifetime", defaultValue: "12h",
+              meaning: "how long an admin pages session lasts from sign-in; then the admin signs in again"),
     ]
 }

@@ -116,6 +116,7 @@ public final class RouseService: @unchecked Sendable {
         }
         let http = try HTTPAPIService(
             listen: configuration.httpListen, settings: settings, pushSettings: configuration.pushSettings,
+            adminSessionLifetime: configuration.adminSessionLifetime.timeInterval,
             authFailureThrottle: authFailureThrottle, metrics: metrics
         ) { [logger] event in
             RouseService.log(event, to: logger)

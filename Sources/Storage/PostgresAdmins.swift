@@ -47,6 +47,19 @@ public enum PostgresAdmins {
         }
     }
 
+    /// Adds `name` only when there is no administrator at all yet (the first run of a fresh
+    /// database); returns false, adding nothing, when one exists. The table is locked for the
+    /// check, so two instances starting together make one first administrator, not two.
+    public static func addFirst(name: String, password: String, on connection: PostgresConnection) throws -> Bool {
+        try checkName(name)
+        return try connection.transaction { connection in
+            try connection.query("LOCK TABLE admins IN SHARE ROW EXCLUSIVE MODE")
+            guard try connection.query("SELECT 1 FROM admins LIMIT 1").isEmpty else { return false }
+            try add(name: name, password: password, on: connection)
+            return true
+        }
+    }
+
     /// True when `password` is the administrator `name`'s. An unknown name costs the same hash
     /// work as a wrong password.
     public static func verify(name: String, password: String, on connection: PostgresConnection) throws -> Bool {

@@ -83,6 +83,35 @@ public struct PostgresPushApps {
         }
     }
 
+    /// Validates `app` and stores it in place of the app with its `id`, which keeps its kind;
+    /// returns the validation notes, or nil when there is no app with that id.
+    public func update(_ app: PushApp) throws -> [String]? {
+        guard let id = app.id else { return nil }
+        let notes = try app.validate()
+        let (fields, key, environment) = Self.columns(of: app)
+        let idText: String = String(id)
+        let parameters: [String?] = [idText, fields, key, app.param, environment, app.kind]
+        do {
+            let updated = try connection.query(
+                """
+                UPDATE push_apps SET fields = $2::jsonb, key_text = $3, param = $4, environment = $5
+                WHERE id = $1 AND kind = $6
+                """,
+                parameters)
+            guard updated.affectedRows == 1 else { return nil }
+            // Inside the do block, as in add(_:): with only the typed-throws query in it, this
+            // catch makes the Swift 6.3 compiler hang or crash while generating code.
+            try Self.announceChange(on: connection)
+            return notes
+        } catch let error as PostgresError where error.isUniqueViolation {
+            throw PushAppError(
+                field: "param",
+                problem: app.param.isEmpty
+                    ? "there already is a default \(app.kind) app (one with no --param)"
+                    : "there already is an \(app.kind) app answering to \(app.param)")
+        }
+    }
+
     /// Removes an app; false when there was none with that id.
     @discardableResult
     public func remove(id: Int64) throws -> Bool {
