@@ -24,7 +24,8 @@ public struct AdminAPI: Sendable {
         ("GET", "/organisations"), ("POST", "/organisations"), ("DELETE", "/organisations/{domain}"),
         ("GET", "/extensions"), ("POST", "/extensions"), ("GET", "/extensions/{address}"),
         ("PUT", "/extensions/{address}/password"), ("DELETE", "/extensions/{address}"),
-        ("GET", "/push-apps"), ("POST", "/push-apps"), ("DELETE", "/push-apps/{id}"), ("POST", "/push-apps/{id}/test"),
+        ("GET", "/push-apps"), ("POST", "/push-apps"), ("PUT", "/push-apps/{id}"), ("DELETE", "/push-apps/{id}"),
+        ("POST", "/push-apps/{id}/test"),
         ("GET", "/calls"), ("GET", "/calls/{id}"),
     ].map { ($0.0, base + $0.1) }
 
@@ -85,6 +86,12 @@ public struct AdminAPI: Sendable {
         }
         router.add("POST", prefix: b + "/push-apps/") { request, rest, respond in
             authorized(request, respond) { testPush(request, rest, respond) }
+        }
+        router.add("PUT", prefix: b + "/push-apps/") { request, rest, respond in
+            guarded(request, respond) {
+                guard let id = Int64(rest) else { return Self.notFound }
+                return try updatePushApp(id: id, request)
+            }
         }
         router.add("GET", b + "/calls") { request, respond in guarded(request, respond) { try listCalls(request) } }
         router.add("GET", prefix: b + "/calls/") { request, rest, respond in guarded(request, respond) { try callDetail(rest) } }
@@ -410,6 +417,60 @@ public struct AdminAPI: Sendable {
         }
         let (id, notes) = try pool.run { try PostgresPushApps(connection: $0).add(app) }
         return .json(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+    }
+
+    /// `PUT /push-apps/{id}`: changes an app in place. Every field is optional and keeps its stored
+    /// value when absent; the key (`key`, `serviceAccount`) too, so an operator can change a topic
+    /// or parameter without pasting the secret again. The kind cannot change.
+    func updatePushApp(id: Int64, _ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try Self.object(request)
+        guard let stored = try pool.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
+            return .error(404, code: "not_found", message: "there is no push app #\(id)")
+        }
+        let kind = try Self.string(body, "kind", optional: true)
+        if !kind.isEmpty, kind != stored.kind {
+            throw FieldProblem(field: "kind", message: "app #\(id) is an \(stored.kind) app; its kind cannot change (add a new app instead)")
+        }
+        func given(_ field: String, else current: String) throws -> String {
+            body[field] == nil ? current : try Self.string(body, field)
+        }
+        let param = try given("param", else: stored.param)
+        let app: PushApp
+        switch stored.credentials {
+        case .apns(let current):
+            var environment = current.environment
+            if body["environment"] != nil {
+                let text = try Self.string(body, "environment", optional: true)
+                if text.isEmpty {
+                    environment = nil
+                } else {
+                    guard let parsed = APNsEnvironment(rawValue: text) else {
+                        throw FieldProblem(field: "environment", message: "environment must be production or sandbox (or empty for both)")
+                    }
+                    environment = parsed
+                }
+            }
+            app = PushApp(
+                id: id,
+                credentials: .apns(APNsCredentials(
+                    teamID: try given("teamId", else: current.teamID), keyID: try given("keyId", else: current.keyID),
+                    topic: try given("topic", else: current.topic), privateKeyPEM: try given("key", else: current.privateKeyPEM),
+                    environment: environment)),
+                param: param)
+        case .fcm(let current):
+            var account = current
+            if let value = body["serviceAccount"] {
+                guard let object = value as? [String: Any], let data = try? JSONSerialization.data(withJSONObject: object) else {
+                    throw FieldProblem(field: "serviceAccount", message: "serviceAccount must be the service account JSON object")
+                }
+                account = try FCMServiceAccount(json: Array(data))
+            }
+            app = PushApp(id: id, credentials: .fcm(account), param: param)
+        }
+        guard let notes = try pool.run({ try PostgresPushApps(connection: $0).update(app) }) else {
+            return .error(404, code: "not_found", message: "there is no push app #\(id)")
+        }
+        return .json(200, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
     }
 
     /// `POST /push-apps/{id}/test`: one test push, recorded like `rouse push-app test`.

@@ -53,7 +53,7 @@ final class AdminAPITests: XCTestCase {
     func text(_ response: TestHTTPClient.Response) -> String { String(decoding: response.body, as: UTF8.self) }
 
     func testEveryAdminRouteRequiresAdminCredentials() throws {
-        XCTAssertEqual(AdminAPI.routes.count, 14)
+        XCTAssertEqual(AdminAPI.routes.count, 15)
         for (method, template) in AdminAPI.routes {
             let path = template.replacingOccurrences(of: "{domain}", with: "example.com")
                 .replacingOccurrences(of: "{address}", with: "1001@example.com").replacingOccurrences(of: "{id}", with: "1")
@@ -189,6 +189,20 @@ final class AdminAPITests: XCTestCase {
         XCTAssertEqual((listed.json["items"] as? [[String: Any]])?.first?["environment"] as? String, "sandbox")
         XCTAssertEqual(try call("POST", "/api/v1/admin/push-apps/\(id)/test", ["provider": "bogus", "token": "ab"]).status, 400)
         XCTAssertEqual(try call("POST", "/api/v1/admin/push-apps/999/test", ["token": "abcd"]).status, 404)
+        // Changed in place without pasting the key again: the stored key is kept.
+        let changed = try call("PUT", "/api/v1/admin/push-apps/\(id)", ["topic": "com.example.other", "environment": "", "param": "other"])
+        XCTAssertEqual(changed.status, 200, text(changed))
+        XCTAssertEqual(changed.json["param"] as? String, "other")
+        let relisted = try call("GET", "/api/v1/admin/push-apps")
+        let item = (relisted.json["items"] as? [[String: Any]])?.first { $0["id"] as? Int == id }
+        let details = item?["details"] as? String ?? ""
+        XCTAssertTrue(details.contains("com.example.other") && details.contains("KEY1234567"), details)
+        XCTAssertNil(item?["environment"] as? String, "an empty environment serves both Apple hosts")
+        let wrongKind = try call("PUT", "/api/v1/admin/push-apps/\(id)", ["kind": "fcm"])
+        XCTAssertEqual((wrongKind.json["error"] as? [String: Any])?["field"] as? String, "kind")
+        let badTopic = try call("PUT", "/api/v1/admin/push-apps/\(id)", ["teamId": "x"])
+        XCTAssertEqual((badTopic.json["error"] as? [String: Any])?["field"] as? String, "teamId")
+        XCTAssertEqual(try call("PUT", "/api/v1/admin/push-apps/999", ["param": "x"]).status, 404)
         XCTAssertEqual(try call("DELETE", "/api/v1/admin/push-apps/\(id)").status, 200)
         XCTAssertEqual(try call("DELETE", "/api/v1/admin/push-apps/\(id)").status, 404)
 
