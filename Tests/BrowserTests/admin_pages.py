@@ -20,10 +20,11 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -107,8 +108,19 @@ class AdminPagesRobot:
 
     def submit(self, button_css):
         """Clicks a form's button and waits for the page it leads to."""
-        page = self.driver.find_element(By.TAG_NAME, "html")
-        self.driver.find_element(By.CSS_SELECTOR, button_css).click()
+        deadline = time.monotonic() + self.step_timeout
+        while True:
+            page = self.driver.find_element(By.TAG_NAME, "html")
+            try:
+                self.driver.find_element(By.CSS_SELECTOR, button_css).click()
+                break
+            except (StaleElementReferenceException, WebDriverException) as error:
+                # A click refused because the nodes were renumbered never reached the page.
+                if "does not belong to the document" not in str(error) and not isinstance(error, StaleElementReferenceException):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         try:
             self.wait().until(EC.staleness_of(page))
         except TimeoutException:
@@ -120,9 +132,23 @@ class AdminPagesRobot:
         self.element("body")
 
     def type_into(self, css, text):
-        field = self.element(css)
-        field.clear()
-        field.send_keys(text)
+        """Types `text` into the field `css`, looking the field up again when Chromium has
+        renumbered the page's nodes meanwhile (after a resize it may answer "Node with given id does
+        not belong to the document"), until the field holds the text or the step's deadline passes."""
+        deadline = time.monotonic() + self.step_timeout
+        while True:
+            try:
+                field = self.element(css)
+                field.clear()
+                field.send_keys(text)
+                if field.get_attribute("value") == text:
+                    return
+            except (StaleElementReferenceException, WebDriverException) as error:
+                if isinstance(error, TimeoutException) or time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise StepFailed(f"{css} on {self.driver.current_url} would not take the text within {self.step_timeout} s")
+            time.sleep(0.05)
 
     def screenshot(self, name):
         """The whole page (the window grown to its height) as <artifacts>/NN-name.png."""
