@@ -40,6 +40,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private var liveCallsByCallee: [AddressOfRecord: Set<UUID>] = [:]
     /// Woken iPhones known only by a VoIP token, whose call ended before they came back.
     private var graceDevices: [AddressOfRecord: [GraceDevice]] = [:]
+    /// Tokens a provider called dead (seen here, or read from PostgreSQL), by `family:token`, with
+    /// when: not pushed again until a binding carrying the token registers after that moment.
+    private var deadTokens: [String: Date] = [:]
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up.
     private var talking: [String: CallJourney] = [:]
     /// At most this many answered calls are followed to their BYE; the oldest are let go.
@@ -118,8 +121,16 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         queue.async { [self] in
             let hasCalls = !(liveCallsByCallee[aor] ?? []).isEmpty
             let hasGrace = !(graceDevices[aor] ?? []).isEmpty
-            guard hasCalls || hasGrace else { return }
+            guard hasCalls || hasGrace || !deadTokens.isEmpty else { return }
             let bindings = directory.bindings(for: aor)
+            // A device that registers its token again revives it (product.md "The pushes").
+            for binding in bindings {
+                for channel in binding.pushChannels {
+                    let key = CallTargets.tokenKey(channel)
+                    if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens[key] = nil }
+                }
+            }
+            guard hasCalls || hasGrace else { return }
             for id in liveCallsByCallee[aor] ?? [] {
                 if let call = calls[id] { deviceMayBeBack(call, bindings: bindings) }
             }
@@ -186,10 +197,18 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
         let bindings = directory.bindings(for: callee)
         let channels = bindings.flatMap(\.pushChannels)
+        let knownDead = Set(deadTokens.keys)
         guard let tokens else {
-            start(call, bindings: bindings, posted: [], dead: [])
+            call.tokensRead = true
+            start(call, bindings: bindings, posted: [], dead: knownDead)
             return
         }
+        // The registered devices are pushed (or rung) at once; posted tokens and dead marks made
+        // by other instances are read meanwhile and join the call when they arrive. Only a callee
+        // with nothing registered waits for that read before anything happens.
+        let registered = CallTargets(bindings: bindings, posted: [], deadTokens: knownDead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
+        let startsAtOnce = !registered.devices.isEmpty || !registered.deskPhones.isEmpty || !registered.awake.isEmpty
+        if startsAtOnce { start(call, bindings: bindings, posted: [], dead: knownDead) }
         Task { [self] in
             let found: (posted: [PostedToken], dead: Set<String>)?
             do {
@@ -202,9 +221,44 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 if found == nil {
                     call.journey.events.append(JourneyEvent(at: Date(), text: "posted tokens could not be read (database unavailable)"))
                 }
-                start(call, bindings: bindings, posted: found?.posted ?? [], dead: found?.dead ?? [])
+                let now = Date()
+                for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens[key] = now }
+                if startsAtOnce {
+                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
+                } else {
+                    call.tokensRead = true
+                    start(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
+                }
             }
         }
+    }
+
+    /// The posted tokens arrived after the call started: devices known only by them are pushed
+    /// now, and a VoIP-only iPhone gains its regular token for the cancel push.
+    private func addPostedDevices(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
+        call.tokensRead = true
+        guard call.phase == .waiting || call.phase == .ringing, !call.answered, let signaling else { return }
+        let complete = CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { signaling.reach($0) })
+        for device in complete.devices {
+            if let state = call.devices.first(where: { $0.device.key == device.key }) {
+                if state.device.cancelChannel == nil { state.device.cancelChannel = device.cancelChannel }
+                continue
+            }
+            guard device.isPostedOnly else { continue }
+            if call.devices.isEmpty {
+                // A desk-phone call that now has an app to wake: ringback while it wakes.
+                var ringing = SIPResponse(replyingTo: call.invite, statusCode: 180, reasonPhrase: "Ringing", toTag: call.toTag)
+                ringing.headers.add(.server, serverName)
+                signaling.respond(ringing, to: call.handle)
+                call.content = pushContent(call, expiresAt: call.ringDeadline, now: Date())
+            }
+            let state = DeviceState(device: device)
+            call.devices.append(state)
+            call.journey.events.append(JourneyEvent(at: Date(), text: "pushing \(device.name), known by a posted token"))
+            push(call, state, expiresAt: call.phase == .waiting && call.targets?.hasDeskPhone == false && call.targets?.awake.isEmpty == true
+                ? call.waitDeadline : call.ringDeadline)
+        }
+        endWaitIfEveryPushFailed(call)
     }
 
     private func start(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
@@ -228,11 +282,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         let wait = targets.hasDeskPhone ? settings.wakeWaitWithDeskPhone : settings.wakeWait
         call.waitDeadline = now.addingTimeInterval(wait.timeInterval)
         let pushExpiry = somethingElseRings ? call.ringDeadline : call.waitDeadline
-        let ringSeconds = max(1, Int(pushExpiry.timeIntervalSince(now).rounded(.up)))
-        call.content = CallPushContent(
-            callID: call.journey.callID, callerNumber: call.invite.from?.uri.user ?? call.journey.caller,
-            callerName: call.journey.callerName, calleeNumber: call.callee.number, ringTimeoutSeconds: ringSeconds,
-            isVideo: Self.isVideo(call.invite), timestamp: now)
+        call.content = pushContent(call, expiresAt: pushExpiry, now: now)
         call.phase = .waiting
         call.journey.events.append(JourneyEvent(
             at: now,
@@ -253,6 +303,16 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         schedule(call, at: call.waitDeadline) { [weak self] call in self?.waitEnded(call, because: nil) }
     }
 
+    /// What the ring and cancel pushes of a call carry; `ring_timeout_secs` says how long the
+    /// push may still ring (decisions.md "Ring push expiry").
+    private func pushContent(_ call: Call, expiresAt: Date, now: Date) -> CallPushContent {
+        CallPushContent(
+            callID: call.journey.callID, callerNumber: call.invite.from?.uri.user ?? call.journey.caller,
+            callerName: call.journey.callerName, calleeNumber: call.callee.number,
+            ringTimeoutSeconds: max(1, Int(expiresAt.timeIntervalSince(now).rounded(.up))), isVideo: Self.isVideo(call.invite),
+            timestamp: now)
+    }
+
     private func push(_ call: Call, _ state: DeviceState, expiresAt: Date) {
         let content = call.content
         let channel = state.device.ringChannel
@@ -266,6 +326,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     private func pushAnswered(_ call: Call, _ state: DeviceState, outcome: PushOutcome, appID: Int64?) {
         let accepted = outcome.word == "accepted"
+        if outcome.isDeadToken { deadTokens[CallTargets.tokenKey(state.device.ringChannel)] = Date() }
         metrics?.pushes.increment(["provider": state.device.ringChannel.provider.rawValue, "outcome": outcome.word])
         metrics?.pushLatency.observe(Double(outcome.latencyMilliseconds) / 1000)
         if !accepted {
@@ -289,9 +350,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         if !accepted {
             call.pushFailures.append("push \(outcome.word == "refused" ? "refused" : "failed"): \(outcome.explanation)")
         }
-        // Every push failed and nothing else can ring: no point waiting.
-        if call.phase == .waiting, call.devices.allSatisfy({ $0.journeyIndex != nil && !$0.accepted }), call.branches.isEmpty,
-            call.targets?.hasDeskPhone == false, call.targets?.atWaitEnd.isEmpty == true
+        endWaitIfEveryPushFailed(call)
+    }
+
+    /// Every push failed, the posted tokens are in, and nothing else can ring: no point waiting.
+    private func endWaitIfEveryPushFailed(_ call: Call) {
+        if call.phase == .waiting, call.tokensRead, call.devices.allSatisfy({ $0.journeyIndex != nil && !$0.accepted }),
+            call.branches.isEmpty, call.targets?.hasDeskPhone == false, call.targets?.atWaitEnd.isEmpty == true
         {
             waitEnded(call, because: "every push failed")
         }
@@ -686,6 +751,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var waitDeadline = Date.distantFuture
         var ringDeadline = Date.distantFuture
         var pushFailures: [String] = []
+        /// The posted tokens and dead marks have been read (or could not be).
+        var tokensRead = false
 
         init(invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, callee: AddressOfRecord, arrivedAt: Date, journey: CallJourney, toTag: String) {
             self.invite = invite
@@ -702,7 +769,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     /// A pushed device of a call. @unchecked Sendable: only touched on `queue`.
     final class DeviceState: @unchecked Sendable {
-        let device: WakeDevice
+        var device: WakeDevice
         let pushID = UUID()
         var sentAt: Date?
         var accepted = false

@@ -361,6 +361,12 @@ final class CallProcessTests: XCTestCase {
         // The dead token is marked: the next call does not push it.
         let connection = try database.connect()
         XCTAssertTrue(try PostgresPushStores.isDead(on: connection, family: .apns, token: Self.deadToken))
+        let second = try place(caller)
+        let secondInvite = try desk.waitForRequest(.invite)
+        try answerAndHangUp(desk, secondInvite, second, caller)
+        let secondJourney = try self.journey(callID: second.callID, outcome: .answered)
+        XCTAssertTrue(secondJourney.pushes.isEmpty, "\(secondJourney.pushes.map(\.line))")
+        XCTAssertEqual(try apns.requests().filter { $0.path.hasSuffix(Self.deadToken) }.count, 1, "a dead token is not retried")
     }
 
     func testUnreachableProviderIsSaidInWordsAndTheDeskPhoneStillRings() throws {
