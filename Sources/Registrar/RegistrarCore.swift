@@ -219,6 +219,11 @@ public struct RegistrarCore: Sendable {
             }
             planned.append(Planned(address: address, expires: expires, push: push))
         }
+        // More contacts in one REGISTER than an extension may hold: the cap below can only make room
+        // among older bindings, so such a request is refused whole (and its 200 would be too long).
+        if planned.count(where: { $0.expires > 0 }) > policy.maxBindingsPerExtension {
+            return .respond(reply(request, 403, "Too Many Contacts"))
+        }
 
         var changes: [BindingChange] = []
         var events: [BindingEvent] = []

@@ -198,6 +198,7 @@ final class StreamConnection {
 
     private func becomeOpen() {
         phase = .open
+        lastReceived = .now
         if let deadlineTimer { core.loop.cancelTimer(deadlineTimer) }
         deadlineTimer = nil
         let pending = held
@@ -235,7 +236,6 @@ final class StreamConnection {
             close(.peerClosed)
             return
         }
-        lastReceived = .now
         let received = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         guard let tls else {
             frame(received)
@@ -263,9 +263,12 @@ final class StreamConnection {
         }
     }
 
-    /// Cuts plaintext into messages, answering keep-alive pings (RFC 5626 §3.5.1).
+    /// Cuts plaintext into messages, answering keep-alive pings (RFC 5626 §3.5.1). The idle clock
+    /// restarts only on a whole message or ping (or when nothing partial is left), so a peer that
+    /// trickles a message a byte at a time (slowloris) is still closed after `idleTimeout`.
     private func frame(_ bytes: UnsafeRawBufferPointer) {
         framer.append(bytes)
+        defer { if framer.bufferedByteCount == 0 { lastReceived = .now } }
         while phase == .open {
             let event: SIPStreamFramer.Event?
             do {
@@ -276,8 +279,10 @@ final class StreamConnection {
             }
             switch event {
             case .message(let message):
+                lastReceived = .now
                 core.deliver(message, from: self)
             case .keepAlivePing:
+                lastReceived = .now
                 write([0x0D, 0x0A], completion: nil)
             case nil:
                 return
