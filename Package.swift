@@ -78,8 +78,16 @@ var products: [Product] = [
 // libFuzzer harnesses have no `main` of their own (libFuzzer brings it), so they are only part of
 // the package when `make fuzz` asks for them (ROUSE_FUZZ=1) and builds them with -sanitize=fuzzer.
 if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
-    targets.append(.executableTarget(name: "SIPParserFuzz", dependencies: ["SIPMessage"]))
-    products.append(.executable(name: "SIPParserFuzz", targets: ["SIPParserFuzz"]))
+    let harnesses: [(String, [Target.Dependency])] = [
+        ("SIPParserFuzz", ["SIPMessage"]),
+        ("DigestFuzz", ["Registrar", "Crypto"]),
+        ("PushParametersFuzz", ["Registrar", "SIPMessage"]),
+        ("HTTPBodyFuzz", ["HTTPAPI", "Push", "Registrar", "Crypto"]),
+    ]
+    for (name, dependencies) in harnesses {
+        targets.append(.executableTarget(name: name, dependencies: dependencies))
+        products.append(.executable(name: name, targets: [name]))
+    }
 }
 
 let package = Package(

@@ -13,6 +13,9 @@ mkdir -p "$artifacts"
 # harness product : seed corpus
 harnesses=(
   "SIPParserFuzz:Tests/Fuzz/sip-corpus"
+  "DigestFuzz:Tests/Fuzz/digest-corpus"
+  "PushParametersFuzz:Tests/Fuzz/push-parameters-corpus"
+  "HTTPBodyFuzz:Tests/Fuzz/http-body-corpus"
 )
 
 status=0

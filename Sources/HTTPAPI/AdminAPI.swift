@@ -62,8 +62,7 @@ public struct AdminAPI: Sendable {
             guarded(request, respond) {
                 guard rest.hasSuffix("/password") else { return Self.notFound }
                 let aor = try DirectoryError.parseAddress(String(rest.dropLast("/password".count)))
-                let body = try Self.object(request)
-                try directory.changePassword(aor, password: try Self.string(body, "password"))
+                try directory.changePassword(aor, password: try Self.parsePasswordBody(request.body))
                 return .json(200, ["status": "changed"])
             }
         }
@@ -155,8 +154,9 @@ public struct AdminAPI: Sendable {
         let message: String
     }
 
-    /// The error shape for a refusal; storage failures are 503 without their details.
-    static func response(for error: any Error) -> HTTPResponse {
+    /// The error shape for a refusal; storage failures are 503 without their details. Public so the
+    /// fuzz harness can check that the body readers below only ever refuse with a 400.
+    public static func response(for error: any Error) -> HTTPResponse {
         switch error {
         case let problem as FieldProblem:
             return .error(400, code: problem.field == nil ? "invalid_json" : "invalid_field", message: problem.message, field: problem.field)
@@ -187,7 +187,11 @@ public struct AdminAPI: Sendable {
     }
 
     static func object(_ request: HTTPRequest) throws -> [String: Any] {
-        guard let parsed = try? JSONSerialization.jsonObject(with: request.body), let object = parsed as? [String: Any] else {
+        try object(body: request.body)
+    }
+
+    static func object(body: Data) throws -> [String: Any] {
+        guard let parsed = try? JSONSerialization.jsonObject(with: body), let object = parsed as? [String: Any] else {
             throw FieldProblem(field: nil, message: "the body must be a JSON object")
         }
         return object
@@ -216,7 +220,7 @@ public struct AdminAPI: Sendable {
     }
 
     func addOrganisation(_ request: HTTPRequest) throws -> HTTPResponse {
-        let domain = try directory.addDomain(try Self.string(try Self.object(request), "domain"))
+        let domain = try directory.addDomain(try Self.parseOrganisationBody(request.body))
         return .json(201, ["domain": domain])
     }
 
@@ -243,9 +247,8 @@ public struct AdminAPI: Sendable {
     }
 
     func addExtension(_ request: HTTPRequest) throws -> HTTPResponse {
-        let body = try Self.object(request)
-        let aor = try DirectoryError.parseAddress(try Self.string(body, "address"))
-        try directory.addExtension(aor, password: try Self.string(body, "password"))
+        let (aor, password) = try Self.parseExtensionBody(request.body)
+        try directory.addExtension(aor, password: password)
         return .json(201, ["address": aor.description])
     }
 
@@ -389,13 +392,22 @@ public struct AdminAPI: Sendable {
     }
 
     func addPushApp(_ request: HTTPRequest) throws -> HTTPResponse {
-        let body = try Self.object(request)
-        let param = try Self.string(body, "param", optional: true)
+        let app = try Self.parsePushAppBody(request.body)
+        let (id, notes) = try pool.run { try PostgresPushApps(connection: $0).add(app) }
+        return .json(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+    }
+
+    /// Reads a `POST /push-apps` body into an app (not yet validated: storing it validates).
+    /// Pure (no credentials, no storage); the fuzz harness calls it. Throws what `response(for:)`
+    /// turns into a 400.
+    public static func parsePushAppBody(_ data: Data) throws -> PushApp {
+        let body = try object(body: data)
+        let param = try string(body, "param", optional: true)
         let app: PushApp
-        switch try Self.string(body, "kind") {
+        switch try string(body, "kind") {
         case "apns":
             var environment: APNsEnvironment? = nil
-            let given = try Self.string(body, "environment", optional: true)
+            let given = try string(body, "environment", optional: true)
             if !given.isEmpty {
                 guard let parsed = APNsEnvironment(rawValue: given) else {
                     throw FieldProblem(field: "environment", message: "environment must be production or sandbox")
@@ -404,8 +416,8 @@ public struct AdminAPI: Sendable {
             }
             app = PushApp(
                 credentials: .apns(APNsCredentials(
-                    teamID: try Self.string(body, "teamId"), keyID: try Self.string(body, "keyId"),
-                    topic: try Self.string(body, "topic"), privateKeyPEM: try Self.string(body, "key"), environment: environment)),
+                    teamID: try string(body, "teamId"), keyID: try string(body, "keyId"),
+                    topic: try string(body, "topic"), privateKeyPEM: try string(body, "key"), environment: environment)),
                 param: param)
         case "fcm":
             guard let account = body["serviceAccount"] as? [String: Any],
@@ -415,8 +427,42 @@ public struct AdminAPI: Sendable {
         default:
             throw FieldProblem(field: "kind", message: "kind must be apns or fcm")
         }
-        let (id, notes) = try pool.run { try PostgresPushApps(connection: $0).add(app) }
-        return .json(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+        return app
+    }
+
+    /// Reads a `POST /push-apps/{id}/test` body: the token and the provider if named. Pure; the
+    /// fuzz harness calls it. Throws what `response(for:)` turns into a 400.
+    public static func parseTestPushBody(_ data: Data) throws -> (token: String, provider: PushProvider?) {
+        let body = try object(body: data)
+        let token = try string(body, "token")
+        guard !token.isEmpty, token.utf8.count <= 4096 else { throw FieldProblem(field: "token", message: "token must not be empty") }
+        var provider: PushProvider? = nil
+        let given = try string(body, "provider", optional: true)
+        if !given.isEmpty {
+            guard let parsed = PushProvider(rawValue: given), parsed != .webpush else {
+                throw FieldProblem(field: "provider", message: "provider must be apns, apns.dev or fcm")
+            }
+            provider = parsed
+        }
+        return (token, provider)
+    }
+
+    /// Reads a `POST /organisations` body: the domain as given (the directory checks it). Pure.
+    public static func parseOrganisationBody(_ data: Data) throws -> String {
+        try string(try object(body: data), "domain")
+    }
+
+    /// Reads a `POST /extensions` body: the address, checked, and the password as given (the
+    /// directory checks it). Pure.
+    public static func parseExtensionBody(_ data: Data) throws -> (AddressOfRecord, String) {
+        let body = try object(body: data)
+        let aor = try DirectoryError.parseAddress(try string(body, "address"))
+        return (aor, try string(body, "password"))
+    }
+
+    /// Reads a `PUT /extensions/{address}/password` body: the new password as given. Pure.
+    public static func parsePasswordBody(_ data: Data) throws -> String {
+        try string(try object(body: data), "password")
     }
 
     /// `PUT /push-apps/{id}`: changes an app in place. Every field is optional and keeps its stored
@@ -479,20 +525,9 @@ public struct AdminAPI: Sendable {
             respond(Self.notFound)
             return
         }
-        let token: String
-        var provider: PushProvider? = nil
         do {
-            let body = try Self.object(request)
-            token = try Self.string(body, "token")
-            guard !token.isEmpty, token.utf8.count <= 4096 else { throw FieldProblem(field: "token", message: "token must not be empty") }
-            let given = try Self.string(body, "provider", optional: true)
-            if !given.isEmpty {
-                guard let parsed = PushProvider(rawValue: given), parsed != .webpush else {
-                    throw FieldProblem(field: "provider", message: "provider must be apns, apns.dev or fcm")
-                }
-                provider = parsed
-            }
-            let (reads, chosen) = (reads, provider)
+            let (token, chosen) = try Self.parseTestPushBody(request.body)
+            let reads = reads
             Task {
                 do {
                     guard let outcome = try await reads.sendTestPush(appID: id, token: token, provider: chosen) else {

@@ -47,11 +47,48 @@ public struct PushRegistrationAPI: Sendable {
         let message: String
     }
 
-    /// A posted token, checked.
-    struct Posting {
-        let sipUser: AddressOfRecord
-        let channel: PushChannel
-        let deviceID: String?
+    /// A posted token, checked (what a `POST` body holds).
+    public struct Posting: Sendable {
+        public let sipUser: AddressOfRecord
+        public let channel: PushChannel
+        public let deviceID: String?
+    }
+
+    /// What a `DELETE` body holds, checked: the token, the platform's family if named, and the
+    /// `sipUser` if given (the handler then requires it to be the credentials' extension).
+    public struct Removal: Sendable {
+        public let token: String
+        public let family: PushProviderFamily?
+        public let sipUser: AddressOfRecord?
+    }
+
+    /// Reads a `POST` body as the endpoint does after the credentials: the checked posting, or the
+    /// 400 answer it would send. Pure (no credentials, no storage); the fuzz harness calls it.
+    public static func parsePostBody(_ body: Data) -> Result<Posting, ResponseFailure> {
+        jsonObject(body).flatMap { object in
+            do throws(FieldProblem) {
+                return .success(try posting(from: object))
+            } catch {
+                return .failure(ResponseFailure(response: refusal(error)))
+            }
+        }
+    }
+
+    /// Reads a `DELETE` body as the endpoint does after the credentials: the checked removal, or
+    /// the 400 answer it would send. Pure (no credentials, no storage); the fuzz harness calls it.
+    public static func parseDeleteBody(_ body: Data) -> Result<Removal, ResponseFailure> {
+        jsonObject(body).flatMap { object in
+            do throws(FieldProblem) {
+                return .success(try removal(from: object))
+            } catch {
+                return .failure(ResponseFailure(response: refusal(error)))
+            }
+        }
+    }
+
+    /// The 400 for a field problem.
+    static func refusal(_ problem: FieldProblem) -> HTTPResponse {
+        .error(400, code: "invalid_field", message: problem.message, field: problem.field)
     }
 
     /// What both methods do first: refuse a throttled source (429), check the credentials (the one
@@ -82,7 +119,7 @@ public struct PushRegistrationAPI: Sendable {
         do {
             posting = try Self.posting(from: object)
         } catch {
-            respond(.error(400, code: "invalid_field", message: error.message, field: error.field))
+            respond(Self.refusal(error))
             return
         }
         guard posting.sipUser == authenticated else {
@@ -98,31 +135,19 @@ public struct PushRegistrationAPI: Sendable {
 
     func delete(_ request: HTTPRequest, _ respond: HTTPResponder) {
         guard let (authenticated, object) = authenticatedBody(request, respond) else { return }
-        guard let token = object["token"] as? String, !token.isEmpty, token.utf8.count <= 4096 else {
-            respond(.error(400, code: "invalid_field", message: "token is required: the push token to remove", field: "token"))
+        let removal: Removal
+        do {
+            removal = try Self.removal(from: object)
+        } catch {
+            respond(Self.refusal(error))
             return
         }
-        var family: PushProviderFamily? = nil
-        if let platform = object["platform"] {
-            guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
-                respond(.error(400, code: "invalid_field", message: "platform must be android, ios or ios.dev", field: "platform"))
-                return
-            }
-            family = known.family
+        if let sipUser = removal.sipUser, sipUser != authenticated {
+            respond(.error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser"))
+            return
         }
-        if let sipUser = object["sipUser"] {
-            guard let text = sipUser as? String, let aor = AddressOfRecord(parsing: text) else {
-                respond(.error(400, code: "invalid_field", message: "sipUser must be number@domain", field: "sipUser"))
-                return
-            }
-            guard aor == authenticated else {
-                respond(.error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser"))
-                return
-            }
-        }
-        let chosenFamily = family
         write(respond) { connection in
-            guard try PostedPushTokens.remove(token: token, family: chosenFamily, from: authenticated, on: connection) else {
+            guard try PostedPushTokens.remove(token: removal.token, family: removal.family, from: authenticated, on: connection) else {
                 return .error(404, code: "not_found", message: "this extension holds no such token", field: "token")
             }
             return .json(200, ["status": "removed"])
@@ -174,8 +199,32 @@ public struct PushRegistrationAPI: Sendable {
         return .success(object)
     }
 
-    struct ResponseFailure: Error {
-        let response: HTTPResponse
+    /// A refused body: the answer the endpoint sends for it.
+    public struct ResponseFailure: Error {
+        public let response: HTTPResponse
+    }
+
+    /// Checks a `DELETE` body's fields (http-api.md): `token` required, `platform` and `sipUser`
+    /// optional.
+    static func removal(from object: [String: Any]) throws(FieldProblem) -> Removal {
+        guard let token = object["token"] as? String, !token.isEmpty, token.utf8.count <= 4096 else {
+            throw FieldProblem(field: "token", message: "token is required: the push token to remove")
+        }
+        var family: PushProviderFamily? = nil
+        if let platform = object["platform"] {
+            guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
+                throw FieldProblem(field: "platform", message: "platform must be android, ios or ios.dev")
+            }
+            family = known.family
+        }
+        var sipUser: AddressOfRecord? = nil
+        if let value = object["sipUser"] {
+            guard let text = value as? String, let aor = AddressOfRecord(parsing: text) else {
+                throw FieldProblem(field: "sipUser", message: "sipUser must be number@domain")
+            }
+            sipUser = aor
+        }
+        return Removal(token: token, family: family, sipUser: sipUser)
     }
 
     static func provider(forPlatform platform: String) -> PushProvider? {

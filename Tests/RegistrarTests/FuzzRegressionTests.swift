@@ -1,0 +1,23 @@
+import Foundation
+import Registrar
+import SIPMessage
+import XCTest
+
+/// Inputs the libFuzzer harnesses (Sources/*Fuzz) found; each once trapped.
+final class FuzzRegressionTests: XCTestCase {
+    /// PushParametersFuzz: a Contact whose pn-prid holds bytes that are not UTF-8 (read as U+FFFD)
+    /// and combining marks. Rouse parsed it; the trap was Foundation's `String.contains(String)`
+    /// (swift-corelibs-foundation `range(of:)`, "String index is out of bounds") on the token, so
+    /// the checks here and in the harness compare bytes.
+    func testPushParametersWithInvalidUTF8DoNotTrap() throws {
+        let bytes = try XCTUnwrap(Data(base64Encoded: "PHNpcDoxMDAyQDA2MD47cG4tcHJvdmlkZXI9YXBuczstZGlwcHI9bi1wcm92aWRlcj1hcG5zO3BuLXByaWQ9NmYxZWFiYWFiYWJhYmFiYWJhYmFin52encKdnp1hYmFiYWJhYmFiYWJhYmBhYmFiYWJhYmFiYWJhYmFiYWJhYmFizJxhYmFiYv//Yf//fmJhYmFiYWJhYmFiYWJhYmFiYWJhYmFiYzI6cmVtb3RlJjZmMzExZf////9hYmFiYf///yYAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="))
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard case .address(let address)? = try? SIPContact(parsing: text) else { return }
+        let parameters = (try? PushParameters.parse(address)) ?? nil
+        for channel in parameters?.channels ?? [] {
+            XCTAssertFalse(channel.token.isEmpty)
+            let shortened = Binding.shortenedToken(channel.token)
+            XCTAssertNotEqual(shortened, channel.token)
+        }
+    }
+}
