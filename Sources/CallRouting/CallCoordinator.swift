@@ -724,7 +724,11 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     static func isVideo(_ invite: SIPRequest) -> Bool {
-        String(decoding: invite.body, as: UTF8.self).contains("m=video")
+        // Bytes, not Foundation's String search: the body comes from the network.
+        let needle = Array("m=video".utf8)
+        let body = invite.body
+        guard body.count >= needle.count else { return false }
+        return (0...(body.count - needle.count)).contains { start in body[start..<(start + needle.count)].elementsEqual(needle) }
     }
 
     // MARK: - State

@@ -209,7 +209,7 @@ enum JourneyJSON {
 
     /// Text PostgreSQL can hold: `jsonb` refuses `\u0000`, so NUL characters are left out.
     static func storable(_ text: String) -> String {
-        text.contains("\0") ? String(text.unicodeScalars.filter { $0 != "\0" }) : text
+        text.utf8.contains(0) ? String(text.unicodeScalars.filter { $0 != "\0" }) : text
     }
 }
 

@@ -20,4 +20,14 @@ final class FuzzRegressionTests: XCTestCase {
             XCTAssertNotEqual(shortened, channel.token)
         }
     }
+
+    /// A signed "hex" escape (`%-0`, `%+f`) is not an escape: `UInt8(_:radix:)` would have read
+    /// `-0` as 0 and put a NUL byte into the token.
+    func testSignedPercentEscapesAreNotDecoded() throws {
+        let text = "<sip:1002@192.0.2.7:5060;pn-provider=fcm;pn-prid=abc%-0def%+fghi%41;pn-param=proj>"
+        guard case .address(let address)? = try? SIPContact(parsing: text) else { return XCTFail("not a contact") }
+        let channel = try XCTUnwrap(try PushParameters.parse(address)?.channels.first)
+        XCTAssertFalse(channel.token.utf8.contains(0), channel.token)
+        XCTAssertEqual(channel.token, "abc%-0def%+fghiA")
+    }
 }
