@@ -95,18 +95,7 @@ final class AdminPagesBrowserTests: XCTestCase {
 
     /// The Python of scripts/browser-venv.sh (made or checked now).
     func browserPython() throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["bash", Self.repositoryRoot + "/scripts/browser-venv.sh"]
-        process.currentDirectoryURL = URL(fileURLWithPath: Self.repositoryRoot)
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, "scripts/browser-venv.sh failed")
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+        try RouseProcess.venvPython(script: "browser-venv.sh", repositoryRoot: Self.repositoryRoot)
     }
 
     /// The stand-in's requests for `token`, once there are `count` (polled, with a 60 s deadline).

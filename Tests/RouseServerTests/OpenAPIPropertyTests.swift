@@ -64,18 +64,7 @@ final class OpenAPIPropertyTests: XCTestCase {
 
     /// The venv's schemathesis, made or checked by scripts/property-venv.sh.
     func schemathesis() throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["bash", Self.repositoryRoot + "/scripts/property-venv.sh"]
-        process.currentDirectoryURL = URL(fileURLWithPath: Self.repositoryRoot)
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, "scripts/property-venv.sh failed")
-        let python = String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+        let python = try RouseProcess.venvPython(script: "property-venv.sh", repositoryRoot: Self.repositoryRoot)
         let tool = (python as NSString).deletingLastPathComponent + "/schemathesis"
         guard FileManager.default.isExecutableFile(atPath: tool) else {
             throw XCTSkip("no schemathesis in the venv (scripts/property-venv.sh printed \(python))")

@@ -111,3 +111,22 @@ final class RouseProcess {
         }
     }
 }
+
+extension RouseProcess {
+    /// Runs a `scripts/*-venv.sh` of the checkout at `repositoryRoot` (it makes or checks its Python
+    /// venv) and returns the venv's python, the script's last line of output.
+    static func venvPython(script: String, repositoryRoot: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["bash", repositoryRoot + "/scripts/" + script]
+        process.currentDirectoryURL = URL(fileURLWithPath: repositoryRoot)
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, "scripts/\(script) failed")
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+    }
+}
