@@ -41,6 +41,11 @@ final class TLSContext: @unchecked Sendable {
     /// A server context presenting the certificate (chain) and key read from PEM files.
     static func server(certificatePath: String, privateKeyPath: String) throws(SIPTransportError) -> TLSContext {
         let context = try TLSContext(method: TLS_server_method(), verifiesPeer: false)
+        // TLS 1.2 (1.3 keeps OpenSSL's own suites): forward secrecy and AEAD only, no CBC, SHA-1,
+        // RSA key exchange or anonymous suites.
+        guard SSL_CTX_set_cipher_list(context.pointer, TLSContext.serverCiphers) == 1 else {
+            throw .tlsSetup(drainOpenSSLErrors("cannot set the cipher list"))
+        }
         guard SSL_CTX_use_certificate_chain_file(context.pointer, certificatePath) == 1 else {
             throw .tlsSetup(drainOpenSSLErrors("cannot read certificate \(certificatePath)"))
         }
@@ -52,6 +57,9 @@ final class TLSContext: @unchecked Sendable {
         }
         return context
     }
+
+    /// The TLS 1.2 cipher suites a server offers (OpenSSL cipher-list syntax).
+    static let serverCiphers = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!SHA1:!RC4:!3DES"
 
     /// A client context; without verification it accepts any server certificate.
     static func client(verifiesPeer: Bool, trustedCertificatesPath: String?) throws(SIPTransportError) -> TLSContext {
