@@ -36,6 +36,13 @@ public struct TrustedPeers: Sendable, Equatable {
 
     public var isEmpty: Bool { networks.isEmpty }
 
+    /// Whether `text` is an IPv4 or IPv6 address literal (brackets allowed).
+    public static func isIPAddress(_ text: String) -> Bool {
+        var literal = text
+        if literal.hasPrefix("["), literal.hasSuffix("]") { literal = String(literal.dropFirst().dropLast()) }
+        return bytes(of: literal) != nil
+    }
+
     /// Whether `ip` (a literal, brackets allowed) lies in one of the networks.
     public func contains(_ ip: String) -> Bool {
         var text = ip

@@ -1,3 +1,4 @@
+import CallRouting
 import Dispatch
 import Foundation
 import Metrics
@@ -32,6 +33,7 @@ public final class HTTPAPIService: @unchecked Sendable {
         listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
         pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
+        trustedProxies: TrustedPeers = TrustedPeers(),
         log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
@@ -71,7 +73,7 @@ public final class HTTPAPIService: @unchecked Sendable {
         do {
             let requests = metrics.counter("rouse_http_requests_total", help: "HTTP requests answered, by route pattern and status.")
             let routes = router
-            server = try HTTPServer(host: host, port: port, router: router, limits: limits) { entry in
+            server = try HTTPServer(host: host, port: port, router: router, limits: limits, trustedProxies: trustedProxies) { entry in
                 requests.increment(["route": routes.routePattern(for: entry.path) ?? "unmatched", "status": String(entry.status)])
                 log(.request(entry))
             }

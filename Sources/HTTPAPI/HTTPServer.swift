@@ -1,3 +1,4 @@
+import CallRouting
 import CMicroHTTPD
 import Foundation
 import Glibc
@@ -50,6 +51,8 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     public let limits: Limits
+    /// Reverse proxies (nginx) whose `X-Forwarded-For` names the real client.
+    public let trustedProxies: TrustedPeers
     /// The host it listens on, as given.
     public let host: String
     /// The port bound (the kernel's choice when 0 was asked for).
@@ -65,13 +68,16 @@ public final class HTTPServer: @unchecked Sendable {
 
     /// Binds `host:port` (a numeric address or a name; port 0 lets the kernel choose) and starts
     /// serving. Throws when the address cannot be bound.
+    /// - Parameter trustedProxies: a request from one of these takes its client address from
+    ///   `X-Forwarded-For` (the throttle and the log then see the real client).
     public init(
-        host: String, port: UInt16, router: HTTPRouter, limits: Limits = Limits(),
+        host: String, port: UInt16, router: HTTPRouter, limits: Limits = Limits(), trustedProxies: TrustedPeers = TrustedPeers(),
         log: @escaping @Sendable (HTTPRequestLog) -> Void = { _ in }
     ) throws {
         self.host = host
         self.router = router
         self.limits = limits
+        self.trustedProxies = trustedProxies
         self.log = log
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE
@@ -97,6 +103,19 @@ public final class HTTPServer: @unchecked Sendable {
 
     deinit {
         stop()
+    }
+
+    /// The client a request is from: the peer, or, when the peer is a trusted proxy, the rightmost
+    /// `X-Forwarded-For` address that is not itself a trusted proxy (the leftmost ones are the
+    /// client's to write, so they are not believed).
+    public static func client(peer: String?, forwardedFor: String?, trusted: TrustedPeers) -> String? {
+        guard let peer, !trusted.isEmpty, trusted.contains(peer), let forwardedFor else { return peer }
+        for hop in forwardedFor.split(separator: ",").reversed() {
+            let address = hop.trimmingCharacters(in: .whitespaces)
+            guard TrustedPeers.isIPAddress(address) else { return peer }
+            if !trusted.contains(address) { return address }
+        }
+        return peer
     }
 
     /// `host:port` as bound.
@@ -171,9 +190,10 @@ public final class HTTPServer: @unchecked Sendable {
         guard !exchange.dispatched else { return MHD_Result.YES }
         exchange.dispatched = true
         if exchange.tooLarge { return send(Self.tooLarge(limits.maxBodyBytes), for: exchange, on: connection) }
-        exchange.remoteAddress = Self.clientAddress(connection)
+        let headers = Self.headers(connection)
+        exchange.remoteAddress = Self.client(peer: Self.clientAddress(connection), forwardedFor: headers["x-forwarded-for"], trusted: trustedProxies)
         let request = HTTPRequest(
-            method: method, path: url, headers: Self.headers(connection), body: exchange.body,
+            method: method, path: url, headers: headers, body: exchange.body,
             remoteAddress: exchange.remoteAddress, query: Self.headers(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND, lowercased: false))
         exchange.connection = connection
         let responder = HTTPResponder(exchange: exchange)

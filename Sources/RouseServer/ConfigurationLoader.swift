@@ -123,6 +123,12 @@ public enum ConfigurationLoader {
         withCalls.ringTimeout = reader.duration("ring_timeout")
         withCalls.cancelGrace = reader.duration("cancel_grace")
         withCalls.trustedPeers = reader.list("trusted_peers")
+        withCalls.httpTrustedProxies = reader.list("http_trusted_proxies")
+        do {
+            _ = try TrustedPeers(parsing: withCalls.httpTrustedProxies)
+        } catch {
+            problems.append("http_trusted_proxies: \"\(error.entry)\" is not an IP address or CIDR block")
+        }
         withCalls.shutdownGrace = reader.duration("shutdown_grace")
         withCalls.adminSessionLifetime = reader.duration("admin_session_lifetime")
         do {

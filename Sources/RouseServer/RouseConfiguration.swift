@@ -56,6 +56,8 @@ public struct RouseConfiguration: Sendable {
     public var ringTimeout: Duration = .seconds(45)
     public var cancelGrace: Duration = .seconds(30)
     public var trustedPeers: [String] = []
+    /// Reverse proxies in front of the HTTP API whose X-Forwarded-For is believed.
+    public var httpTrustedProxies: [String] = []
     /// How long a stopping Rouse lets calls still ringing finish before ending them.
     public var shutdownGrace: Duration = .seconds(10)
     /// How long an admin pages session lasts from sign-in.
@@ -141,6 +143,8 @@ extension RouseConfiguration {
               meaning: "seconds after a call ended in which a woken iPhone known only by its VoIP token still gets the INVITE and a CANCEL"),
         .init(key: "shutdown_grace", defaultValue: "10",
               meaning: "seconds a stopping Rouse (SIGTERM) lets calls still ringing finish before it ends them"),
+        .init(key: "http_trusted_proxies", defaultValue: "",
+              meaning: "comma list of IP addresses and CIDR blocks of reverse proxies (nginx) in front of the HTTP API; their X-Forwarded-For names the client the throttle counts"),
         .init(key: "trusted_peers", defaultValue: "",
               meaning: "comma list of IP addresses and CIDR blocks (trunks, peers) whose INVITEs need no digest authentication"),
         .init(key: "admin_session_lifetime", defaultValue: "12h",

@@ -117,7 +117,8 @@ public final class RouseService: @unchecked Sendable {
         let http = try HTTPAPIService(
             listen: configuration.httpListen, settings: settings, pushSettings: configuration.pushSettings,
             adminSessionLifetime: configuration.adminSessionLifetime.timeInterval,
-            authFailureThrottle: authFailureThrottle, metrics: metrics
+            authFailureThrottle: authFailureThrottle, metrics: metrics,
+            trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies)
         ) { [logger] event in
             RouseService.log(event, to: logger)
         }

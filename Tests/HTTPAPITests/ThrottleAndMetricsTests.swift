@@ -1,3 +1,4 @@
+import CallRouting
 import Foundation
 import HTTPAPI
 import Metrics
@@ -62,6 +63,36 @@ final class ThrottleAndMetricsTests: XCTestCase {
             headers: [("Authorization", TestHTTPClient.basic("1001@example.com", "s3cret-1001"))], body: Data("{\"token\":\"x\"}".utf8))
         XCTAssertEqual(delete.status, 429)
         XCTAssertNotNil(throttle.isBlocked("127.0.0.1"))
+    }
+
+    func testBehindATrustedProxyTheForwardedClientIsCountedNotTheProxy() throws {
+        service.stop()
+        service = try HTTPAPIService(
+            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
+            authFailureThrottle: throttle, metrics: MetricsRegistry(), trustedProxies: try TrustedPeers(parsing: ["127.0.0.1"]))
+        func post(password: String, forwardedFor: String) throws -> Int {
+            let body = try JSONSerialization.data(withJSONObject: ["token": "fcm-token-1", "sipUser": "1001@example.com"])
+            return try TestHTTPClient(port: service.server.port).send(
+                "POST", "/api/v1/push/register",
+                headers: [
+                    ("Authorization", TestHTTPClient.basic("1001@example.com", password)), ("Content-Type", "application/json"),
+                    ("X-Forwarded-For", forwardedFor),
+                ],
+                body: body
+            ).status
+        }
+        // A client that writes its own X-Forwarded-For is counted by the address nginx appended.
+        for index in 0..<3 {
+            XCTAssertEqual(try post(password: "wrong-\(index)", forwardedFor: "203.0.113.\(index), 198.51.100.1"), 401)
+        }
+        XCTAssertEqual(try post(password: "s3cret-1001", forwardedFor: "198.51.100.1"), 429)
+        XCTAssertNotNil(throttle.isBlocked("198.51.100.1"))
+        XCTAssertNil(throttle.isBlocked("127.0.0.1"), "the proxy itself is not blocked")
+        XCTAssertEqual(try post(password: "s3cret-1001", forwardedFor: "198.51.100.2"), 200, "another client behind the proxy still gets in")
+
+        XCTAssertEqual(HTTPServer.client(peer: "192.0.2.9", forwardedFor: "198.51.100.1", trusted: try TrustedPeers(parsing: ["127.0.0.1"])), "192.0.2.9",
+                       "an untrusted peer's header is ignored")
+        XCTAssertEqual(HTTPServer.client(peer: "127.0.0.1", forwardedFor: "not-an-address", trusted: try TrustedPeers(parsing: ["127.0.0.1"])), "127.0.0.1")
     }
 
     func testMetricsAreParseablePrometheusTextAndCountRequests() throws {
