@@ -41,6 +41,43 @@ extension CommandLineInterface {
                 }
             }),
         Command(
+            name: "admin passwd",
+            summary: "change an administrator's password (from --password or standard input, or generated); their sessions end",
+            usage: "rouse admin passwd NAME [--password PASSWORD | --generate-password] [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(
+                    arguments, usage: "rouse admin passwd NAME [--password PASSWORD | --generate-password]", positional: 1...1,
+                    acceptsPassword: true, switches: ["--generate-password"]
+                ) { context in
+                    let connection = try adminConnection(context)
+                    let name = context.positional[0]
+                    let generate = context.switches.contains("--generate-password")
+                    if generate, context.givenPassword != nil {
+                        throw CommandLineProblem("give either --password or --generate-password, not both")
+                    }
+                    var password = generate ? "" : context.givenPassword ?? PasswordReader.readLine(prompt: "new password for admin \(name): ") ?? ""
+                    let generated = password.isEmpty
+                    if generated { password = generatePassword() }
+                    guard try PostgresAdmins.changePassword(name: name, password: password, on: connection) else {
+                        throw CommandLineProblem("there is no admin \(name)")
+                    }
+                    print("changed the password of admin \(name); their signed-in sessions have ended")
+                    if generated { print("generated password (shown once): \(password)") }
+                }
+            }),
+        Command(
+            name: "admin remove", summary: "remove an administrator of the admin API (their sessions end)",
+            usage: "rouse admin remove NAME [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(arguments, usage: "rouse admin remove NAME", positional: 1...1) { context in
+                    let name = context.positional[0]
+                    guard try PostgresAdmins.remove(name: name, on: try adminConnection(context)) else {
+                        throw CommandLineProblem("there is no admin \(name)")
+                    }
+                    print("removed admin \(name)")
+                }
+            }),
+        Command(
             name: "admin list", summary: "list the administrators of the admin API",
             usage: "rouse admin list [--database-url URL]",
             run: { cli, arguments in

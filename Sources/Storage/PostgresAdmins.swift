@@ -60,6 +60,29 @@ public enum PostgresAdmins {
         }
     }
 
+    /// Replaces `name`'s password and ends every admin-page session of theirs; false when there is
+    /// no such administrator.
+    public static func changePassword(name: String, password: String, on connection: PostgresConnection) throws -> Bool {
+        do {
+            try DirectoryError.checkPassword(password)
+        } catch {
+            if case .invalidPassword(let reason) = error { throw AdminError.invalidPassword(reason: reason) }
+            throw error
+        }
+        let stored = Password.hash(password)
+        return try connection.transaction { connection in
+            let changed = try connection.query("UPDATE admins SET password_hash = $2 WHERE name = $1 RETURNING id::text", [name, stored])
+            guard let id = changed.rows.first?[0] ?? nil else { return false }
+            try connection.query("DELETE FROM admin_sessions WHERE admin_id = $1::bigint", [id])
+            return true
+        }
+    }
+
+    /// Removes an administrator (their sessions go with them); false when there was none.
+    public static func remove(name: String, on connection: PostgresConnection) throws -> Bool {
+        try connection.query("DELETE FROM admins WHERE name = $1", [name]).affectedRows == 1
+    }
+
     /// True when `password` is the administrator `name`'s. An unknown name costs the same hash
     /// work as a wrong password.
     public static func verify(name: String, password: String, on connection: PostgresConnection) throws -> Bool {

@@ -111,5 +111,17 @@ final class DeployFilesTests: XCTestCase {
             ["admin", "add", "bob", "--generate-password", "--password", "x-long-enough"], environment: environment)
         XCTAssertEqual(both, 1, bothOutput)
         XCTAssertEqual(try PostgresAdmins.list(on: try database.connect()).map(\.name), ["admin"])
+
+        // A lost password is replaced, and an administrator can go.
+        let (changed, changedOutput) = try run(["admin", "passwd", "admin", "--password", "a-new-admin-pw-1"], environment: environment)
+        XCTAssertEqual(changed, 0, changedOutput)
+        XCTAssertTrue(try PostgresAdmins.verify(name: "admin", password: "a-new-admin-pw-1", on: try database.connect()))
+        XCTAssertFalse(try PostgresAdmins.verify(name: "admin", password: String(password), on: try database.connect()))
+        let (unknown, unknownOutput) = try run(["admin", "passwd", "nobody", "--password", "a-new-admin-pw-1"], environment: environment)
+        XCTAssertEqual(unknown, 1, unknownOutput)
+        XCTAssertTrue(unknownOutput.contains("there is no admin nobody"), unknownOutput)
+        let (removed, removedOutput) = try run(["admin", "remove", "admin"], environment: environment)
+        XCTAssertEqual(removed, 0, removedOutput)
+        XCTAssertEqual(try PostgresAdmins.list(on: try database.connect()).count, 0)
     }
 }
