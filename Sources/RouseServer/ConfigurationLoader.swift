@@ -123,6 +123,7 @@ public enum ConfigurationLoader {
         withCalls.ringTimeout = reader.duration("ring_timeout")
         withCalls.cancelGrace = reader.duration("cancel_grace")
         withCalls.trustedPeers = reader.list("trusted_peers")
+        withCalls.sipRateLimit = reader.integer("sip_rate_limit", 0...10_000_000)
         withCalls.httpTrustedProxies = reader.list("http_trusted_proxies")
         do {
             _ = try TrustedPeers(parsing: withCalls.httpTrustedProxies)

@@ -56,6 +56,8 @@ public struct RouseConfiguration: Sendable {
     public var ringTimeout: Duration = .seconds(45)
     public var cancelGrace: Duration = .seconds(30)
     public var trustedPeers: [String] = []
+    /// SIP messages one source address may send per second (bursts of twice that); 0 = no limit.
+    public var sipRateLimit: Int = 0
     /// Reverse proxies in front of the HTTP API whose X-Forwarded-For is believed.
     public var httpTrustedProxies: [String] = []
     /// How long a stopping Rouse lets calls still ringing finish before ending them.
@@ -143,6 +145,8 @@ extension RouseConfiguration {
               meaning: "seconds after a call ended in which a woken iPhone known only by its VoIP token still gets the INVITE and a CANCEL"),
         .init(key: "shutdown_grace", defaultValue: "10",
               meaning: "seconds a stopping Rouse (SIGTERM) lets calls still ringing finish before it ends them"),
+        .init(key: "sip_rate_limit", defaultValue: "0",
+              meaning: "SIP messages one source address may send per second (bursts of twice that); more are dropped unread; 0 means no limit"),
         .init(key: "http_trusted_proxies", defaultValue: "",
               meaning: "comma list of IP addresses and CIDR blocks of reverse proxies (nginx) in front of the HTTP API; their X-Forwarded-For names the client the throttle counts"),
         .init(key: "trusted_peers", defaultValue: "",

@@ -22,6 +22,8 @@ public final class SIPService: Sendable {
     let logger: Logger
     private let timerQueue = DispatchQueue(label: "rouse.sip.timers")
     private let registrar: Registrar?
+    /// `rouse_sip_rate_limited_total`, when metrics are kept.
+    private let rateLimited: MetricsRegistry.Counter?
     /// `rouse_register_total{result}`, when metrics are kept.
     private let registerResults: MetricsRegistry.Counter?
     /// Names this process in binding flows, so a restarted or other instance knows a connection
@@ -39,6 +41,8 @@ public final class SIPService: Sendable {
     /// INVITEs forwarded statefully outside the coordinator (through this instance's flow for
     /// another instance), by the server transaction they came in, for the caller's CANCEL.
     let forwardedInvites = ForwardedInvites()
+    /// Drops what a source sends beyond `sip_rate_limit` messages a second (nil: no limit).
+    let rateLimiter: SourceRateLimiter?
     /// Set when Rouse is stopping: new transactions outside a dialog get 503.
     let draining = DrainingFlag()
     private let tls: TLSConfiguration?
@@ -58,6 +62,8 @@ public final class SIPService: Sendable {
         self.registerResults = metrics?.counter(
             "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
         self.instanceID = instanceID
+        self.rateLimited = metrics?.counter(
+            "rouse_sip_rate_limited_total", help: "SIP messages dropped because their source sent more than sip_rate_limit a second.")
         self.limits = configuration.parserLimits
         self.logger = logger
         let tls: TLSConfiguration? =
@@ -67,6 +73,7 @@ public final class SIPService: Sendable {
                 nil
             }
         self.tls = tls
+        self.rateLimiter = configuration.sipRateLimit > 0 ? SourceRateLimiter(rate: Double(configuration.sipRateLimit)) : nil
         let limits = TransportLimits(
             maxConnections: configuration.tcpMaxConnections, idleTimeout: configuration.tcpIdleTimeout,
             tlsHandshakeTimeout: configuration.tlsHandshakeTimeout, framing: configuration.parserLimits)
@@ -127,6 +134,10 @@ public final class SIPService: Sendable {
     // MARK: Inbound
 
     func receive(_ packet: InboundPacket) {
+        if let rateLimiter, !rateLimiter.allow(packet.source.ip) {
+            rateLimited?.increment()
+            return
+        }
         let message: SIPMessage
         do {
             message = try SIPParser.parse(packet.bytes, limits: limits)
