@@ -200,15 +200,15 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         let knownDead = Set(deadTokens.keys)
         guard let tokens else {
             call.tokensRead = true
-            start(call, bindings: bindings, posted: [], dead: knownDead)
+            start(call, targets: targets(bindings, posted: [], dead: knownDead))
             return
         }
         // The registered devices are pushed (or rung) at once; posted tokens and dead marks made
         // by other instances are read meanwhile and join the call when they arrive. Only a callee
         // with nothing registered waits for that read before anything happens.
-        let registered = CallTargets(bindings: bindings, posted: [], deadTokens: knownDead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
+        let registered = targets(bindings, posted: [], dead: knownDead)
         let startsAtOnce = !registered.devices.isEmpty || !registered.deskPhones.isEmpty || !registered.awake.isEmpty
-        if startsAtOnce { start(call, bindings: bindings, posted: [], dead: knownDead) }
+        if startsAtOnce { start(call, targets: registered) }
         Task { [self] in
             let found: (posted: [PostedToken], dead: Set<String>)?
             do {
@@ -227,7 +227,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
                 } else {
                     call.tokensRead = true
-                    start(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
+                    start(call, targets: targets(bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys)))
                 }
             }
         }
@@ -237,8 +237,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// now, and a VoIP-only iPhone gains its regular token for the cancel push.
     private func addPostedDevices(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
         call.tokensRead = true
-        guard call.phase == .waiting || call.phase == .ringing, !call.answered, let signaling else { return }
-        let complete = CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { signaling.reach($0) })
+        guard call.phase == .waiting || call.phase == .ringing, !call.answered else { return }
+        let complete = targets(bindings, posted: posted, dead: dead)
         for device in complete.devices {
             if let state = call.devices.first(where: { $0.device.key == device.key }) {
                 if state.device.cancelChannel == nil { state.device.cancelChannel = device.cancelChannel }
@@ -247,23 +247,38 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             guard device.isPostedOnly else { continue }
             if call.devices.isEmpty {
                 // A desk-phone call that now has an app to wake: ringback while it wakes.
-                var ringing = SIPResponse(replyingTo: call.invite, statusCode: 180, reasonPhrase: "Ringing", toTag: call.toTag)
-                ringing.headers.add(.server, serverName)
-                signaling.respond(ringing, to: call.handle)
+                sendRingback(call)
                 call.content = pushContent(call, expiresAt: call.ringDeadline, now: Date())
             }
             let state = DeviceState(device: device)
             call.devices.append(state)
             call.journey.events.append(JourneyEvent(at: Date(), text: "pushing \(device.name), known by a posted token"))
-            push(call, state, expiresAt: call.phase == .waiting && call.targets?.hasDeskPhone == false && call.targets?.awake.isEmpty == true
-                ? call.waitDeadline : call.ringDeadline)
+            push(call, state, expiresAt: pushExpiry(call))
         }
         endWaitIfEveryPushFailed(call)
     }
 
-    private func start(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
-        guard call.phase == .starting, let signaling else { return }
-        let targets = CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { signaling.reach($0) })
+    /// Who the call goes to, with reachability as the SIP side sees it now.
+    private func targets(_ bindings: [Binding], posted: [PostedToken], dead: Set<String>) -> CallTargets {
+        CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
+    }
+
+    /// decisions.md "Ring push expiry": the wait for an app-only call, the ring timeout when
+    /// something else rings.
+    private func pushExpiry(_ call: Call) -> Date {
+        let somethingElseRings = call.targets.map { $0.hasDeskPhone || !$0.awake.isEmpty } ?? true
+        return somethingElseRings ? call.ringDeadline : call.waitDeadline
+    }
+
+    /// 180 Ringing with Rouse's To tag: ringback while the apps wake (product.md step 3).
+    private func sendRingback(_ call: Call) {
+        var ringing = SIPResponse(replyingTo: call.invite, statusCode: 180, reasonPhrase: "Ringing", toTag: call.toTag)
+        ringing.headers.add(.server, serverName)
+        signaling?.respond(ringing, to: call.handle)
+    }
+
+    private func start(_ call: Call, targets: CallTargets) {
+        guard call.phase == .starting, signaling != nil else { return }
         call.targets = targets
         let now = Date()
         call.ringDeadline = call.arrivedAt.addingTimeInterval(settings.ringTimeout.timeInterval)
@@ -277,21 +292,16 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             return
         }
 
-        // Something else will ring (a desk phone, an awake app): a push may ring as long as the call.
-        let somethingElseRings = targets.hasDeskPhone || !targets.awake.isEmpty
         let wait = targets.hasDeskPhone ? settings.wakeWaitWithDeskPhone : settings.wakeWait
         call.waitDeadline = now.addingTimeInterval(wait.timeInterval)
-        let pushExpiry = somethingElseRings ? call.ringDeadline : call.waitDeadline
+        let pushExpiry = pushExpiry(call)
         call.content = pushContent(call, expiresAt: pushExpiry, now: now)
         call.phase = .waiting
         call.journey.events.append(JourneyEvent(
             at: now,
             text: "pushing \(targets.devices.count) device(s); waiting up to \(Self.seconds(wait)) for an app to register"
                 + (targets.hasDeskPhone ? " (a desk phone is registered)" : "")))
-        // Ringback while the apps wake (product.md step 3).
-        var ringing = SIPResponse(replyingTo: call.invite, statusCode: 180, reasonPhrase: "Ringing", toTag: call.toTag)
-        ringing.headers.add(.server, serverName)
-        signaling.respond(ringing, to: call.handle)
+        sendRingback(call)
 
         for device in targets.devices {
             let state = DeviceState(device: device)
