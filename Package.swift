@@ -33,7 +33,7 @@ var targets: [Target] = [
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // INVITE handling: the wake-then-ring coordinator, proxy rules, journeys.
-    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics"]),
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics", "Crypto"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.

@@ -33,6 +33,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private let serverName: String
     private let instanceID: String
     private let metrics: CallMetrics?
+    private let callTokens: CallTokenSigner?
     private let log: @Sendable (String, KeyValuePairs<String, String>) -> Void
 
     private var calls: [UUID: Call] = [:]
@@ -47,14 +48,20 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private var talking: [String: CallJourney] = [:]
     /// At most this many answered calls are followed to their BYE; the oldest are let go.
     private let talkingLimit = 100_000
+    /// How each call ended, kept while its call tokens can still ask (`status`).
+    private var endedCalls: [UUID: EndedCall] = [:]
+    /// A call token lives until the call can no longer ring, plus this margin (issue 11).
+    public static var callTokenMargin: TimeInterval { 60 }
 
     /// - Parameters:
     ///   - log: one line per call event (`call.started`, `call.ended`, …); must not block.
     public init(
         directory: any CalleeDirectory, tokens: (any WakeTokenSource)?, pusher: any CallPushing, journeys: (any JourneyStore)?,
         authenticator: DigestAuthenticator, throttle: AuthFailureThrottle? = nil, settings: CallSettings, ownNames: Set<String>,
-        serverName: String, instanceID: String, metrics: MetricsRegistry? = nil, log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
+        serverName: String, instanceID: String, metrics: MetricsRegistry? = nil, callTokens: CallTokenSigner? = nil,
+        log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
     ) {
+        self.callTokens = callTokens
         self.directory = directory
         self.tokens = tokens
         self.pusher = pusher
@@ -144,9 +151,11 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         queue.async { [self] in
             guard var journey = talking.removeValue(forKey: callID), let answeredAt = journey.answeredAt else { return }
             let now = Date()
+            endedCalls[journey.id]?.hungUp = true
             journey.endedAt = now
             let who = fromCallee.map { $0 ? "the callee" : "the caller" } ?? "one side"
             journey.events.append(JourneyEvent(at: now, text: "\(who) hung up after \(Self.seconds(now.timeIntervalSince(answeredAt).rounded())) of talk"))
+            calls[journey.id]?.journey = journey
             journeys?.recordCall(journey)
         }
     }
@@ -324,12 +333,19 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     private func push(_ call: Call, _ state: DeviceState, expiresAt: Date) {
-        let content = call.content
+        var content = call.content
+        if let callTokens {
+            content.callToken = callTokens.issue(CallTokenClaims(
+                callID: call.id, callUUID: content.uuid, aor: call.callee, device: state.tag, instanceID: instanceID,
+                expiresAt: call.ringDeadline.addingTimeInterval(Self.callTokenMargin)))
+        }
         let channel = state.device.ringChannel
         let aor = call.callee.description
+        // Retries of a failed push are worth it only while the call still waits for the device.
+        let retryUntil = call.phase == .waiting ? min(call.waitDeadline, expiresAt) : expiresAt
         state.sentAt = Date()
         Task { [self] in
-            let (outcome, appID) = await pusher.ring(content, to: channel, expiresAt: expiresAt, aor: aor)
+            let (outcome, appID) = await pusher.ring(content, to: channel, expiresAt: expiresAt, retryUntil: retryUntil, aor: aor)
             queue.async { [self] in pushAnswered(call, state, outcome: outcome, appID: appID) }
         }
     }
@@ -356,6 +372,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         state.journeyIndex = call.journey.pushes.count
         call.journey.pushes.append(line)
         journeys?.recordPush(line, of: call.journey)
+        // A push answered after its call ended (a slow provider) still belongs in the journey.
+        if call.phase == .ended { recordAfterEnd(call) }
         log("call.push", ["call": call.journey.callID, "device": state.device.name, "outcome": outcome.word, "ms": String(outcome.latencyMilliseconds)])
         if !accepted {
             call.pushFailures.append("push \(outcome.word == "refused" ? "refused" : "failed"): \(outcome.explanation)")
@@ -365,7 +383,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     /// Every push failed, the posted tokens are in, and nothing else can ring: no point waiting.
     private func endWaitIfEveryPushFailed(_ call: Call) {
-        if call.phase == .waiting, call.tokensRead, call.devices.allSatisfy({ $0.journeyIndex != nil && !$0.accepted }),
+        if call.phase == .waiting, call.tokensRead, call.devices.allSatisfy({ ($0.journeyIndex != nil && !$0.accepted) || $0.declined != nil }),
             call.branches.isEmpty, call.targets?.hasDeskPhone == false, call.targets?.atWaitEnd.isEmpty == true
         {
             waitEnded(call, because: "every push failed")
@@ -395,7 +413,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// already ringing over the same flow.
     private func forkToEveryoneRegistered(_ call: Call, late: Bool) {
         guard let signaling else { return }
-        for binding in directory.bindings(for: call.callee) where signaling.reach(binding) != .gone {
+        for binding in directory.bindings(for: call.callee) where signaling.reach(binding) != .gone && !declinedDevice(call, has: binding) {
             fork(call, to: binding, late: late)
         }
     }
@@ -466,7 +484,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             return
         }
         guard isFirstFinal, call.phase != .ended, !call.answered else { return }
-        call.selector.consider(ProxyRules.upstream(response))
+        if let declined = branch.declinedAs {
+            // Cancelled because its device declined over HTTP: it counts as that answer, not 487.
+            call.selector.consider(SIPResponse(replyingTo: call.invite, statusCode: declined.status, reasonPhrase: declined.phrase))
+        } else {
+            call.selector.consider(ProxyRules.upstream(response))
+        }
         if status >= 600 {
             // §16.7: a 6xx ends the search; the other branches are cancelled.
             end(call, response: Self.stripped(call.selector.chosen, call: call), outcome: .failed,
@@ -478,6 +501,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     private func answered(_ call: Call, by branch: Branch) {
         call.answered = true
+        call.answeredByTag = call.devices.first { belongs(branch.binding, to: $0) }?.tag
         let now = Date()
         call.journey.answeredAt = now
         let device = branch.journeyIndex.map { call.journey.branches[$0].device } ?? "device"
@@ -496,6 +520,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         if call.branches.contains(where: { $0.final == nil }) { return }
         let chosen = call.selector.chosen
         if let chosen, chosen.statusCode != 408, chosen.statusCode != 480 {
+            if [486, 600].contains(chosen.statusCode) { call.missed = true }
             end(call, response: Self.stripped(chosen, call: call), outcome: .failed,
                 reason: "every device refused the call (best answer \(chosen.statusCode) \(chosen.reasonPhrase))", cancelReason: nil, pushReason: "declined")
             return
@@ -519,7 +544,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         // A binding registered after the push is the woken app, awake by definition, even when
         // another instance holds its connection (the SIP side routes through that instance).
         for binding in bindings {
-            for state in call.devices {
+            for state in call.devices where state.declined == nil {
                 guard let sentAt = state.sentAt, binding.registeredAt >= sentAt.addingTimeInterval(-0.05), state.device.matches(binding),
                     !state.returnedBindings.contains(binding.id)
                 else { continue }
@@ -563,7 +588,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             if let call = calls[grace.callID], let index = call.journey.pushes.firstIndex(where: { $0.id == grace.pushID }) {
                 call.journey.pushes[index].wake = late
                 call.journey.events.append(JourneyEvent(at: now, text: "\(grace.device.name) registered again after the call ended: INVITE and CANCEL sent"))
-                journeys?.recordCall(call.journey)
+                recordAfterEnd(call)
             }
             journeys?.recordWake(pushID: grace.pushID, late)
             let sent = signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow) { [weak self] event in
@@ -579,6 +604,140 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             log("call.grace_invite", ["call": grace.invite.callID ?? "", "binding": binding.id.uuidString])
         }
         graceDevices[aor] = remaining.isEmpty ? nil : remaining
+    }
+
+    // MARK: - Declines and status (call tokens)
+
+    /// Whether `binding` belongs to a pushed device of the call (its bindings then, its fresh
+    /// REGISTER since, or a match by instance or token).
+    private func belongs(_ binding: Binding, to state: DeviceState) -> Bool {
+        state.device.bindingIDs.contains(binding.id) || state.returnedBindings.contains(binding.id)
+            || (!state.device.isPostedOnly && state.device.matches(binding))
+    }
+
+    private func declinedDevice(_ call: Call, has binding: Binding) -> Bool {
+        call.devices.contains { $0.declined != nil && belongs(binding, to: $0) }
+    }
+
+    private func deviceDeclined(_ call: Call, _ state: DeviceState, reason: DeclineReason) {
+        guard state.declined == nil, call.phase != .ended, !call.answered else { return }
+        state.declined = reason
+        let answer: (status: Int, phrase: String) = reason == .busy ? (486, "Busy Here") : (603, "Decline")
+        call.journey.events.append(JourneyEvent(at: Date(), text: "\(state.device.name) declined the call from the device (\(reason.rawValue))"))
+        journeys?.recordCall(call.journey)
+        log("call.declined", ["call": call.journey.callID, "device": state.device.name, "reason": reason.rawValue])
+        for branch in call.branches where branch.final == nil && belongs(branch.binding, to: state) {
+            branch.declinedAs = answer
+            cancel(branch, of: call, reason: ProxyRules.reason(cause: answer.status, text: reason == .busy ? "busy" : "declined"),
+                   because: "declined on the device")
+        }
+        guard call.devices.allSatisfy({ $0.declined != nil }) else {
+            endWaitIfEveryPushFailed(call)
+            return
+        }
+        // Every woken device said no. A desk phone still rings (or is still to ring after the wait).
+        let otherBranchRings = call.branches.contains { $0.final == nil && $0.declinedAs == nil }
+        if call.phase == .waiting, call.targets?.hasDeskPhone == true {
+            waitEnded(call, because: "every pushed device declined")
+            return
+        }
+        guard !otherBranchRings else { return }
+        let busy = call.devices.allSatisfy { $0.declined == .busy }
+        var response = SIPResponse(replyingTo: call.invite, statusCode: busy ? 486 : 603, reasonPhrase: busy ? "Busy Here" : "Decline", toTag: call.toTag)
+        let text = busy ? "every device is busy" : "every device declined"
+        response.headers.add(.reason, ProxyRules.reason(cause: busy ? 486 : 603, text: text))
+        response.headers.add(.server, serverName)
+        if busy { call.missed = true }
+        end(call, response: response, outcome: .failed, reason: text, cancelReason: nil, pushReason: busy ? "busy" : "declined")
+    }
+
+    /// The `reason` of a missed-call notice for a cancel push's reason code.
+    static func missedReason(forPushReason code: String) -> String {
+        switch code {
+        case "caller_hangup", "busy": return code
+        default: return "no_answer"
+        }
+    }
+
+    /// Issue 11: a call that ended unanswered shows as a missed call on each device that took part
+    /// and can show one: FCM data (`call.missed`) or an APNs alert to the regular token. A device
+    /// that declined, one whose push failed, and an iPhone known only by its VoIP token get none.
+    private func wantsMissedNotice(_ call: Call, _ state: DeviceState) -> Bool {
+        call.missed && state.accepted && state.declined == nil && state.device.cancelChannel != nil
+    }
+
+    /// The push that stops `state` ringing (when `cancelReason` is given), then its missed-call
+    /// notice (when the call was missed), in that order: on FCM both share the ring's collapse
+    /// key, so a device that was offline keeps the notice, the last of them.
+    private func pushEndOfCall(_ call: Call, _ state: DeviceState, cancelReason: String?, until: Date) {
+        guard let channel = state.device.cancelChannel else { return }
+        let missedReason = wantsMissedNotice(call, state) ? Self.missedReason(forPushReason: cancelReason ?? "timeout") : nil
+        guard cancelReason != nil || missedReason != nil else { return }
+        let content = call.content
+        let aor = call.callee.description
+        let name = state.device.name
+        let id = call.id
+        Task { [self] in
+            var lines: [String] = []
+            if let cancelReason {
+                let outcome = await pusher.cancel(content, reason: cancelReason, to: channel, expiresAt: until, aor: aor)
+                lines.append("stopped ringing on \(name): call.canceled (\(cancelReason)) push \(outcome.word)"
+                    + (outcome.word == "accepted" ? "" : ": \(outcome.explanation)"))
+            }
+            if let missedReason {
+                let outcome = await pusher.missed(content, reason: missedReason, to: channel, aor: aor)
+                lines.append("missed-call notice to \(name): \(outcome.word)" + (outcome.word == "accepted" ? "" : ": \(outcome.explanation)"))
+            }
+            let done = lines
+            queue.async { [self] in
+                guard let call = calls[id] else { return }
+                for line in done { call.journey.events.append(JourneyEvent(at: Date(), text: line)) }
+                recordAfterEnd(call)
+            }
+        }
+    }
+
+    /// Records a journey that changed after its call ended (a late push answer, a cancel push's
+    /// outcome), in the answered call's talking copy too, so the BYE's rewrite keeps the change.
+    private func recordAfterEnd(_ call: Call) {
+        if talking[call.journey.callID] != nil { talking[call.journey.callID] = call.journey }
+        journeys?.recordCall(call.journey)
+    }
+
+    /// Keeps how a call ended while its tokens may still ask, then forgets it.
+    private func rememberEnd(_ call: Call, outcome: CallOutcome, reason: String) {
+        endedCalls[call.id] = EndedCall(
+            callee: call.callee, outcome: outcome, reason: reason, answeredByTag: call.answeredByTag, missed: call.missed,
+            declinedTags: Set(call.devices.filter { $0.declined != nil }.map(\.tag)))
+        let id = call.id
+        let keep = max(0, call.ringDeadline.timeIntervalSinceNow) + Self.callTokenMargin + 5
+        queue.asyncAfter(deadline: .now() + keep) { [weak self] in self?.endedCalls[id] = nil }
+    }
+
+    private func status(of call: Call, for claims: CallTokenClaims) -> CallStatus {
+        let declinedHere = call.devices.contains { $0.tag == claims.device && $0.declined != nil }
+        return CallStatus(state: .ringing, reason: declinedHere ? "declined on this device" : nil, declinedHere: declinedHere)
+    }
+
+    private static func status(of ended: EndedCall, for claims: CallTokenClaims) -> CallStatus {
+        let declinedHere = ended.declinedTags.contains(claims.device)
+        switch ended.outcome {
+        case .answered:
+            let here = ended.answeredByTag == claims.device
+            let words = here ? "answered on this device" : "answered on another device"
+            return CallStatus(state: ended.hungUp ? .ended : .answered, reason: ended.hungUp ? "hung up after it was \(words)" : words,
+                              answeredHere: here, declinedHere: declinedHere)
+        case .canceled:
+            return CallStatus(state: .canceled, reason: ended.reason, missed: ended.missed, declinedHere: declinedHere)
+        case .ringing, .unanswered, .failed:
+            return CallStatus(state: .ended, reason: ended.reason, missed: ended.missed, declinedHere: declinedHere)
+        }
+    }
+
+    /// The ringing call a token names, when this instance holds it.
+    private func ringingCall(_ claims: CallTokenClaims) -> Call? {
+        guard let call = calls[claims.callID], call.callee == claims.aor, call.phase != .ended else { return nil }
+        return call
     }
 
     // MARK: - Ending
@@ -603,7 +762,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         // An answered call ends when its BYE passes (`dialogEnded`); until then it is talking.
         call.journey.endedAt = outcome == .answered ? nil : now
         call.journey.events.append(JourneyEvent(at: now, text: "call \(outcome.rawValue): \(finalStatus) \(reason)"))
+        if outcome == .unanswered || outcome == .canceled { call.missed = true }
+        call.journey.missed = call.missed
         stopWokenDevices(call, reason: pushReason)
+        rememberEnd(call, outcome: outcome, reason: reason)
         for state in call.devices where state.wake == .pending && state.journeyIndex != nil {
             state.wake = outcome == .unanswered ? .notInTime : .callEnded
             if let index = state.journeyIndex { call.journey.pushes[index].wake = state.wake }
@@ -631,25 +793,15 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// product.md step 5: a woken device must stop ringing when the call ends before it answered.
     private func stopWokenDevices(_ call: Call, reason: String) {
         let until = Date().addingTimeInterval(settings.cancelGrace.timeInterval)
-        for state in call.devices where state.sentAt != nil && state.wake != .notPushed {
+        for state in call.devices where state.sentAt != nil && state.wake != .notPushed && state.declined == nil {
             let ringingOverSIP = call.branches.contains { branch in
                 branch.gotProvisional && (state.device.bindingIDs.contains(branch.binding.id) || state.returnedBindings.contains(branch.binding.id))
             }
-            if ringingOverSIP { continue }
-            if let channel = state.device.cancelChannel {
-                let content = call.content
-                let aor = call.callee.description
-                let name = state.device.name
-                let id = call.id
-                Task { [self] in
-                    let outcome = await pusher.cancel(content, reason: reason, to: channel, expiresAt: until, aor: aor)
-                    queue.async { [self] in
-                        guard let call = calls[id] else { return }
-                        call.journey.events.append(JourneyEvent(at: Date(), text: "stopped ringing on \(name): call.canceled (\(reason)) push \(outcome.word)"
-                            + (outcome.word == "accepted" ? "" : ": \(outcome.explanation)")))
-                        journeys?.recordCall(call.journey)
-                    }
-                }
+            if ringingOverSIP {
+                // Its SIP CANCEL stops the ring; a missed call is still told.
+                pushEndOfCall(call, state, cancelReason: nil, until: until)
+            } else if state.device.cancelChannel != nil {
+                pushEndOfCall(call, state, cancelReason: reason, until: until)
             } else if state.device.ringChannel.family == .apns {
                 // An iPhone with only its VoIP token: never a second VoIP push. If it registers
                 // within the grace period, it gets the INVITE and at once a CANCEL.
@@ -767,6 +919,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var pushFailures: [String] = []
         /// The posted tokens and dead marks have been read (or could not be).
         var tokensRead = false
+        /// The call token device tag of the device whose branch answered.
+        var answeredByTag: String?
+        /// The extension is told of a missed call when this call ends.
+        var missed = false
 
         init(invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, callee: AddressOfRecord, arrivedAt: Date, journey: CallJourney, toTag: String) {
             self.invite = invite
@@ -790,8 +946,15 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var wake = WakeResult.pending
         var journeyIndex: Int?
         var returnedBindings: Set<UUID> = []
+        /// Declined from the device (over HTTP, with its call token).
+        var declined: DeclineReason?
+        /// The device part of its call token.
+        let tag: String
 
-        init(device: WakeDevice) { self.device = device }
+        init(device: WakeDevice) {
+            self.device = device
+            tag = CallTokenSigner.deviceTag(device.key)
+        }
     }
 
     struct BranchKey: Hashable {
@@ -812,12 +975,26 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var final: Int?
         var cancelWanted: String?
         var cancelSent = false
+        /// Cancelled because its device declined: the answer it stands for.
+        var declinedAs: (status: Int, phrase: String)?
 
         init(key: BranchKey, binding: Binding, isLate: Bool) {
             self.key = key
             self.binding = binding
             self.isLate = isLate
         }
+    }
+
+    /// How a call ended, for its tokens' status questions.
+    struct EndedCall: Sendable {
+        var callee: AddressOfRecord
+        var outcome: CallOutcome
+        var reason: String
+        var answeredByTag: String?
+        var missed: Bool
+        var declinedTags: Set<String>
+        /// The answered call's BYE has passed.
+        var hungUp = false
     }
 
     struct GraceDevice: Sendable {
@@ -837,6 +1014,28 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var sent: SIPRequest?
         var flow: Flow?
         var cancelled = false
+    }
+}
+
+extension CallCoordinator: CallControl {
+    public func decline(_ claims: CallTokenClaims, reason: DeclineReason, completion: @escaping @Sendable (CallStatus?) -> Void) {
+        queue.async { [self] in
+            if let call = ringingCall(claims), let state = call.devices.first(where: { $0.tag == claims.device }) {
+                deviceDeclined(call, state, reason: reason)
+            }
+            completion(currentStatus(claims))
+        }
+    }
+
+    public func status(_ claims: CallTokenClaims, completion: @escaping @Sendable (CallStatus?) -> Void) {
+        queue.async { [self] in completion(currentStatus(claims)) }
+    }
+
+    /// On `queue`: the status the token's device sees now.
+    private func currentStatus(_ claims: CallTokenClaims) -> CallStatus? {
+        if let call = ringingCall(claims) { return status(of: call, for: claims) }
+        if let ended = endedCalls[claims.callID], ended.callee == claims.aor { return Self.status(of: ended, for: claims) }
+        return nil
     }
 }
 

@@ -219,6 +219,9 @@ public struct CallJourney: Sendable, Hashable {
     public var reason: String?
     /// The device that answered.
     public var answeredBy: String?
+    /// Nobody answered and the extension was told (no answer in time, the caller gave up, or every
+    /// device busy): its devices got a missed-call notice.
+    public var missed = false
     public var pushes: [JourneyPush]
     public var branches: [JourneyBranch]
     public var events: [JourneyEvent]

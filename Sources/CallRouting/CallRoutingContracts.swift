@@ -45,21 +45,28 @@ public protocol WakeTokenSource: Sendable {
 
 /// Sends a call's ring and cancel pushes (PushService implements it).
 public protocol CallPushing: Sendable {
-    /// The ring push; returns the outcome and the push app used.
-    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?)
+    /// The ring push; returns the outcome and the push app used. Transient failures are tried
+    /// again until `retryUntil` at most (the call's wake window).
+    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, retryUntil: Date, aor: String) async -> (PushOutcome, Int64?)
     /// The cancel push (`call.canceled` with a reason).
     func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome
+    /// The missed-call notice (`call.missed`) to a channel that can show one; never a VoIP push.
+    func missed(_ call: CallPushContent, reason: String, to channel: PushChannel, aor: String) async -> PushOutcome
 }
 
 extension PushService: CallPushing {
-    public func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?) {
+    public func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, retryUntil: Date, aor: String) async -> (PushOutcome, Int64?) {
         let appID = app(for: channel)?.id
-        let outcome = await sendRing(call, to: channel, expiresAt: expiresAt, aor: aor, recordOutcome: false)
+        let outcome = await sendRing(call, to: channel, expiresAt: expiresAt, aor: aor, recordOutcome: false, deadline: retryUntil)
         return (outcome, appID)
     }
 
     public func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
         await sendCancel(call, event: .canceled, reason: reason, to: channel, expiresAt: expiresAt, aor: aor)
+    }
+
+    public func missed(_ call: CallPushContent, reason: String, to channel: PushChannel, aor: String) async -> PushOutcome {
+        await sendMissed(call, reason: reason, to: channel, aor: aor)
     }
 }
 

@@ -104,7 +104,7 @@ public struct CallTargets: Sendable {
         for binding in bindings {
             let channels = binding.pushChannels.filter(live)
             let reachNow = reach(binding)
-            guard let ring = channels.first(where: { $0.kind != .remote && $0.family != .webpush }) else {
+            guard let ring = channels.first(where: { $0.kind != .remote }) else {
                 if reachNow != .gone {
                     deskPhones.append(binding)
                     // A binding with push channels, all dead or unusable, is still a device that
@@ -118,7 +118,7 @@ public struct CallTargets: Sendable {
             case .datagram: atWaitEnd.append(binding)
             case .gone: break
             }
-            let cancel = ring.family == .fcm ? ring : channels.first { $0.kind == .remote }
+            let cancel = ring.family != .apns ? ring : channels.first { $0.kind == .remote }
             let tokens = Set(channels.map(Self.tokenKey))
             if let index = devices.firstIndex(where: { device in
                 device.key == Self.tokenKey(ring) || (device.instance != nil && device.instance == binding.instance)
@@ -134,13 +134,15 @@ public struct CallTargets: Sendable {
         }
 
         let livePosted = posted.filter { live($0.channel) }
-        for token in livePosted where token.channel.kind != .remote && token.channel.family != .webpush {
+        for token in livePosted where token.channel.kind != .remote {
             let key = Self.tokenKey(token.channel)
             if devices.contains(where: { $0.tokens.contains(key) }) { continue }
-            let cancel = token.channel.family == .fcm ? token.channel : Self.pairedRemote(of: token, among: livePosted)
+            let cancel = token.channel.family != .apns ? token.channel : Self.pairedRemote(of: token, among: livePosted)
             devices.append(WakeDevice(
                 key: key, ringChannel: token.channel, cancelChannel: cancel, instance: nil, tokens: [key], bindingIDs: [],
-                isPostedOnly: true, name: token.channel.family == .apns ? "iPhone (posted token)" : "Android (posted token)"))
+                isPostedOnly: true,
+                name: token.channel.family == .apns ? "iPhone (posted token)"
+                    : token.channel.family == .fcm ? "Android (posted token)" : "Browser (posted subscription)"))
         }
         // A posted regular iPhone token of the same app lets a registered VoIP-only device be
         // stopped without a second VoIP push.
@@ -178,6 +180,6 @@ public struct CallTargets: Sendable {
 
     static func name(of binding: Binding, ring: PushChannel) -> String {
         if let agent = binding.userAgent, !agent.isEmpty { return agent }
-        return ring.family == .apns ? "iPhone" : "Android phone"
+        return ring.family == .apns ? "iPhone" : ring.family == .fcm ? "Android phone" : "Browser"
     }
 }

@@ -33,9 +33,16 @@ public struct AdminAPI: Sendable {
     let directory: PostgresDirectory
     let reads: AdminReads
     let sessions: AdminSessionCache
+    /// Counts wrong admin credentials per client address, with SIP and the other HTTP routes; a
+    /// blocked address gets 429 before its credentials are checked (issue 9).
+    let throttle: AuthFailureThrottle?
     let queue = DispatchQueue(label: "rouse.http.admin", attributes: .concurrent)
 
-    public init(pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache()) {
+    public init(
+        pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache(),
+        throttle: AuthFailureThrottle? = nil
+    ) {
+        self.throttle = throttle
         self.pool = pool
         self.reads = AdminReads(pool: pool, pushSettings: pushSettings)
         self.directory = reads.directory
@@ -107,6 +114,13 @@ public struct AdminAPI: Sendable {
 
     /// Runs `then` on the admin queue once the request's credentials are an administrator's.
     func authorized(_ request: HTTPRequest, _ respond: HTTPResponder, then: @escaping @Sendable () -> Void) {
+        if let throttle, let address = request.remoteAddress, let left = throttle.isBlocked(address) {
+            let seconds = max(1, Int(left.rounded(.up)))
+            respond(.error(
+                429, code: "too_many_failures", message: "too many failed credentials from this address; try again in \(seconds) s",
+                headers: [("Retry-After", String(seconds))]))
+            return
+        }
         guard let (name, password) = Self.basicCredentials(request) else {
             respond(Self.unauthorized)
             return
@@ -119,6 +133,7 @@ public struct AdminAPI: Sendable {
             }
             let valid = (try? pool.run { try PostgresAdmins.verify(name: name, password: password, on: $0) }) ?? false
             guard valid else {
+                if let address = request.remoteAddress { throttle?.recordFailure(address) }
                 respond(Self.unauthorized)
                 return
             }
@@ -305,7 +320,8 @@ public struct AdminAPI: Sendable {
     // MARK: - Calls
 
     /// `GET /calls`: newest first, of one extension (`extension`), `limit` (1–500, default 50) at
-    /// a time; `before` (a call's `startedAt`, as `next` gives it) pages back.
+    /// a time; `before` (a call's `startedAt`, as `next` gives it) pages back; `missed=true` (or
+    /// `false`) keeps only missed (or only other) calls.
     func listCalls(_ request: HTTPRequest) throws -> HTTPResponse {
         var aor: AddressOfRecord? = nil
         if let text = request.query["extension"], !text.isEmpty {
@@ -328,7 +344,12 @@ public struct AdminAPI: Sendable {
             }
             before = parsed
         }
-        let (page, next) = try reads.calls(of: aor, limit: limit, before: before)
+        var missed: Bool? = nil
+        if let text = request.query["missed"], !text.isEmpty {
+            guard text == "true" || text == "false" else { throw FieldProblem(field: "missed", message: "missed must be true or false") }
+            missed = text == "true"
+        }
+        let (page, next) = try reads.calls(of: aor, limit: limit, before: before, missed: missed)
         return .json(200, ["calls": page.map(Self.callSummary), "next": next.map(MillisecondTime.string) ?? NSNull()])
     }
 
@@ -369,6 +390,7 @@ public struct AdminAPI: Sendable {
             "transport": journey.transport, "startedAt": MillisecondTime.string(journey.startedAt),
             "answeredAt": journey.answeredAt.map(MillisecondTime.string) ?? NSNull(),
             "endedAt": journey.endedAt.map(MillisecondTime.string) ?? NSNull(), "outcome": journey.outcome.rawValue,
+            "missed": journey.missed,
             "finalStatus": journey.finalStatus ?? NSNull(), "reason": journey.reason ?? NSNull(),
             "answeredBy": journey.answeredBy ?? NSNull(), "ringMs": journey.ringMilliseconds ?? NSNull(),
         ]

@@ -20,10 +20,16 @@ extension AdminPages {
         let caller: HTML = call.callerName.map { name -> HTML in "\(name) <code>\(call.caller)</code>" } ?? "<code>\(call.caller)</code>"
         return """
             <tr><td>\(time(call.startedAt))</td>\(callee)<td>\(caller)</td>
-            <td><span class="badge \(call.outcome.rawValue)">\(call.outcome.rawValue)</span></td>
+            <td>\(outcomeBadges(call))</td>
             <td>\(answer(call))</td><td class="num">\(call.ringMilliseconds.map(milliseconds) ?? "—")</td>
             <td><a href="\(base)/calls/\(call.id.uuidString.lowercased())" class="journey-link">Journey</a></td></tr>
             """
+    }
+
+    /// The outcome as a badge, and a "missed" badge when the extension was told of a missed call.
+    static func outcomeBadges(_ call: CallJourney) -> HTML {
+        let missed: HTML = call.missed ? " <span class=\"badge missed\">missed</span>" : .empty
+        return "<span class=\"badge \(call.outcome.rawValue)\">\(call.outcome.rawValue)</span>\(missed)"
     }
 
     /// What the caller got, in words: "200, answered by iPhone (apns)", "480 no device woke in time".
@@ -81,7 +87,7 @@ extension AdminPages {
             <dt>Caller</dt><dd>\(call.callerName.map { "\($0) " } ?? "")<code>\(call.caller)</code></dd>
             <dt>Came in</dt><dd>\(call.transport.uppercased()) from <code>\(call.source)</code>, on instance <code>\(call.instanceID)</code></dd>
             <dt>Started</dt><dd>\(Self.time(call.startedAt))</dd>
-            <dt>Outcome</dt><dd><span class="badge \(call.outcome.rawValue)">\(call.outcome.rawValue)</span> \(Self.answer(call))</dd>
+            <dt>Outcome</dt><dd>\(Self.outcomeBadges(call)) \(Self.answer(call))</dd>
             <dt>Ringing</dt><dd>\(call.ringMilliseconds.map(Self.milliseconds) ?? "—")</dd>
             <dt>Call-ID</dt><dd><code>\(call.callID)</code></dd>
             </dl></div>

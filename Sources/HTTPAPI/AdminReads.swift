@@ -62,9 +62,9 @@ struct AdminReads: Sendable {
 
     /// Up to `limit` calls, newest first, of one extension when given, started before `before`
     /// when given; `next` is the cursor of the following page (nil on the last one).
-    func calls(of aor: AddressOfRecord?, limit: Int, before: Date?) throws -> (calls: [CallJourney], next: Date?) {
+    func calls(of aor: AddressOfRecord?, limit: Int, before: Date?, missed: Bool? = nil) throws -> (calls: [CallJourney], next: Date?) {
         let fetched = limit + 1
-        let calls = try pool.run { try PostgresCalls.recent(on: $0, aor: aor, limit: fetched, before: before) }
+        let calls = try pool.run { try PostgresCalls.recent(on: $0, aor: aor, limit: fetched, before: before, missed: missed) }
         let page = Array(calls.prefix(limit))
         return (page, calls.count > limit ? page.last?.startedAt : nil)
     }

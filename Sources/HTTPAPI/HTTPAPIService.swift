@@ -29,11 +29,14 @@ public final class HTTPAPIService: @unchecked Sendable {
     /// - Parameter log: gets one event per request and per failed directory load; no secrets.
     /// - Parameter pushSettings: where the admin API's and pages' test pushes go.
     /// - Parameter adminSessionLifetime: seconds an admin pages session lasts from sign-in.
+    /// - Parameter healthProblems: what `/health` reports besides PostgreSQL (push providers backed
+    ///   off, records waiting to be written), each in words; quick, called on the server's threads.
     public init(
         listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
         pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
-        trustedProxies: TrustedPeers = TrustedPeers(),
+        trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
+        healthProblems: @escaping @Sendable () -> [String] = { [] },
         log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
@@ -63,12 +66,16 @@ public final class HTTPAPIService: @unchecked Sendable {
 
         var router = HTTPRouter()
         PushRegistrationAPI(credentials: credentials, pool: pool, throttle: authFailureThrottle).register(on: &router)
-        HealthAPI(pool: pool).register(on: &router)
+        HealthAPI(pool: pool, problems: healthProblems).register(on: &router)
+        VAPIDPublicKeyAPI(pool: pool).register(on: &router)
         MetricsAPI(registry: metrics).register(on: &router)
-        AdminAPI(pool: pool, pushSettings: pushSettings).register(on: &router)
+        AdminAPI(pool: pool, pushSettings: pushSettings, throttle: authFailureThrottle).register(on: &router)
         AdminPages(pool: pool, pushSettings: pushSettings, sessionLifetime: adminSessionLifetime, throttle: authFailureThrottle)
             .register(on: &router)
         OpenAPIDocument.register(on: &router)
+        if let calls {
+            CallAPI(signer: calls.signer, control: calls.control, instanceID: calls.instanceID, pool: pool).register(on: &router)
+        }
         let server: HTTPServer
         do {
             let requests = metrics.counter("rouse_http_requests_total", help: "HTTP requests answered, by route pattern and status.")
@@ -117,6 +124,20 @@ public final class HTTPAPIService: @unchecked Sendable {
         }
         guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
         return (String(text[..<colon]), port)
+    }
+}
+
+/// What the call-token routes need from the instance: the key that checks tokens, the calls it
+/// holds, and its id (a token naming another instance is passed on through PostgreSQL).
+public struct CallAPIParts: Sendable {
+    public var signer: CallTokenSigner
+    public var control: any CallControl
+    public var instanceID: String
+
+    public init(signer: CallTokenSigner, control: any CallControl, instanceID: String) {
+        self.signer = signer
+        self.control = control
+        self.instanceID = instanceID
     }
 }
 

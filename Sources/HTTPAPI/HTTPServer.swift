@@ -32,16 +32,20 @@ public final class HTTPServer: @unchecked Sendable {
         public var connectionMemory: Int
         /// Polling threads.
         public var threads: Int
+        /// Requests one client address may make per second (bursts of twice that); beyond it, 429
+        /// with Retry-After. 0: no limit (setting `http_rate_limit`).
+        public var requestsPerSecond: Int
 
         public init(
             maxBodyBytes: Int = 64 * 1024, connectionTimeout: Int = 10, maxConnections: Int = 1000,
-            connectionMemory: Int = 64 * 1024, threads: Int = 2
+            connectionMemory: Int = 64 * 1024, threads: Int = 2, requestsPerSecond: Int = 0
         ) {
             self.maxBodyBytes = maxBodyBytes
             self.connectionTimeout = connectionTimeout
             self.maxConnections = maxConnections
             self.connectionMemory = connectionMemory
             self.threads = threads
+            self.requestsPerSecond = requestsPerSecond
         }
     }
 
@@ -59,6 +63,8 @@ public final class HTTPServer: @unchecked Sendable {
     public private(set) var port: UInt16 = 0
     let router: HTTPRouter
     let log: @Sendable (HTTPRequestLog) -> Void
+    /// `limits.requestsPerSecond` per client; nil when there is no limit.
+    let rateLimiter: HTTPRateLimiter?
     private let lock = NSLock()
     private var daemon: OpaquePointer?
     /// Requests handed to a route and not yet answered: MHD aborts the process when it stops with
@@ -79,6 +85,7 @@ public final class HTTPServer: @unchecked Sendable {
         self.limits = limits
         self.trustedProxies = trustedProxies
         self.log = log
+        rateLimiter = limits.requestsPerSecond > 0 ? HTTPRateLimiter(rate: Double(limits.requestsPerSecond)) : nil
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -164,6 +171,9 @@ public final class HTTPServer: @unchecked Sendable {
             // without reading it (MHD then closes the connection).
             let exchange = HTTPExchange(method: method, path: url, started: Date())
             slot.pointee = Unmanaged.passRetained(exchange).toOpaque()
+            if let refusal = rateLimited(connection, exchange) {
+                return send(refusal, for: exchange, on: connection)
+            }
             if let declared = Self.header(connection, "Content-Length").flatMap(Int.init), declared > limits.maxBodyBytes {
                 return send(Self.tooLarge(limits.maxBodyBytes), for: exchange, on: connection)
             }
@@ -223,6 +233,19 @@ public final class HTTPServer: @unchecked Sendable {
                 milliseconds: Date().timeIntervalSince(exchange.started) * 1000,
                 remoteAddress: exchange.remoteAddress ?? Self.clientAddress(connection) ?? "-"))
         return result
+    }
+
+    /// 429 with Retry-After when the request's client is past `limits.requestsPerSecond` (before
+    /// its body is read); nil when it may go on.
+    private func rateLimited(_ connection: OpaquePointer, _ exchange: HTTPExchange) -> HTTPResponse? {
+        guard let rateLimiter else { return nil }
+        let client = Self.client(
+            peer: Self.clientAddress(connection), forwardedFor: Self.header(connection, "X-Forwarded-For"), trusted: trustedProxies)
+        exchange.remoteAddress = client
+        guard let client, let seconds = rateLimiter.admit(client) else { return nil }
+        return .error(
+            429, code: "rate_limited", message: "too many requests from this address; try again in \(seconds) s",
+            headers: [("Retry-After", String(seconds))])
     }
 
     static func tooLarge(_ limit: Int) -> HTTPResponse {

@@ -23,7 +23,7 @@ public enum OpenAPIDocument {
   "paths": {
     "/api/v1/push/register": {
       "post": {
-        "summary": "Post a device's push token for its extension",
+        "summary": "Post a device's push token, or a browser's web push subscription, for its extension",
         "security": [
           {
             "extensionBasic": []
@@ -37,7 +37,8 @@ public enum OpenAPIDocument {
                 "type": "object",
                 "properties": {
                   "token": {
-                    "type": "string"
+                    "type": "string",
+                    "description": "the push token; with platform web it may be left out (the subscription's endpoint is the token)"
                   },
                   "sipUser": {
                     "type": "string"
@@ -47,7 +48,8 @@ public enum OpenAPIDocument {
                     "enum": [
                       "android",
                       "ios",
-                      "ios.dev"
+                      "ios.dev",
+                      "web"
                     ]
                   },
                   "param": {
@@ -55,12 +57,47 @@ public enum OpenAPIDocument {
                   },
                   "deviceId": {
                     "type": "string"
+                  },
+                  "subscription": {
+                    "type": "object",
+                    "description": "with platform web: the browser's PushSubscription.toJSON()",
+                    "properties": {
+                      "endpoint": {
+                        "type": "string",
+                        "description": "the push service's https URL"
+                      },
+                      "expirationTime": {
+                        "type": "number",
+                        "nullable": true
+                      },
+                      "keys": {
+                        "type": "object",
+                        "properties": {
+                          "p256dh": {
+                            "type": "string",
+                            "description": "the subscription's P-256 public key, base64url"
+                          },
+                          "auth": {
+                            "type": "string",
+                            "description": "the 16-byte authentication secret, base64url"
+                          }
+                        },
+                        "required": [
+                          "p256dh",
+                          "auth"
+                        ]
+                      }
+                    },
+                    "required": [
+                      "endpoint",
+                      "keys"
+                    ]
                   }
                 },
                 "required": [
-                  "token",
                   "sipUser"
-                ]
+                ],
+                "description": "token is required except with platform web, which requires subscription instead"
               }
             }
           }
@@ -130,7 +167,8 @@ public enum OpenAPIDocument {
                     "enum": [
                       "android",
                       "ios",
-                      "ios.dev"
+                      "ios.dev",
+                      "web"
                     ]
                   },
                   "sipUser": {
@@ -188,13 +226,173 @@ public enum OpenAPIDocument {
         }
       }
     },
+    "/api/v1/push/vapid-public-key": {
+      "get": {
+        "summary": "Rouse's VAPID public key, which browsers subscribe with (applicationServerKey)",
+        "security": [],
+        "responses": {
+          "200": {
+            "description": "the public key: an uncompressed P-256 point, base64url",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "type": "object",
+                  "properties": {
+                    "publicKey": {
+                      "type": "string"
+                    }
+                  },
+                  "required": [
+                    "publicKey"
+                  ]
+                }
+              }
+            }
+          },
+          "503": {
+            "$ref": "#/components/responses/Error"
+          }
+        }
+      }
+    },
+    "/api/v1/calls/{call}": {
+      "get": {
+        "summary": "A call's state, as the device its call token was pushed to sees it",
+        "security": [
+          {
+            "callBearer": []
+          }
+        ],
+        "parameters": [
+          {
+            "name": "call",
+            "in": "path",
+            "required": true,
+            "description": "the ring push's uuid, or its call_id percent-encoded",
+            "schema": {
+              "type": "string"
+            }
+          }
+        ],
+        "responses": {
+          "200": {
+            "description": "ringing, answered, canceled or ended, with the reason",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/CallStatus"
+                }
+              }
+            }
+          },
+          "401": {
+            "$ref": "#/components/responses/Error"
+          },
+          "404": {
+            "$ref": "#/components/responses/Error"
+          },
+          "503": {
+            "$ref": "#/components/responses/Error"
+          }
+        }
+      }
+    },
+    "/api/v1/calls/{call}/decline": {
+      "post": {
+        "summary": "This device declines the call (from the lock screen); every device declined gives the caller 603 (486 when all busy)",
+        "security": [
+          {
+            "callBearer": []
+          }
+        ],
+        "parameters": [
+          {
+            "name": "call",
+            "in": "path",
+            "required": true,
+            "description": "the ring push's uuid, or its call_id percent-encoded",
+            "schema": {
+              "type": "string"
+            }
+          }
+        ],
+        "requestBody": {
+          "required": false,
+          "content": {
+            "application/json": {
+              "schema": {
+                "type": "object",
+                "properties": {
+                  "reason": {
+                    "type": "string",
+                    "enum": [
+                      "declined",
+                      "busy"
+                    ]
+                  }
+                }
+              }
+            }
+          }
+        },
+        "responses": {
+          "200": {
+            "description": "declined; the call's state after it",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/CallStatus"
+                }
+              }
+            }
+          },
+          "202": {
+            "description": "the call is held by another instance; the decline was passed on to it",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "type": "object",
+                  "properties": {
+                    "uuid": {
+                      "type": "string"
+                    },
+                    "state": {
+                      "type": "string"
+                    },
+                    "reason": {
+                      "type": "string"
+                    }
+                  },
+                  "required": [
+                    "uuid",
+                    "state"
+                  ]
+                }
+              }
+            }
+          },
+          "400": {
+            "$ref": "#/components/responses/Error"
+          },
+          "401": {
+            "$ref": "#/components/responses/Error"
+          },
+          "404": {
+            "$ref": "#/components/responses/Error"
+          },
+          "503": {
+            "$ref": "#/components/responses/Error"
+          }
+        }
+      }
+    },
     "/health": {
       "get": {
         "summary": "PostgreSQL reachable and push apps configured",
         "security": [],
         "responses": {
           "200": {
-            "description": "healthy",
+            "description": "serving: status ok, or degraded with problems outside the instance (a push provider backed off, writes waiting for PostgreSQL), in words",
             "content": {
               "application/json": {
                 "schema": {
@@ -208,6 +406,12 @@ public enum OpenAPIDocument {
                     },
                     "pushApps": {
                       "type": "integer"
+                    },
+                    "problems": {
+                      "type": "array",
+                      "items": {
+                        "type": "string"
+                      }
                     }
                   }
                 }
@@ -1558,9 +1762,52 @@ public enum OpenAPIDocument {
         "type": "http",
         "scheme": "basic",
         "description": "an administrator made with rouse admin add"
+      },
+      "callBearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "the call_token of a ring push: one call, one extension, one device, until the call can no longer ring plus 60 s"
       }
     },
     "schemas": {
+      "CallStatus": {
+        "type": "object",
+        "properties": {
+          "uuid": {
+            "type": "string"
+          },
+          "state": {
+            "type": "string",
+            "enum": [
+              "ringing",
+              "answered",
+              "canceled",
+              "ended"
+            ]
+          },
+          "reason": {
+            "type": "string",
+            "nullable": true
+          },
+          "answeredHere": {
+            "type": "boolean"
+          },
+          "missed": {
+            "type": "boolean"
+          },
+          "declinedHere": {
+            "type": "boolean"
+          }
+        },
+        "required": [
+          "uuid",
+          "state",
+          "reason",
+          "missed",
+          "declinedHere"
+        ]
+      },
       "Error": {
         "type": "object",
         "properties": {

@@ -1,12 +1,15 @@
 import Crypto
 import Dispatch
 import Foundation
+import Push
 import Registrar
 import Storage
 
 /// `POST` and `DELETE /api/v1/push/register` (product.md, "By posting its token"): an app posts
 /// its device's push token with its extension's SIP credentials (HTTP Basic, `number@domain`),
-/// and deletes it at log-out.
+/// and deletes it at log-out. A browser posts its web push subscription the same way
+/// (`platform: web`, `subscription` as `PushSubscription.toJSON()` gives it): the endpoint is the
+/// token, and the keys are kept beside it for encrypting its pushes (RFC 8291).
 ///
 /// Order of checks: credentials (the same 401 for a wrong password and an unknown extension),
 /// then the body (400 naming the field), then that `sipUser` is the credentials' extension (403).
@@ -52,6 +55,8 @@ public struct PushRegistrationAPI: Sendable {
         public let sipUser: AddressOfRecord
         public let channel: PushChannel
         public let deviceID: String?
+        /// A web push subscription's keys (`platform: web`); nil for the other platforms.
+        public let webPushKeys: WebPushSubscriptionKeys?
     }
 
     /// What a `DELETE` body holds, checked: the token, the platform's family if named, and the
@@ -127,9 +132,18 @@ public struct PushRegistrationAPI: Sendable {
             return
         }
         write(respond) { connection in
-            guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
-            else { return Self.unauthorized }
-            return .json(200, ["status": "stored"])
+            guard let keys = posting.webPushKeys else {
+                guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
+                else { return Self.unauthorized }
+                return .json(200, ["status": "stored"])
+            }
+            // A subscription: its token and its keys commit together.
+            return try connection.transaction { connection -> HTTPResponse in
+                guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
+                else { return Self.unauthorized }
+                try PostgresWebPushSubscriptions.store(endpoint: posting.channel.token, keys: keys, on: connection)
+                return .json(200, ["status": "stored"])
+            }
         }
     }
 
@@ -213,7 +227,7 @@ public struct PushRegistrationAPI: Sendable {
         var family: PushProviderFamily? = nil
         if let platform = object["platform"] {
             guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
-                throw FieldProblem(field: "platform", message: "platform must be android, ios or ios.dev")
+                throw FieldProblem(field: "platform", message: "platform must be android, ios, ios.dev or web")
             }
             family = known.family
         }
@@ -232,12 +246,17 @@ public struct PushRegistrationAPI: Sendable {
         case "android": return .fcm
         case "ios": return .apns
         case "ios.dev": return .apnsSandbox
+        case "web": return .webpush
         default: return nil
         }
     }
 
     /// Checks the posted fields (product.md's table, decisions.md's "Posted iOS tokens").
     static func posting(from object: [String: Any]) throws(FieldProblem) -> Posting {
+        if object["platform"] as? String == "web" { return try webPosting(from: object) }
+        guard object["subscription"] == nil else {
+            throw FieldProblem(field: "platform", message: "a subscription is posted with platform web")
+        }
         guard let token = object["token"] as? String, !token.isEmpty else {
             throw FieldProblem(field: "token", message: "token is required: the device's push token")
         }
@@ -250,7 +269,7 @@ public struct PushRegistrationAPI: Sendable {
         var provider = PushProvider.fcm
         if let platform = object["platform"] {
             guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
-                throw FieldProblem(field: "platform", message: "platform must be android, ios or ios.dev")
+                throw FieldProblem(field: "platform", message: "platform must be android, ios, ios.dev or web")
             }
             provider = known
         }
@@ -277,6 +296,52 @@ public struct PushRegistrationAPI: Sendable {
         } else {
             kind = .standard
         }
-        return Posting(sipUser: sipUser, channel: PushChannel(provider: provider, token: token, param: param, kind: kind), deviceID: deviceID)
+        return Posting(
+            sipUser: sipUser, channel: PushChannel(provider: provider, token: token, param: param, kind: kind), deviceID: deviceID,
+            webPushKeys: nil)
+    }
+
+    /// Checks a browser's posting (`platform: web`): `sipUser`, and `subscription` as
+    /// `PushSubscription.toJSON()` gives it, `{endpoint, expirationTime, keys: {p256dh, auth}}`. The
+    /// endpoint becomes the token (the same value a SIP REGISTER carries in `pn-prid`); `token`, when
+    /// given, must equal it. No `param`: web push needs no push app (RFC 8599 gives `webpush` no `pn-param`).
+    static func webPosting(from object: [String: Any]) throws(FieldProblem) -> Posting {
+        guard let sipUserText = object["sipUser"] as? String, let sipUser = AddressOfRecord(parsing: sipUserText) else {
+            throw FieldProblem(field: "sipUser", message: "sipUser is required: the extension's address, number@domain")
+        }
+        guard let subscription = object["subscription"] as? [String: Any] else {
+            throw FieldProblem(
+                field: "subscription", message: "subscription is required with platform web: the browser's PushSubscription.toJSON()")
+        }
+        guard let endpoint = subscription["endpoint"] as? String, WebPushEndpoint.origin(of: endpoint) != nil else {
+            throw FieldProblem(
+                field: "subscription.endpoint",
+                message: "subscription.endpoint must be the push service's https URL (at most \(WebPushEndpoint.maxLength) characters)")
+        }
+        guard let keys = subscription["keys"] as? [String: Any] else {
+            throw FieldProblem(field: "subscription.keys", message: "subscription.keys must hold p256dh and auth")
+        }
+        let checked: WebPushSubscriptionKeys
+        do {
+            checked = try WebPushSubscriptionKeys(p256dh: keys["p256dh"] as? String ?? "", auth: keys["auth"] as? String ?? "")
+        } catch {
+            throw FieldProblem(field: "subscription.keys.\(error.key)", message: error.message)
+        }
+        if let token = object["token"], !(token is NSNull), token as? String != endpoint {
+            throw FieldProblem(field: "token", message: "token may be left out with platform web; when given, it must be subscription.endpoint")
+        }
+        if let param = object["param"], !(param is NSNull) {
+            throw FieldProblem(field: "param", message: "param is not used with platform web (no push app: Rouse's VAPID key identifies it)")
+        }
+        var deviceID: String? = nil
+        if let value = object["deviceId"], !(value is NSNull) {
+            guard let text = value as? String, !text.isEmpty, text.utf8.count <= 255 else {
+                throw FieldProblem(field: "deviceId", message: "deviceId must be a non-empty string of at most 255 bytes")
+            }
+            deviceID = text
+        }
+        return Posting(
+            sipUser: sipUser, channel: PushChannel(provider: .webpush, token: endpoint, param: nil, kind: .standard), deviceID: deviceID,
+            webPushKeys: checked)
     }
 }

@@ -62,6 +62,15 @@ public final class MetricsRegistry: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// A counter without labels whose value `read` gives at each render (a count kept elsewhere,
+    /// which only grows).
+    public func counter(_ name: String, help: String, read: @escaping @Sendable () -> Double) {
+        declare(name, Family(kind: .counter, help: help, buckets: [], read: read))
+        lock.lock()
+        families[name]?.read = read
+        lock.unlock()
+    }
+
     /// A histogram family with fixed upper bounds `buckets` (sorted here; `+Inf` is implied).
     public func histogram(_ name: String, help: String, buckets: [Double] = MetricsRegistry.defaultBuckets) -> Histogram {
         let bounds = Array(Set(buckets.filter { $0.isFinite })).sorted()

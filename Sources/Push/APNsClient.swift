@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Registrar
 
 /// One APNs request (protocol.md "APNs provider API"). A value; thread-safe.
 public struct APNsRequest: Sendable {
@@ -53,6 +54,14 @@ public struct APNsRequest: Sendable {
             body: payload.apnsBody(background: true))
     }
 
+    /// A visible alert (the missed-call notice) to the regular token: topic `<bundle>`, priority 10.
+    public static func alert(token: String, credentials: APNsCredentials, payload: PushPayload, expiresAt: Date) -> APNsRequest {
+        APNsRequest(
+            token: token, topic: credentials.bundleID, pushType: .alert, priority: 10,
+            expiration: Int(expiresAt.timeIntervalSince1970.rounded(.up)), collapseID: payload.value("uuid"),
+            body: payload.apnsAlertBody())
+    }
+
     /// The header lines, exactly as protocol.md lists them (plus the JSON content type).
     func headers(jwt: String) -> [(name: String, value: String)] {
         var headers: [(name: String, value: String)] = [
@@ -88,15 +97,21 @@ public struct APNsEndpoints: Sendable, Equatable {
 /// Sends pushes for one APNs app over its own HTTP/2 client (one multiplexed connection per host).
 /// Token auth: one ES256 JWT per key, reused for `tokenLifetime` (20–50 minutes; Apple refuses a
 /// new one more often than every 20 minutes and an old one after an hour), made again once when
-/// Apple answers 403 `ExpiredProviderToken`.
+/// Apple answers 403 `ExpiredProviderToken`. A transient failure (refused or lost connection, 500,
+/// 503, 429 with a `Retry-After` that fits) is tried again as `retry` allows, within the push's
+/// deadline; each host has its own `ProviderCircuit`, which fails pushes at once while Apple's
+/// host keeps failing.
 ///
 /// Threading: thread-safe; `send` may run from many tasks at once. A lock guards the JWT cache.
 public final class APNsClient: @unchecked Sendable {
     public let credentials: APNsCredentials
+    /// The circuit breaker of each of Apple's two hosts for this app.
+    public let circuits: [APNsEnvironment: ProviderCircuit]
     private let key: SigningKey
     private let http: HTTP2Client
     private let endpoints: APNsEndpoints
     private let timeout: Duration
+    private let retry: PushRetryPolicy
     private let tokenLifetime: TimeInterval
     private let now: @Sendable () -> Date
     private let lock = NSLock()
@@ -104,10 +119,14 @@ public final class APNsClient: @unchecked Sendable {
     private var generations = 0
 
     /// - Parameters:
+    ///   - timeout: the deadline of one attempt (connect included).
+    ///   - retry: how transient failures are tried again.
+    ///   - breaker: when a host that keeps failing is backed off.
     ///   - tokenLifetime: how long one JWT is reused; clamped to 20–50 minutes.
     ///   - now: the clock JWTs are dated by (tests move it).
     public init(
         credentials: APNsCredentials, endpoints: APNsEndpoints, caFile: String?, timeout: Duration,
+        retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings(),
         tokenLifetime: Duration = .seconds(40 * 60), now: @escaping @Sendable () -> Date = { Date() }
     ) throws(PushAppError) {
         do {
@@ -118,10 +137,15 @@ public final class APNsClient: @unchecked Sendable {
         self.credentials = credentials
         self.endpoints = endpoints
         self.timeout = timeout
+        self.retry = retry
         self.now = now
         let seconds = Double(tokenLifetime.components.seconds)
         self.tokenLifetime = min(max(seconds, 20 * 60), 50 * 60)
         http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout))
+        circuits = [
+            .production: ProviderCircuit(provider: PushProvider.apns.rawValue, app: credentials.bundleID, settings: breaker),
+            .sandbox: ProviderCircuit(provider: PushProvider.apnsSandbox.rawValue, app: credentials.bundleID, settings: breaker),
+        ]
     }
 
     /// How many JWTs this client has made (tests check reuse).
@@ -131,10 +155,21 @@ public final class APNsClient: @unchecked Sendable {
         return generations
     }
 
-    /// Sends `request` to `environment`'s host; on `ExpiredProviderToken` makes a new JWT and
-    /// sends once more; on 500/503 tries once more at once.
-    public func send(_ request: APNsRequest, environment: APNsEnvironment) async -> PushOutcome {
+    /// Sends `request` to `environment`'s host, unless its circuit is backed off (then the push
+    /// fails at once, saying so). On `ExpiredProviderToken` makes a new JWT and sends once more;
+    /// on a transient failure sends again as `retry` allows, never past `deadline` (by default one
+    /// push timeout from now).
+    public func send(_ request: APNsRequest, environment: APNsEnvironment, deadline: Date? = nil) async -> PushOutcome {
+        let circuit = circuits[environment]!
+        if let backedOff = circuit.admit() { return backedOff }
+        let outcome = await attempt(request, environment: environment, deadline: deadline)
+        circuit.record(outcome)
+        return outcome
+    }
+
+    private func attempt(_ request: APNsRequest, environment: APNsEnvironment, deadline: Date?) async -> PushOutcome {
         let started = ContinuousClock.now
+        let end = started + (deadline.map { .milliseconds(Int64($0.timeIntervalSinceNow * 1000)) } ?? timeout)
         var jwt: String
         do {
             jwt = try providerToken(replacing: nil)
@@ -142,15 +177,22 @@ public final class APNsClient: @unchecked Sendable {
             return PushOutcome(result: .failed(.credentials, message: "cannot sign the provider token: \(error)"), latency: .zero)
         }
         var retriedToken = false
-        var retriedTransient = false
+        var attempts = 0
         while true {
+            attempts += 1
+            let remaining = end - ContinuousClock.now
             let answer = await http.send(HTTP2Request(
                 url: endpoints.url(environment) + "/3/device/" + request.token, headers: request.headers(jwt: jwt),
-                body: request.body, timeout: timeout))
+                body: request.body, timeout: min(timeout, max(remaining, retry.minimumAttemptTime))))
+            let outcome: PushOutcome
+            let retryAfter: Duration?
             switch answer {
             case .failure(let error):
-                let outcome = PushOutcome.failure(error)
-                return PushOutcome(result: outcome.result, latency: ContinuousClock.now - started)
+                outcome = PushOutcome.failure(error)
+                guard error.kind == .connect || error.kind == .connectionLost else {
+                    return retry.finished(outcome, attempts: attempts, since: started)
+                }
+                retryAfter = nil
             case .success(let response):
                 if response.status == 200 {
                     return PushOutcome(result: .accepted(providerID: response.header("apns-id")), latency: ContinuousClock.now - started)
@@ -160,14 +202,11 @@ public final class APNsClient: @unchecked Sendable {
                     retriedToken = true
                     if let fresh = try? providerToken(replacing: jwt) {
                         jwt = fresh
+                        attempts -= 1
                         continue
                     }
                 }
-                if response.status == 500 || response.status == 503, !retriedTransient {
-                    retriedTransient = true
-                    continue
-                }
-                return PushOutcome(
+                outcome = PushOutcome(
                     result: .refused(
                         status: response.status, reason: reason,
                         explanation: APNsReason.explanation(
@@ -175,6 +214,18 @@ public final class APNsClient: @unchecked Sendable {
                             appRestricted: credentials.environment != nil)),
                     latency: ContinuousClock.now - started,
                     isDeadToken: APNsReason.isDead(status: response.status, reason: reason))
+                retryAfter = PushRetryPolicy.retryAfter(response.header("retry-after"))
+                guard PushRetryPolicy.isTransient(status: response.status, retryAfter: retryAfter) else {
+                    return retry.finished(outcome, attempts: attempts, since: started)
+                }
+            }
+            switch retry.decide(afterAttempt: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now) {
+            case .retry(let wait):
+                if wait > .zero { try? await Task.sleep(for: wait) }
+            case .attemptsUsed:
+                return retry.finished(outcome, attempts: attempts, since: started)
+            case .pastDeadline:
+                return retry.finished(outcome, attempts: attempts, since: started, retryAfterPastDeadline: retryAfter)
             }
         }
     }

@@ -1,18 +1,25 @@
 import Crypto
 import Foundation
+import Registrar
 
 /// Sends FCM HTTP v1 messages for one service account over its own HTTP/2 client. The OAuth2
 /// access token comes from an RS256 JWT assertion POSTed to the account's `token_uri`; it is
-/// cached until shortly before it expires and fetched again once when FCM answers 401.
+/// cached until shortly before it expires and fetched again once when FCM answers 401. A transient
+/// failure (refused or lost connection, 500, 503, 429 with a `Retry-After` that fits) is tried
+/// again as `retry` allows, within the push's deadline; a `ProviderCircuit` fails pushes at once
+/// while FCM keeps failing.
 ///
 /// Threading: an actor; `send` may run from many tasks at once. Concurrent sends that find no valid
 /// access token share one fetch.
 public actor FCMClient {
     public nonisolated let account: FCMServiceAccount
+    /// The circuit breaker of FCM for this service account's project.
+    public nonisolated let circuit: ProviderCircuit
     private let key: SigningKey
     private let http: HTTP2Client
     private let baseURL: String
     private let timeout: Duration
+    private let retry: PushRetryPolicy
     private let now: @Sendable () -> Date
     private var accessToken: (value: String, refreshAt: Date)?
     private var fetching: Task<Result<String, TokenFailure>, Never>?
@@ -27,8 +34,13 @@ public actor FCMClient {
         let outcome: PushOutcome
     }
 
+    /// - Parameters:
+    ///   - timeout: the deadline of one attempt (connect included).
+    ///   - retry: how transient failures are tried again.
+    ///   - breaker: when FCM, failing again and again, is backed off.
     public init(
         account: FCMServiceAccount, baseURL: String, caFile: String?, timeout: Duration,
+        retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings(),
         now: @escaping @Sendable () -> Date = { Date() }
     ) throws(PushAppError) {
         do {
@@ -39,51 +51,81 @@ public actor FCMClient {
         self.account = account
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.timeout = timeout
+        self.retry = retry
         self.now = now
         http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout))
+        circuit = ProviderCircuit(provider: PushProvider.fcm.rawValue, app: account.projectID, settings: breaker)
     }
 
     /// The `messages:send` URL of the account's project.
     public nonisolated var sendURL: String { "\(baseURL)/v1/projects/\(account.projectID)/messages:send" }
 
-    /// Sends one message body (`PushPayload.fcmBody`).
-    public func send(_ body: [UInt8]) async -> PushOutcome {
+    /// Sends one message body (`PushPayload.fcmBody`), unless the circuit is backed off (then the
+    /// push fails at once, saying so); transient failures are sent again as `retry` allows, never
+    /// past `deadline` (by default one push timeout from now).
+    public func send(_ body: [UInt8], deadline: Date? = nil) async -> PushOutcome {
+        if let backedOff = circuit.admit() { return backedOff }
+        let outcome = await attempt(body, deadline: deadline)
+        circuit.record(outcome)
+        return outcome
+    }
+
+    private func attempt(_ body: [UInt8], deadline: Date?) async -> PushOutcome {
         let started = ContinuousClock.now
+        let end = started + (deadline.map { .milliseconds(Int64($0.timeIntervalSinceNow * 1000)) } ?? timeout)
         var refreshed = false
-        var retriedTransient = false
+        var attempts = 0
         while true {
-            let token: String
+            attempts += 1
+            let outcome: PushOutcome
+            var retryAfter: Duration? = nil
             switch await currentAccessToken() {
-            case .success(let value): token = value
             case .failure(let failure):
-                return PushOutcome(result: failure.outcome.result, latency: ContinuousClock.now - started)
+                outcome = failure.outcome
+                guard case .failed(let kind, _) = outcome.result, kind == .connect || kind == .connectionLost else {
+                    return retry.finished(outcome, attempts: attempts, since: started)
+                }
+            case .success(let token):
+                let remaining = end - ContinuousClock.now
+                let answer = await http.send(HTTP2Request(
+                    url: sendURL,
+                    headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json; charset=utf-8")],
+                    body: body, timeout: min(timeout, max(remaining, retry.minimumAttemptTime))))
+                switch answer {
+                case .failure(let error):
+                    outcome = PushOutcome.failure(error)
+                    guard error.kind == .connect || error.kind == .connectionLost else {
+                        return retry.finished(outcome, attempts: attempts, since: started)
+                    }
+                case .success(let response):
+                    if response.status == 200 {
+                        let name = ((try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any])?["name"] as? String
+                        return PushOutcome(result: .accepted(providerID: name), latency: ContinuousClock.now - started)
+                    }
+                    if response.status == 401, !refreshed {
+                        refreshed = true
+                        if accessToken?.value == token { accessToken = nil }
+                        attempts -= 1
+                        continue
+                    }
+                    let (code, message) = Self.error(in: response)
+                    outcome = PushOutcome(
+                        result: .refused(status: response.status, reason: code, explanation: FCMReason.explanation(status: response.status, code: code, message: message)),
+                        latency: ContinuousClock.now - started,
+                        isDeadToken: FCMReason.isDead(status: response.status, code: code))
+                    retryAfter = PushRetryPolicy.retryAfter(response.header("retry-after"))
+                    guard PushRetryPolicy.isTransient(status: response.status, retryAfter: retryAfter) else {
+                        return retry.finished(outcome, attempts: attempts, since: started)
+                    }
+                }
             }
-            let answer = await http.send(HTTP2Request(
-                url: sendURL,
-                headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json; charset=utf-8")],
-                body: body, timeout: timeout))
-            switch answer {
-            case .failure(let error):
-                return PushOutcome(result: PushOutcome.failure(error).result, latency: ContinuousClock.now - started)
-            case .success(let response):
-                if response.status == 200 {
-                    let name = ((try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any])?["name"] as? String
-                    return PushOutcome(result: .accepted(providerID: name), latency: ContinuousClock.now - started)
-                }
-                if response.status == 401, !refreshed {
-                    refreshed = true
-                    if accessToken?.value == token { accessToken = nil }
-                    continue
-                }
-                let (code, message) = Self.error(in: response)
-                if (response.status == 500 || response.status == 503), !retriedTransient {
-                    retriedTransient = true
-                    continue
-                }
-                return PushOutcome(
-                    result: .refused(status: response.status, reason: code, explanation: FCMReason.explanation(status: response.status, code: code, message: message)),
-                    latency: ContinuousClock.now - started,
-                    isDeadToken: FCMReason.isDead(status: response.status, code: code))
+            switch retry.decide(afterAttempt: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now) {
+            case .retry(let wait):
+                if wait > .zero { try? await Task.sleep(for: wait) }
+            case .attemptsUsed:
+                return retry.finished(outcome, attempts: attempts, since: started)
+            case .pastDeadline:
+                return retry.finished(outcome, attempts: attempts, since: started, retryAfterPastDeadline: retryAfter)
             }
         }
     }

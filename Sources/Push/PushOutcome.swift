@@ -14,6 +14,8 @@ public struct PushOutcome: Sendable, Equatable, CustomStringConvertible {
         case connectionLost = "connection lost"
         case credentials
         case other
+        /// The provider failed again and again: its circuit breaker holds pushes back for a while.
+        case backedOff = "backed off"
     }
 
     /// The three outcomes.
@@ -98,7 +100,7 @@ public struct PushOutcome: Sendable, Equatable, CustomStringConvertible {
             return "accepted in \(latencyMilliseconds) ms" + (id.map { " (id \($0))" } ?? "")
         case .refused(let status, let reason, let explanation):
             return "refused: \(status) \(reason): \(explanation) (\(latencyMilliseconds) ms)" + (isDeadToken ? "; token marked dead" : "")
-        case .failed(.noApp, let message):
+        case .failed(.noApp, let message), .failed(.backedOff, let message):
             return "failed: \(message)"
         case .failed(let kind, let message):
             return "failed (\(kind.rawValue)) after \(latencyMilliseconds) ms: \(message)"

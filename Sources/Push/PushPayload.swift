@@ -9,6 +9,10 @@ public enum PushEvent: String, Sendable, CaseIterable {
     case canceled = "call.canceled"
     /// The call ended after it was answered (elsewhere).
     case ended = "call.ended"
+    /// The call ended unanswered: the app shows a missed call (and stops any ring of it).
+    case missed = "call.missed"
+    /// The device's registration is about to expire: wake up and REGISTER again (RFC 8599 §5.5).
+    case bindingRefresh = "binding.refresh"
 }
 
 /// The call facts a ring or cancel push carries. A value; thread-safe.
@@ -24,11 +28,14 @@ public struct CallPushContent: Sendable, Equatable {
     public var isVideo: Bool
     /// When the push was made.
     public var timestamp: Date
+    /// The call token of the device the ring push goes to (decline, call state); nil for a test push.
+    public var callToken: String?
 
     public init(
         callID: String, callerNumber: String, callerName: String? = nil, calleeNumber: String, calleeName: String? = nil,
-        ringTimeoutSeconds: Int, isVideo: Bool = false, timestamp: Date = Date()
+        ringTimeoutSeconds: Int, isVideo: Bool = false, timestamp: Date = Date(), callToken: String? = nil
     ) {
+        self.callToken = callToken
         self.callID = callID
         self.callerNumber = callerNumber
         self.callerName = callerName
@@ -71,8 +78,28 @@ public struct PushPayload: Sendable, Equatable {
             ("ring_timeout_secs", String(call.ringTimeoutSeconds)), ("is_video", call.isVideo ? "true" : "false"),
             ("timestamp", iso8601(call.timestamp)),
         ]
+        if let token = call.callToken { data.append(("call_token", token)) }
         if test { data.append(("test", "true")) }
         return PushPayload(event: .ring, data: data)
+    }
+
+    /// The missed-call push (`call.missed`): who called, and why nobody answered (`no_answer`,
+    /// `caller_hangup`, `busy`).
+    public static func missed(_ call: CallPushContent, reason: String) -> PushPayload {
+        var data: [(key: String, value: String)] = [
+            ("event", PushEvent.missed.rawValue), ("call_id", call.callID), ("uuid", call.uuid), ("caller_number", call.callerNumber),
+        ]
+        if let name = call.callerName { data.append(("caller_name", name)) }
+        data += [("callee_number", call.calleeNumber), ("reason", reason), ("timestamp", iso8601(call.timestamp))]
+        return PushPayload(event: .missed, data: data)
+    }
+
+    /// The binding-refresh push: the registration of `aor` ends in `expiresInSeconds`.
+    public static func bindingRefresh(aor: String, expiresInSeconds: Int, timestamp: Date = Date()) -> PushPayload {
+        PushPayload(event: .bindingRefresh, data: [
+            ("event", PushEvent.bindingRefresh.rawValue), ("aor", aor), ("expires_in", String(max(0, expiresInSeconds))),
+            ("timestamp", iso8601(timestamp)),
+        ])
     }
 
     /// The cancel push (`call.canceled` or `call.ended`) with the ring's call id and UUID.
@@ -91,6 +118,18 @@ public struct PushPayload: Sendable, Equatable {
     /// background (cancel) push.
     public func apnsBody(background: Bool) -> [UInt8] {
         let aps: JSONText = background ? .object([("content-available", .integer(1))]) : .object([])
+        return JSONText.object([("aps", aps)] + data.map { ($0.key, .string($0.value)) }).bytes
+    }
+
+    /// The APNs body of a visible missed-call notification: a title iOS localises through the
+    /// app's `Localizable.strings` (key `Missed call`, shown as is without one), the caller's name
+    /// and number as the body, grouped in the `missed-calls` thread.
+    public func apnsAlertBody() -> [UInt8] {
+        let number = value("caller_number") ?? ""
+        let name = value("caller_name").flatMap { $0.isEmpty || $0 == number ? nil : $0 }
+        let body = name.map { "\($0) (\(number))" } ?? number
+        let alert: JSONText = .object([("title-loc-key", .string("Missed call")), ("title", .string("Missed call")), ("body", .string(body))])
+        let aps: JSONText = .object([("alert", alert), ("sound", .string("default")), ("thread-id", .string("missed-calls"))])
         return JSONText.object([("aps", aps)] + data.map { ($0.key, .string($0.value)) }).bytes
     }
 

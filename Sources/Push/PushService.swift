@@ -56,9 +56,10 @@ public struct PushRecord: Sendable, Equatable {
         self.latencyMilliseconds = latencyMilliseconds
     }
 
-    /// A token as records and logs show it.
+    /// A token as records and logs show it (a web push endpoint: its push service's host only).
     public static func shorten(_ token: String) -> String {
-        token.count <= 8 ? token : String(token.prefix(8)) + "…"
+        if token.hasPrefix("https://"), let host = URLComponents(string: token)?.host { return "https://\(host)/…" }
+        return token.count <= 8 ? token : String(token.prefix(8)) + "…"
     }
 }
 
@@ -68,7 +69,8 @@ public protocol PushRecordStore: Sendable {
 }
 
 /// Where the providers are and how long a push may take (settings `apns_production_url`,
-/// `apns_sandbox_url`, `fcm_url`, `push_ca_file`, `push_timeout`).
+/// `apns_sandbox_url`, `fcm_url`, `push_ca_file`, `push_timeout`), how often a transient failure
+/// is tried again (`push_attempts`) and when a failing provider is backed off (`push_breaker_*`).
 public struct PushSettings: Sendable, Equatable {
     public var apns: APNsEndpoints
     public var fcmURL: String
@@ -76,12 +78,21 @@ public struct PushSettings: Sendable, Equatable {
     public var caFile: String?
     /// Deadline of every push request.
     public var timeout: Duration
+    /// Transient failures sent again, within the push's deadline.
+    public var retry: PushRetryPolicy
+    /// Each provider host's circuit breaker, per push app.
+    public var breaker: ProviderCircuitBreaker.Settings
 
-    public init(apns: APNsEndpoints = APNsEndpoints(), fcmURL: String = "https://fcm.googleapis.com", caFile: String? = nil, timeout: Duration = .seconds(5)) {
+    public init(
+        apns: APNsEndpoints = APNsEndpoints(), fcmURL: String = "https://fcm.googleapis.com", caFile: String? = nil, timeout: Duration = .seconds(5),
+        retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings()
+    ) {
         self.apns = apns
         self.fcmURL = fcmURL
         self.caFile = caFile
         self.timeout = timeout
+        self.retry = retry
+        self.breaker = breaker
     }
 }
 
@@ -99,9 +110,15 @@ public final class PushService: @unchecked Sendable {
     private var selector: PushAppSelector
     private var apnsClients: [String: APNsClient] = [:]
     private var fcmClients: [String: FCMClient] = [:]
+    /// Web push (RFC 8030 with VAPID): no push app, Rouse's own VAPID key; nil when not set up.
+    public let webPush: WebPushClient?
 
-    public init(settings: PushSettings, apps: [PushApp], deadTokens: (any DeadTokenRecorder)? = nil, records: (any PushRecordStore)? = nil) {
+    public init(
+        settings: PushSettings, apps: [PushApp], deadTokens: (any DeadTokenRecorder)? = nil, records: (any PushRecordStore)? = nil,
+        webPush: WebPushClient? = nil
+    ) {
         self.settings = settings
+        self.webPush = webPush
         self.deadTokens = deadTokens
         self.records = records
         selector = PushAppSelector(apps: apps)
@@ -126,10 +143,17 @@ public final class PushService: @unchecked Sendable {
 
     /// The ring push of a call to one channel. `expiresAt` is the last moment the call could still
     /// reach this device (decisions.md "Ring push expiry"). `recordOutcome: false` leaves the push
-    /// record to the caller (a call records it with its journey).
+    /// record to the caller (a call records it with its journey). Transient failures are sent
+    /// again until `deadline` at most (the call's wake window; by default, and never later than,
+    /// `expiresAt`).
     public func sendRing(
-        _ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String? = nil, recordOutcome: Bool = true
+        _ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String? = nil, recordOutcome: Bool = true,
+        deadline: Date? = nil
     ) async -> PushOutcome {
+        if channel.family == .webpush {
+            let outcome = await sendWebPush(.ring(call, test: false), to: channel, expiresAt: expiresAt)
+            return await finish(outcome, channel: channel, app: nil, aor: aor, callID: call.callID, record: recordOutcome)
+        }
         guard let app = app(for: channel) else {
             return await finish(
                 .noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID,
@@ -137,18 +161,25 @@ public final class PushService: @unchecked Sendable {
         }
         return await send(
             .ring(call, test: false), kind: .ring, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID,
-            record: recordOutcome)
+            record: recordOutcome, deadline: deadline)
     }
 
     /// The cancel push (`call.canceled`/`call.ended`): FCM data with the ring's collapse key; APNs a
     /// background push to the regular (non-VoIP) token, never a VoIP push.
     public func sendCancel(
-        _ call: CallPushContent, event: PushEvent = .canceled, reason: String, to channel: PushChannel, expiresAt: Date, aor: String? = nil
+        _ call: CallPushContent, event: PushEvent = .canceled, reason: String, to channel: PushChannel, expiresAt: Date, aor: String? = nil,
+        deadline: Date? = nil
     ) async -> PushOutcome {
+        if channel.family == .webpush {
+            let outcome = await sendWebPush(.cancel(call, event: event, reason: reason), to: channel, expiresAt: expiresAt)
+            return await finish(outcome, channel: channel, app: nil, aor: aor, callID: call.callID)
+        }
         guard let app = app(for: channel) else {
             return await finish(.noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID)
         }
-        return await send(.cancel(call, event: event, reason: reason), kind: .cancel, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID)
+        return await send(
+            .cancel(call, event: event, reason: reason), kind: .cancel, channel: channel, app: app, expiresAt: expiresAt, aor: aor,
+            callID: call.callID, deadline: deadline)
     }
 
     /// The operator's test push: one ring push exactly as a call sends it, marked `test`, to `token`
@@ -172,21 +203,55 @@ public final class PushService: @unchecked Sendable {
                           expiresAt: now.addingTimeInterval(TimeInterval(ringTimeoutSeconds)), aor: nil, callID: nil)
     }
 
-    private enum Kind { case ring, cancel }
+    /// The missed-call notice (`call.missed`) to a channel that can show one: FCM data the app
+    /// draws, or an APNs alert to the regular token. Never a VoIP push.
+    public func sendMissed(_ call: CallPushContent, reason: String, to channel: PushChannel, aor: String? = nil) async -> PushOutcome {
+        if channel.family == .webpush {
+            let outcome = await sendWebPush(
+                .missed(call, reason: reason), to: channel, expiresAt: Date().addingTimeInterval(Self.missedNoticeLifetime), urgency: .normal)
+            return await finish(outcome, channel: channel, app: nil, aor: aor, callID: call.callID)
+        }
+        guard let app = app(for: channel) else {
+            return await finish(.noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: call.callID)
+        }
+        return await send(.missed(call, reason: reason), kind: .missed, channel: channel, app: app,
+                          expiresAt: Date().addingTimeInterval(Self.missedNoticeLifetime), aor: aor, callID: call.callID)
+    }
+
+    /// How long a provider keeps trying to deliver a missed-call notice.
+    public static let missedNoticeLifetime: TimeInterval = 24 * 3600
+
+    /// The binding-refresh push (RFC 8599 §5.5): FCM data, or an APNs background push to the
+    /// regular token, asking the app to REGISTER before its binding expires at `expiresAt`.
+    public func sendBindingRefresh(aor: String, expiresAt: Date, to channel: PushChannel) async -> PushOutcome {
+        let payload = PushPayload.bindingRefresh(aor: aor, expiresInSeconds: Int(expiresAt.timeIntervalSinceNow.rounded(.down)))
+        if channel.family == .webpush {
+            let outcome = await sendWebPush(payload, to: channel, expiresAt: expiresAt, urgency: .normal)
+            return await finish(outcome, channel: channel, app: nil, aor: aor, callID: nil)
+        }
+        guard let app = app(for: channel) else {
+            return await finish(.noApp(provider: channel.provider, param: channel.param), channel: channel, app: nil, aor: aor, callID: nil)
+        }
+        return await send(payload, kind: .refresh, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: nil)
+    }
+
+    private enum Kind { case ring, cancel, missed, refresh }
 
     private func send(
         _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, expiresAt: Date, aor: String?, callID: String?,
-        record: Bool = true
+        record: Bool = true, deadline: Date? = nil
     ) async -> PushOutcome {
         let outcome: PushOutcome
+        let retryUntil = min(deadline ?? expiresAt, expiresAt)
         switch app.credentials {
         case .apns(let credentials):
-            outcome = await sendAPNs(payload, kind: kind, channel: channel, app: app, credentials: credentials, expiresAt: expiresAt)
+            outcome = await sendAPNs(
+                payload, kind: kind, channel: channel, app: app, credentials: credentials, expiresAt: expiresAt, deadline: retryUntil)
         case .fcm:
             do {
                 let client = try fcmClient(app)
                 let ttl = max(0, Int(expiresAt.timeIntervalSinceNow.rounded(.up)))
-                outcome = await client.send(payload.fcmBody(token: channel.token, ttlSeconds: ttl, collapseKey: payload.value("uuid") ?? ""))
+                outcome = await client.send(payload.fcmBody(token: channel.token, ttlSeconds: ttl, collapseKey: payload.value("uuid") ?? "refresh " + (payload.value("aor") ?? "")), deadline: retryUntil)
             } catch {
                 outcome = PushOutcome(result: .failed(.credentials, message: "app #\(app.id ?? 0): \(error)"), latency: .zero)
             }
@@ -195,7 +260,8 @@ public final class PushService: @unchecked Sendable {
     }
 
     private func sendAPNs(
-        _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, credentials: APNsCredentials, expiresAt: Date
+        _ payload: PushPayload, kind: Kind, channel: PushChannel, app: PushApp, credentials: APNsCredentials, expiresAt: Date,
+        deadline: Date
     ) async -> PushOutcome {
         let request: APNsRequest
         switch kind {
@@ -204,11 +270,16 @@ public final class PushService: @unchecked Sendable {
                 return PushOutcome(result: .failed(.other, message: "a ring push goes only to a VoIP (PushKit) token, not a regular one"), latency: .zero)
             }
             request = .ring(token: channel.token, credentials: credentials, payload: payload, expiresAt: expiresAt)
-        case .cancel:
+        case .cancel, .refresh:
             guard channel.kind == .remote else {
-                return PushOutcome(result: .failed(.other, message: "an APNs cancel push goes only to the regular (non-VoIP) token"), latency: .zero)
+                return PushOutcome(result: .failed(.other, message: "an APNs background push goes only to the regular (non-VoIP) token"), latency: .zero)
             }
             request = .cancel(token: channel.token, credentials: credentials, payload: payload, expiresAt: expiresAt)
+        case .missed:
+            guard channel.kind == .remote else {
+                return PushOutcome(result: .failed(.other, message: "a missed-call alert goes only to the regular (non-VoIP) token"), latency: .zero)
+            }
+            request = .alert(token: channel.token, credentials: credentials, payload: payload, expiresAt: expiresAt)
         }
         let client: APNsClient
         do {
@@ -217,10 +288,10 @@ public final class PushService: @unchecked Sendable {
             return PushOutcome(result: .failed(.credentials, message: "app #\(app.id ?? 0): \(error)"), latency: .zero)
         }
         let environment = credentials.environment ?? (channel.provider == .apnsSandbox ? .sandbox : .production)
-        let outcome = await client.send(request, environment: environment)
+        let outcome = await client.send(request, environment: environment, deadline: deadline)
         guard case .refused(400, "BadDeviceToken", let explanation) = outcome.result else { return outcome }
         // Usually a sandbox/production mix-up: dead only when the other host refuses it too.
-        let other = await client.send(request, environment: environment.other)
+        let other = await client.send(request, environment: environment.other, deadline: deadline)
         let latency = outcome.latency + other.latency
         switch other.result {
         case .refused(400, "BadDeviceToken", _):
@@ -257,7 +328,9 @@ public final class PushService: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if let client = apnsClients[key] { return client }
-        let client = try APNsClient(credentials: credentials, endpoints: settings.apns, caFile: settings.caFile, timeout: settings.timeout)
+        let client = try APNsClient(
+            credentials: credentials, endpoints: settings.apns, caFile: settings.caFile, timeout: settings.timeout, retry: settings.retry,
+            breaker: settings.breaker)
         apnsClients[key] = client
         return client
     }
@@ -268,9 +341,18 @@ public final class PushService: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if let client = fcmClients[key] { return client }
-        let client = try FCMClient(account: account, baseURL: settings.fcmURL, caFile: settings.caFile, timeout: settings.timeout)
+        let client = try FCMClient(
+            account: account, baseURL: settings.fcmURL, caFile: settings.caFile, timeout: settings.timeout, retry: settings.retry,
+            breaker: settings.breaker)
         fcmClients[key] = client
         return client
+    }
+
+    /// The circuit breakers of every provider host this service has pushed to (`/health`, `/metrics`).
+    public var circuits: [ProviderCircuit] {
+        lock.lock()
+        defer { lock.unlock() }
+        return apnsClients.values.flatMap { $0.circuits.values } + fcmClients.values.map(\.circuit)
     }
 
     /// Clients are kept per app and credentials (an edited app gets a new client).

@@ -45,13 +45,17 @@ public struct Binding: Hashable, Sendable, Identifiable {
     public var userAgent: String?
     public var flow: BindingFlow
     public var pushChannels: [PushChannel]
+    /// The UA offered `+sip.pnsreg` (RFC 8599 §5.5): it refreshes its binding on its own, so it
+    /// gets no binding-refresh push. Kept in memory only; after a restart it reads false.
+    public var refreshesItself: Bool
 
     public init(
         id: UUID = UUID(), aor: AddressOfRecord, contact: String, instance: String? = nil, regID: Int? = nil,
         q: Double? = nil, callID: String, cseq: UInt32, registeredAt: Date, expiresAt: Date, path: [String] = [],
-        userAgent: String? = nil, flow: BindingFlow, pushChannels: [PushChannel] = []
+        userAgent: String? = nil, flow: BindingFlow, pushChannels: [PushChannel] = [], refreshesItself: Bool = false
     ) {
         self.id = id
+        self.refreshesItself = refreshesItself
         self.aor = aor
         self.contact = contact
         self.instance = instance

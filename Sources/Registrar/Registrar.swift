@@ -17,6 +17,17 @@ public final class Registrar: @unchecked Sendable {
     private let queue = DispatchQueue(label: "rouse.registrar")
     private let clock: @Sendable () -> Date
     private var expiryTimer: DispatchSourceTimer?
+    /// Extensions with writes not yet answered by the store, and what they held before the first.
+    private var unwritten: [AddressOfRecord: UnwrittenChanges] = [:]
+
+    /// The REGISTERs of one extension whose writes are still out: how many are out, how many were
+    /// made and how many failed since none was out, and the bindings before the first of them.
+    struct UnwrittenChanges {
+        var outstanding = 0
+        var made = 0
+        var failures = 0
+        var before: [Binding]
+    }
 
     /// - Parameter authFailureThrottle: when given, replaces the core's (shared with the HTTP API).
     public init(
@@ -43,22 +54,47 @@ public final class Registrar: @unchecked Sendable {
             case .respond(let response):
                 respond(response)
             case .commit(let changes, let events, let response, let previous):
+                for (aor, list) in previous {
+                    unwritten[aor, default: UnwrittenChanges(before: list)].outstanding += 1
+                    unwritten[aor]?.made += 1
+                }
                 store.apply(changes) { [self] result in
+                    let failed: Bool
+                    if case .failure = result { failed = true } else { failed = false }
+                    // Before the answer, so whoever reads the index after it sees it put right.
+                    queue.async { [self] in writeAnswered(Array(previous.keys), failed: failed) }
                     switch result {
                     case .success:
                         respond(response)
                         publish(events)
                     case .failure:
-                        // Never a 200 that a restart would forget: put the index back and ask the
-                        // phone to try again shortly.
-                        queue.async { [self] in
-                            for (aor, list) in previous { core.replace(aor, with: list) }
-                        }
+                        // Never a 200 that a restart would forget: ask the phone to try again shortly
+                        // (the index is put right below, once no other write of the extension is out).
                         var unavailable = SIPResponse(replyingTo: request, statusCode: 503, toTag: RegistrarCore.tag(for: request))
                         unavailable.headers.add(.retryAfter, "5")
                         respond(unavailable)
                     }
                 }
+            }
+        }
+    }
+
+    /// On `queue`: one REGISTER's write was answered. When the last write out for an extension
+    /// is answered and any of them failed, the index is put back to what is durable: the bindings
+    /// before the first when every write failed (each REGISTER built on the one before, so undoing
+    /// only its own would keep the earlier failed change), else read back from the store.
+    private func writeAnswered(_ aors: [AddressOfRecord], failed: Bool) {
+        for aor in aors {
+            guard var chain = unwritten[aor] else { continue }
+            chain.outstanding -= 1
+            if failed { chain.failures += 1 }
+            unwritten[aor] = chain.outstanding == 0 ? nil : chain
+            guard chain.outstanding == 0, chain.failures > 0 else { continue }
+            if chain.failures == chain.made {
+                core.replace(aor, with: chain.before)
+            } else {
+                // Some were written, some not: what the store holds is the truth.
+                DispatchQueue.global().async { [self] in try? reload(aor) }
             }
         }
     }
@@ -71,6 +107,14 @@ public final class Registrar: @unchecked Sendable {
     /// The extensions and organisations the registrar knows now.
     public func directorySnapshot() -> DirectorySnapshot {
         queue.sync { core.directory }
+    }
+
+    /// The live bindings with push channels that expire before `deadline` (binding-refresh
+    /// pushes); `completion` runs on the registrar's queue and must not block.
+    public func pushBindings(expiringBefore deadline: Date, completion: @escaping @Sendable ([Binding]) -> Void) {
+        queue.async { [self] in
+            completion(core.bindings.values.flatMap { $0.filter { !$0.pushChannels.isEmpty && $0.expiresAt <= deadline } })
+        }
     }
 
     /// How many bindings are live.

@@ -18,6 +18,9 @@ public struct RegistrarCore: Sendable {
     public var directory: DirectorySnapshot
     /// Push providers some push app serves: RFC 8599 §5.2 answers 555 for the others.
     public var supportedPushProviders: Set<PushProviderFamily>
+    /// Rouse's VAPID public key (base64url) when web push is set up: `webpush` then needs no push
+    /// app, and a 2xx to a REGISTER naming it carries the key as `+sip.vapid` (RFC 8599 §4.1.2, §5.3).
+    public var vapidPublicKey: String?
     public let authenticator: DigestAuthenticator
     public var serverName: String
     /// Counts rejected credentials per source IP and refuses blocked sources before any digest
@@ -193,7 +196,7 @@ public struct RegistrarCore: Sendable {
                 return .respond(reply(request, 400, error.description))
             }
             if let push {
-                guard supportedPushProviders.contains(push.provider.family) else {
+                guard supports(push.provider.family) else {
                     return .respond(reply(request, 555, nil))  // RFC 8599 §5.2
                 }
                 pushProviders.append(push.provider)
@@ -264,7 +267,8 @@ public struct RegistrarCore: Sendable {
                 instance: item.address.instance, regID: item.address.regID, q: item.address.q,
                 callID: request.callID ?? "", cseq: request.cseq?.number ?? 0, registeredAt: now,
                 expiresAt: now.addingTimeInterval(TimeInterval(item.expires)), path: path, userAgent: userAgent,
-                flow: flow, pushChannels: channels)
+                flow: flow, pushChannels: channels,
+                refreshesItself: item.address.parameters.contains("+sip.pnsreg") || item.address.uri.parameters.contains("+sip.pnsreg"))
             if let existing { removeFromIndex(existing) }
             insert(binding)
             touched.insert(binding.id)
@@ -341,14 +345,21 @@ public struct RegistrarCore: Sendable {
         }
         for value in request.headers.lines(.path) { response.headers.add(.path, value) }
         var announced: Set<PushProviderFamily> = []
-        for provider in pushProviders where supportedPushProviders.contains(provider.family) && !announced.contains(provider.family) {
+        for provider in pushProviders where supports(provider.family) && !announced.contains(provider.family) {
             announced.insert(provider.family)
             var value = "*;+sip.pns=\"\(provider.family.rawValue)\""
+            if provider.family == .webpush, let vapidPublicKey { value += ";+sip.vapid=\"\(vapidPublicKey)\"" }
             if wantsRefresh { value += ";+sip.pnsreg=\"\(policy.bindingRefreshSeconds)\"" }
             response.headers.add(.featureCaps, value)
         }
         response.headers.add(SIPHeaderName("Date"), RegistrarCore.httpDate(now))
         return response
+    }
+
+    /// Whether Rouse can wake a device through `family`: a push app serves it, or (web push) the
+    /// VAPID key is loaded.
+    func supports(_ family: PushProviderFamily) -> Bool {
+        supportedPushProviders.contains(family) || (family == .webpush && vapidPublicKey != nil)
     }
 
     /// A To tag that depends only on the request's Call-ID and CSeq (FNV-1a), so every instance

@@ -122,8 +122,27 @@ public enum ConfigurationLoader {
         withCalls.wakeWaitWithDeskPhone = reader.duration("wake_wait_with_desk_phone")
         withCalls.ringTimeout = reader.duration("ring_timeout")
         withCalls.cancelGrace = reader.duration("cancel_grace")
+        withCalls.bindingRefreshLead = reader.duration("binding_refresh_lead")
+        if withCalls.bindingRefreshLead < .seconds(120) {
+            problems.append("binding_refresh_lead: at least 120 seconds (RFC 8599 §5.5)")
+        }
         withCalls.trustedPeers = reader.list("trusted_peers")
+        withCalls.webPushContact = reader.contactURI("webpush_contact")
+        withCalls.webPushAllowedHosts = reader.list("webpush_allowed_hosts")
         withCalls.sipRateLimit = reader.integer("sip_rate_limit", 0...10_000_000)
+        withCalls.httpRateLimit = reader.integer("http_rate_limit", 0...10_000_000)
+        withCalls.pushAttempts = reader.integer("push_attempts", 1...10)
+        withCalls.pushBreakerFailures = reader.integer("push_breaker_failures", 1...1_000_000)
+        withCalls.pushBreakerBackoff = reader.duration("push_breaker_backoff")
+        withCalls.pushBreakerMaxBackoff = reader.duration("push_breaker_max_backoff")
+        if withCalls.pushBreakerMaxBackoff < withCalls.pushBreakerBackoff {
+            problems.append("push_breaker_max_backoff: must not be shorter than push_breaker_backoff")
+        }
+        withCalls.tlsClientCAPath = reader.optionalPath("tls_client_ca")
+        withCalls.tlsRequireClientCertificate = reader.boolean("tls_require_client_cert")
+        if withCalls.tlsRequireClientCertificate, withCalls.tlsClientCAPath == nil {
+            problems.append("tls_require_client_cert: needs tls_client_ca (the CA client certificates are checked against)")
+        }
         withCalls.httpTrustedProxies = reader.list("http_trusted_proxies")
         do {
             _ = try TrustedPeers(parsing: withCalls.httpTrustedProxies)
@@ -260,6 +279,31 @@ struct SettingReader {
             return value
         }
         return value
+    }
+
+    /// Empty, or a `mailto:` or `https:` URI (RFC 8292 §2.1's `sub`).
+    mutating func contactURI(_ key: String) -> String {
+        let (value, source) = text(key)
+        let lower = value.lowercased()
+        guard value.isEmpty || ((lower.hasPrefix("mailto:") || lower.hasPrefix("https://")) && value.count > 8
+            && !value.unicodeScalars.contains { $0.value <= 0x20 || $0.value >= 0x7F })
+        else {
+            problem(key, source, "'\(value)' is not a mailto: or https: URI")
+            return ""
+        }
+        return value
+    }
+
+    /// `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`).
+    mutating func boolean(_ key: String) -> Bool {
+        let (value, source) = text(key)
+        switch value.trimmingCharacters(in: .whitespaces).lowercased() {
+        case "true", "1", "yes", "on": return true
+        case "false", "0", "no", "off": return false
+        default:
+            problem(key, source, "'\(value)' is not true or false")
+            return RouseConfiguration.settings.first { $0.key == key }!.defaultValue == "true"
+        }
     }
 
     mutating func list(_ key: String) -> [String] {

@@ -209,7 +209,9 @@ extension RouseConfiguration {
     public var pushSettings: PushSettings {
         PushSettings(
             apns: APNsEndpoints(production: apnsProductionURL, sandbox: apnsSandboxURL), fcmURL: fcmURL,
-            caFile: pushCAFile, timeout: pushTimeout)
+            caFile: pushCAFile, timeout: pushTimeout, retry: PushRetryPolicy(maxAttempts: pushAttempts),
+            breaker: ProviderCircuitBreaker.Settings(
+                failureThreshold: pushBreakerFailures, initialBackoff: pushBreakerBackoff, maximumBackoff: pushBreakerMaxBackoff))
     }
 }
 

@@ -1,3 +1,4 @@
+import Push
 import SIPMessage
 import SIPTransport
 
@@ -50,16 +51,36 @@ public struct RouseConfiguration: Sendable {
     /// Extra PEM CA file trusted for push requests.
     public var pushCAFile: String?
     public var pushTimeout: Duration
+    /// The VAPID `sub` of web pushes (`mailto:` or `https:`); empty: `mailto:admin@` and the first
+    /// organisation's domain (`localhost` without one).
+    public var webPushContact: String = ""
+    /// The push services web pushes may go to (host names, `*.domain`, or `*`).
+    public var webPushAllowedHosts: [String] = WebPushHostPolicy.browserPushServices
     /// Calls (issue 6): the wake waits, the ring timeout, the cancel grace and trusted peers.
     public var wakeWait: Duration = .seconds(8)
     public var wakeWaitWithDeskPhone: Duration = .seconds(3)
     public var ringTimeout: Duration = .seconds(45)
     public var cancelGrace: Duration = .seconds(30)
+    /// How long before a push binding expires its binding-refresh push goes (at least 120 s).
+    public var bindingRefreshLead: Duration = .seconds(180)
     public var trustedPeers: [String] = []
     /// SIP messages one source address may send per second (bursts of twice that); 0 = no limit.
     public var sipRateLimit: Int = 0
     /// Reverse proxies in front of the HTTP API whose X-Forwarded-For is believed.
     public var httpTrustedProxies: [String] = []
+    /// Push faults (issue 9): attempts per push on a transient failure, and the circuit breaker of
+    /// a provider that keeps failing.
+    public var pushAttempts: Int = 3
+    public var pushBreakerFailures: Int = 5
+    public var pushBreakerBackoff: Duration = .seconds(10)
+    public var pushBreakerMaxBackoff: Duration = .seconds(300)
+    /// HTTP requests one client address may make per second (bursts of twice that); 0 = no limit.
+    public var httpRateLimit: Int = 0
+    /// PEM CA file that client certificates of SIP TLS connections are checked against; nil: no
+    /// client certificate is asked for.
+    public var tlsClientCAPath: String?
+    /// With `tlsClientCAPath`: refuse a TLS client without a certificate (else it is optional).
+    public var tlsRequireClientCertificate: Bool = false
     /// How long a stopping Rouse lets calls still ringing finish before ending them.
     public var shutdownGrace: Duration = .seconds(10)
     /// How long an admin pages session lasts from sign-in.
@@ -86,6 +107,10 @@ extension RouseConfiguration {
               meaning: "where SIP is served: a comma list of transport:host:port (udp, tcp, tls; IPv6 as [::1])"),
         .init(key: "tls_cert", defaultValue: "", meaning: "PEM certificate (chain) for tls: listen points"),
         .init(key: "tls_key", defaultValue: "", meaning: "PEM private key for tls: listen points"),
+        .init(key: "tls_client_ca", defaultValue: "",
+              meaning: "PEM CA file: TLS clients are asked for a certificate, and one they present must be signed by it; empty: no client certificate is asked for"),
+        .init(key: "tls_require_client_cert", defaultValue: "false",
+              meaning: "with tls_client_ca: refuse TLS clients without a certificate (false: a certificate is optional)"),
         .init(key: "http_listen", defaultValue: "127.0.0.1:8080", meaning: "host:port of the HTTP API"),
         .init(key: "sip_aliases", defaultValue: "",
               meaning: "comma list of host names that also name this server in a Request-URI"),
@@ -135,6 +160,18 @@ extension RouseConfiguration {
               meaning: "extra PEM CA file to trust for push requests (test stand-ins)"),
         .init(key: "push_timeout", defaultValue: "5",
               meaning: "seconds one push request may take, connect included"),
+        .init(key: "push_attempts", defaultValue: "3",
+              meaning: "attempts of one push when the provider fails for now (refused or lost connection, 500, 503, 429 with a short Retry-After), never past the push's deadline"),
+        .init(key: "push_breaker_failures", defaultValue: "5",
+              meaning: "pushes in a row failing for the provider's sake (no connection, no answer, 5xx) after which that provider host is backed off for the push app"),
+        .init(key: "push_breaker_backoff", defaultValue: "10",
+              meaning: "seconds a backed-off provider's pushes fail at once before one is let through as a probe; doubled after each failed probe"),
+        .init(key: "push_breaker_max_backoff", defaultValue: "300",
+              meaning: "longest back-off of a provider that keeps failing"),
+        .init(key: "webpush_contact", defaultValue: "",
+              meaning: "the contact web push services see in Rouse's VAPID token (sub): a mailto: or https: URI; empty means mailto:admin@ and the first organisation's domain"),
+        .init(key: "webpush_allowed_hosts", defaultValue: "fcm.googleapis.com,android.googleapis.com,*.push.services.mozilla.com,*.notify.windows.com,*.push.apple.com",
+              meaning: "push services web pushes may be sent to: host names, *.domain for a domain's hosts, or * for any (an endpoint comes from an app)"),
         .init(key: "wake_wait", defaultValue: "8",
               meaning: "seconds a call waits for a woken app to register again when nothing else can ring"),
         .init(key: "wake_wait_with_desk_phone", defaultValue: "3",
@@ -143,10 +180,14 @@ extension RouseConfiguration {
               meaning: "seconds a call may ring before it ends with 480 (also sent in the ring push)"),
         .init(key: "cancel_grace", defaultValue: "30",
               meaning: "seconds after a call ended in which a woken iPhone known only by its VoIP token still gets the INVITE and a CANCEL"),
+        .init(key: "binding_refresh_lead", defaultValue: "180",
+              meaning: "seconds before a push binding expires that its app gets a binding-refresh push (RFC 8599 §5.5) unless it offered +sip.pnsreg; at least 120"),
         .init(key: "shutdown_grace", defaultValue: "10",
               meaning: "seconds a stopping Rouse (SIGTERM) lets calls still ringing finish before it ends them"),
         .init(key: "sip_rate_limit", defaultValue: "0",
               meaning: "SIP messages one source address may send per second (bursts of twice that); more are dropped unread; 0 means no limit"),
+        .init(key: "http_rate_limit", defaultValue: "0",
+              meaning: "HTTP requests one client address may make per second (bursts of twice that); more get 429 with Retry-After; 0 means no limit"),
         .init(key: "http_trusted_proxies", defaultValue: "",
               meaning: "comma list of IP addresses and CIDR blocks of reverse proxies (nginx) in front of the HTTP API; their X-Forwarded-For names the client the throttle counts"),
         .init(key: "trusted_peers", defaultValue: "",

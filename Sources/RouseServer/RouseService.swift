@@ -27,6 +27,8 @@ public final class RouseService: @unchecked Sendable {
     private var coordinator: CallCoordinator<SIPService>?
     private var journeyStore: PostgresJourneyStore?
     private var pushService: PushService?
+    private var pushStores: PostgresPushStores?
+    private var refresher: BindingRefresher?
     private var databaseSettings: PostgresSettings?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
@@ -55,11 +57,14 @@ public final class RouseService: @unchecked Sendable {
             maxExpires: configuration.registrationMaxExpires, pushMinExpires: configuration.pushBindingMinExpires,
             pushMaxExpires: configuration.pushBindingMaxExpires, maxBindingsPerExtension: configuration.maxBindingsPerExtension)
         let secret = try RouseService.sharedSecret(named: "digest_nonce_secret", connection)
-        let core = RegistrarCore(
+        var core = RegistrarCore(
             policy: policy, directory: try directory.loadDirectory(),
             supportedPushProviders: try PostgresPushApps.providerFamilies(on: connection),
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
             serverName: "Rouse/\(CommandLineInterface.version)")
+        // Web push needs no push app: Rouse's own VAPID key, made once and shared by every instance.
+        let vapid = try PostgresVAPIDKeys.loadOrCreate(on: connection)
+        core.vapidPublicKey = vapid.publicKeyBase64URL
         // One throttle for SIP and HTTP: guesses on either count against both (issue 5).
         let authFailureThrottle = AuthFailureThrottle(
             limit: configuration.authFailureLimit, window: configuration.authFailureWindow / .seconds(1),
@@ -76,13 +81,22 @@ public final class RouseService: @unchecked Sendable {
         // Calls: the push service, the coordinator, and what they read and write.
         let callPool = PostgresWorkerPool(settings: settings, threads: 2, name: "rouse-calls-postgres")
         self.callPool = callPool
-        let pushStores = PostgresPushStores(pool: callPool)
+        // Push records and dead marks are queued and retried, so a push made while PostgreSQL is
+        // away is recorded when it is back (issue 9).
+        let pushStores = PostgresPushStores(settings: settings)
+        self.pushStores = pushStores
         let pushService = PushService(
             settings: configuration.pushSettings, apps: try PostgresPushApps(connection: connection).all(), deadTokens: pushStores,
-            records: pushStores)
+            records: pushStores,
+            webPush: WebPushClient(
+                vapid: vapid, contact: configuration.webPushSubject(domains: core.directory.domains), caFile: configuration.pushCAFile,
+                timeout: configuration.pushTimeout, subscriptions: PostgresWebPushSubscriptions(pool: callPool),
+                allowedHosts: WebPushHostPolicy(entries: configuration.webPushAllowedHosts)))
         let logger = self.logger
         let journeyStore = PostgresJourneyStore(settings: settings)
         self.journeyStore = journeyStore
+        RouseService.registerFaultMetrics(metrics, pushService: pushService)
+        let callTokens = CallTokenSigner(secret: try RouseService.sharedSecret(named: "call_token_secret", connection))
         let coordinator = CallCoordinator<SIPService>(
             directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: journeyStore,
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
@@ -92,14 +106,25 @@ public final class RouseService: @unchecked Sendable {
                 ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,
                 trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers)),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
-            serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics
+            serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens
         ) { event, fields in
             logger.info(event, fields)
         }
         self.coordinator = coordinator
         self.pushService = pushService
         self.databaseSettings = settings
-        registrar.subscribe { event in coordinator.bindingsChanged(event.binding.aor) }
+        let refresher = BindingRefresher(
+            source: registrar, claims: PostgresRefreshClaims(pool: callPool), pusher: pushService,
+            lead: configuration.bindingRefreshLead.timeInterval
+        ) { event, fields in
+            logger.info(event, fields)
+        }
+        self.refresher = refresher
+        registrar.subscribe { event in
+            coordinator.bindingsChanged(event.binding.aor)
+            if event.kind != .removed, event.kind != .expired { refresher.bindingChanged(event.binding) }
+        }
+        refresher.start()
 
         let sip = SIPService(
             configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID, metrics: metrics,
@@ -115,10 +140,13 @@ public final class RouseService: @unchecked Sendable {
             logger.info("sip.listening", ["listen": point.description])
         }
         let http = try HTTPAPIService(
-            listen: configuration.httpListen, settings: settings, pushSettings: configuration.pushSettings,
+            listen: configuration.httpListen, settings: settings, limits: HTTPServer.Limits(requestsPerSecond: configuration.httpRateLimit),
+            pushSettings: configuration.pushSettings,
             adminSessionLifetime: configuration.adminSessionLifetime.timeInterval,
             authFailureThrottle: authFailureThrottle, metrics: metrics,
-            trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies)
+            trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies),
+            calls: CallAPIParts(signer: callTokens, control: coordinator, instanceID: instanceID),
+            healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores)
         ) { [logger] event in
             RouseService.log(event, to: logger)
         }
@@ -166,11 +194,19 @@ public final class RouseService: @unchecked Sendable {
     ) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
-        let channels = [PostgresDirectory.notificationChannel, PostgresLocationStore.notificationChannel, PostgresPushApps.notificationChannel]
+        let channels = [
+            PostgresDirectory.notificationChannel, PostgresLocationStore.notificationChannel, PostgresPushApps.notificationChannel,
+            CallAPI.controlChannel,
+        ]
         let listener = PostgresNotificationListener(settings: settings, channels: channels) { notification in
             work.async {
                 do {
-                    if notification.channel == PostgresDirectory.notificationChannel {
+                    if notification.channel == CallAPI.controlChannel {
+                        // A decline made on another instance's HTTP API for a call held here.
+                        if let notice = CallControlNotice(payload: notification.payload), notice.claims.instanceID == instanceID {
+                            coordinator.decline(notice.claims, reason: notice.reason) { _ in }
+                        }
+                    } else if notification.channel == PostgresDirectory.notificationChannel {
                         registrar.updateDirectory(try directory.loadDirectory())
                     } else if notification.channel == PostgresPushApps.notificationChannel {
                         let connection = try settings.connect()
@@ -215,6 +251,7 @@ public final class RouseService: @unchecked Sendable {
             // Let the final responses and CANCELs leave before the sockets close.
             Thread.sleep(forTimeInterval: 0.2)
         }
+        refresher?.stop()
         sip?.shutdown()
         http?.stop()
         registrar?.stopExpiryTimer()
@@ -226,6 +263,10 @@ public final class RouseService: @unchecked Sendable {
             logger.warning("calls.journeys_unwritten", ["pending": String(journeyStore.pendingCount)])
         }
         journeyStore?.shutdown()
+        if let pushStores, !pushStores.flush(timeout: 5) {
+            logger.warning("push.records_unwritten", ["pending": String(pushStores.queue.pendingCount)])
+        }
+        pushStores?.shutdown()
         logger.info("rouse.stopped", [:])
     }
 

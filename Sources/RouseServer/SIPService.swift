@@ -68,7 +68,9 @@ public final class SIPService: Sendable {
         self.logger = logger
         let tls: TLSConfiguration? =
             if let certificate = configuration.tlsCertificatePath, let key = configuration.tlsKeyPath {
-                TLSConfiguration(certificatePath: certificate, privateKeyPath: key)
+                TLSConfiguration(
+                    certificatePath: certificate, privateKeyPath: key, clientCertificateAuthorityPath: configuration.tlsClientCAPath,
+                    requiresClientCertificate: configuration.tlsRequireClientCertificate)
             } else {
                 nil
             }

@@ -3,9 +3,9 @@ import Foundation
 import Glibc
 #endif
 
-/// A local stand-in of APNs or FCM (`Tests/PushStandIns/standin.py`) running as a child process:
-/// HTTP/2 over TLS (ALPN h2) on a loopback port, its certificate signed by a throw-away CA
-/// (`caFile`), every request it gets logged with the answer it gave (`requests()`).
+/// A local stand-in of APNs, FCM or a web push service (`Tests/PushStandIns/standin.py`) running
+/// as a child process: HTTP/2 over TLS (ALPN h2) on a loopback port, its certificate signed by a
+/// throw-away CA (`caFile`), every request it gets logged with the answer it gave (`requests()`).
 ///
 /// `init` blocks while the Python venv is made or checked (`scripts/standins-venv.sh`) and until the
 /// stand-in says it listens. Thread-safe; `stop()` (also run by `deinit`) ends the process. The
@@ -18,12 +18,16 @@ import Glibc
 /// on production, `9d0d` (production token) BadDeviceToken on sandbox. FCM: `unregistered` 404
 /// UNREGISTERED, `invalid` 400 INVALID_ARGUMENT, `mismatch` 403 SENDER_ID_MISMATCH, `unavailable`
 /// 503 then 200, `internal` 500 then 200, `quota` 429 QUOTA_EXCEEDED with Retry-After, `stall` never
-/// answered. Anything else: 200. See `Tests/PushStandIns/README.md`.
+/// answered. Anything else: 200. Web push, by subscription name prefix: `gone` 410, `toolarge` 413,
+/// `busy` 429, `unavailable` 503 then 201, `stall` never answered; anything else 201 (after the
+/// VAPID JWT was checked and the payload decrypted with the subscription's keys). See
+/// `Tests/PushStandIns/README.md`.
 public final class PushStandIn: @unchecked Sendable {
     /// Which service the stand-in plays.
     public enum Role: String, Sendable {
         case apns
         case fcm
+        case webpush
     }
 
     /// The APNs host a stand-in plays: its tokens are the other one's BadDeviceToken.
@@ -53,6 +57,8 @@ public final class PushStandIn: @unchecked Sendable {
     public let tokenURI: String?
     /// FCM only: the service account's `project_id`.
     public let projectID: String?
+    /// Web push only: the subscriptions made at start (`webPush(subscriptions:)`), by name.
+    public let subscriptions: [String: StandInWebPushSubscription]
 
     private let lock = NSLock()
     private var process: Process?
@@ -120,6 +126,7 @@ public final class PushStandIn: @unchecked Sendable {
         serviceAccountFile = fields.service_account_file
         tokenURI = fields.token_uri
         projectID = fields.project_id
+        subscriptions = fields.subscriptions ?? [:]
     }
 
     /// An APNs stand-in: `keys` maps key IDs (JWT `kid`) to PEM files of their P-256 keys (a
@@ -147,6 +154,39 @@ public final class PushStandIn: @unchecked Sendable {
         if let accessTokenTTL { all += ["--access-token-ttl", String(accessTokenTTL)] }
         if let revokeAfter { all += ["--revoke-after", String(revokeAfter)] }
         return try PushStandIn(role: .fcm, arguments: all + arguments)
+    }
+
+    /// A web push service stand-in with a subscription made at start for each of `subscriptions`
+    /// (`self.subscriptions[name]`); a name's prefix scripts its answers (`gone…` 410, …).
+    public static func webPush(subscriptions: [String] = [], arguments: [String] = []) throws -> PushStandIn {
+        try PushStandIn(role: .webpush, arguments: subscriptions.flatMap { ["--subscription", $0] } + arguments)
+    }
+
+    /// Web push: a new subscription, as a browser makes one with `PushManager.subscribe`; given an
+    /// `applicationServerKey` (base64url), the stand-in refuses pushes signed with another key (403).
+    /// Blocks while `curl` asks the stand-in.
+    public func subscribe(name: String? = nil, applicationServerKey: String? = nil) throws -> StandInWebPushSubscription {
+        var options: [String: String] = [:]
+        if let name { options["name"] = name }
+        if let applicationServerKey { options["applicationServerKey"] = applicationServerKey }
+        let body = String(decoding: try JSONSerialization.data(withJSONObject: options, options: [.sortedKeys]), as: UTF8.self)
+        let output = try Self.runTool([
+            "curl", "-sS", "--http2", "--fail-with-body", "--max-time", "10", "--cacert", caFile, "-X", "POST",
+            "-H", "content-type: application/json", "--data-binary", body, baseURL + "/subscribe",
+        ])
+        do {
+            return try JSONDecoder().decode(StandInWebPushSubscription.self, from: Data(output.utf8))
+        } catch {
+            throw Failure(description: "the web push stand-in answered /subscribe with \(output)")
+        }
+    }
+
+    /// Web push: the browser unsubscribed; the push service answers 410 Gone from now on.
+    public func unsubscribe(_ subscription: StandInWebPushSubscription) throws {
+        try Self.runTool([
+            "curl", "-sS", "--http2", "--fail-with-body", "--max-time", "10", "--cacert", caFile, "-X", "DELETE",
+            baseURL + "/subscription/" + subscription.id,
+        ])
     }
 
     /// Every request received so far, oldest first (each is logged before it is answered).
@@ -296,6 +336,7 @@ public final class PushStandIn: @unchecked Sendable {
         let service_account_file: String?
         let token_uri: String?
         let project_id: String?
+        let subscriptions: [String: StandInWebPushSubscription]?
     }
 
     /// The ready line, handed from the reading thread: nil = not yet; .some(nil) = EOF first.
@@ -357,6 +398,13 @@ public struct StandInRequest: Decodable, Sendable {
     public let jwtClaims: [String: StandInJSON]?
     /// Observations that did not change the answer (e.g. a notification block in an FCM message).
     public let notes: [String]
+    /// Web push: the subscription id pushed to, and the payload as the stand-in decrypted it with
+    /// the subscription's keys (nil for a push without payload, or one that did not decrypt). The
+    /// raw body is in `body` as base64url.
+    public let subscription: String?
+    public let plaintext: String?
+    /// Web push: the VAPID `k` (the application server's public key) of the Authorization header.
+    public let vapidKey: String?
 
     enum CodingKeys: String, CodingKey {
         case time, connection, stream, method, path, headers, body, notes
@@ -365,11 +413,39 @@ public struct StandInRequest: Decodable, Sendable {
         case verdictDetail = "verdict_detail"
         case jwtHeader = "jwt_header"
         case jwtClaims = "jwt_claims"
+        case subscription, plaintext
+        case vapidKey = "vapid_key"
     }
 
     /// The body parsed as JSON, when it is JSON.
     public var jsonBody: StandInJSON? {
         try? JSONDecoder().decode(StandInJSON.self, from: Data(body.utf8))
+    }
+
+    /// Web push: the decrypted payload parsed as JSON, when it is JSON.
+    public var jsonPlaintext: StandInJSON? {
+        plaintext.flatMap { try? JSONDecoder().decode(StandInJSON.self, from: Data($0.utf8)) }
+    }
+}
+
+/// A web push subscription the stand-in made, as `PushSubscription.toJSON()` gives it: what a
+/// browser posts to Rouse (`platform: web`) or registers as `pn-prid` (the endpoint).
+public struct StandInWebPushSubscription: Decodable, Sendable, Equatable {
+    public let endpoint: String
+    public let keys: Keys
+
+    /// `p256dh` (base64url P-256 point) and `auth` (base64url, 16 bytes).
+    public struct Keys: Decodable, Sendable, Equatable {
+        public let p256dh: String
+        public let auth: String
+    }
+
+    /// The subscription's id: the last part of its endpoint (`/push/<id>`).
+    public var id: String { String(endpoint.split(separator: "/").last ?? "") }
+
+    /// The JSON object a browser posts: `{"endpoint", "expirationTime": null, "keys": {"p256dh", "auth"}}`.
+    public var json: [String: Any] {
+        ["endpoint": endpoint, "expirationTime": NSNull(), "keys": ["p256dh": keys.p256dh, "auth": keys.auth]]
     }
 }
 

@@ -66,7 +66,9 @@ public final class SIPTransportLayer: Sendable {
             guard case .idle = state else { throw .alreadyStarted }
             var serverTLS: TLSContext?
             if let tls {
-                serverTLS = try TLSContext.server(certificatePath: tls.certificatePath, privateKeyPath: tls.privateKeyPath)
+                serverTLS = try TLSContext.server(
+                    certificatePath: tls.certificatePath, privateKeyPath: tls.privateKeyPath,
+                    clientCertificateAuthorityPath: tls.clientCertificateAuthorityPath, requiresClientCertificate: tls.requiresClientCertificate)
             } else if let point = listenPoints.first(where: { $0.transport == .tls }) {
                 throw .cannotListen(point, reason: "a TLS listen point needs a certificate and key")
             }
@@ -128,11 +130,13 @@ public final class SIPTransportLayer: Sendable {
         if !accepted { completion?(.failure(.notRunning)) }
     }
 
-    /// Loads the certificate and key again (after they were renewed) for new TLS connections;
-    /// connections already open keep theirs. Throws `tlsSetup` when the files do not load, and
-    /// then changes nothing.
+    /// Loads the certificate and key again (after they were renewed), and the client CA file when
+    /// one is configured, for new TLS connections; connections already open keep theirs. Throws
+    /// `tlsSetup` when the files do not load, and then changes nothing.
     public func reloadTLS(certificatePath: String, privateKeyPath: String) throws(SIPTransportError) {
-        let context = try TLSContext.server(certificatePath: certificatePath, privateKeyPath: privateKeyPath)
+        let context = try TLSContext.server(
+            certificatePath: certificatePath, privateKeyPath: privateKeyPath,
+            clientCertificateAuthorityPath: tls?.clientCertificateAuthorityPath, requiresClientCertificate: tls?.requiresClientCertificate ?? false)
         guard let (loop, core) = runningLoop() else { throw .notRunning }
         _ = loop.execute { core.replaceServerTLS(context) }
     }

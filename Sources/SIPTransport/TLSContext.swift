@@ -38,8 +38,14 @@ final class TLSContext: @unchecked Sendable {
         SSL_CTX_free(pointer)
     }
 
-    /// A server context presenting the certificate (chain) and key read from PEM files.
-    static func server(certificatePath: String, privateKeyPath: String) throws(SIPTransportError) -> TLSContext {
+    /// A server context presenting the certificate (chain) and key read from PEM files. With
+    /// `clientCertificateAuthorityPath`, it asks each client for a certificate signed by one of
+    /// that file's CAs and refuses one that does not verify; a client without a certificate is
+    /// refused only when `requiresClientCertificate`.
+    static func server(
+        certificatePath: String, privateKeyPath: String, clientCertificateAuthorityPath: String? = nil,
+        requiresClientCertificate: Bool = false
+    ) throws(SIPTransportError) -> TLSContext {
         let context = try TLSContext(method: TLS_server_method(), verifiesPeer: false)
         // TLS 1.2 (1.3 keeps OpenSSL's own suites): forward secrecy and AEAD only, no CBC, SHA-1,
         // RSA key exchange or anonymous suites.
@@ -55,7 +61,28 @@ final class TLSContext: @unchecked Sendable {
         guard SSL_CTX_check_private_key(context.pointer) == 1 else {
             throw .tlsSetup(drainOpenSSLErrors("the private key does not match the certificate"))
         }
+        if let authorities = clientCertificateAuthorityPath {
+            try context.askForClientCertificates(authorities: authorities, required: requiresClientCertificate)
+        }
         return context
+    }
+
+    /// Verifies client certificates against the CAs in `authorities` (and names them in the
+    /// CertificateRequest, so a client knows which certificate to send).
+    private func askForClientCertificates(authorities: String, required: Bool) throws(SIPTransportError) {
+        guard SSL_CTX_load_verify_locations(pointer, authorities, nil) == 1 else {
+            throw .tlsSetup(drainOpenSSLErrors("cannot read client CA file \(authorities)"))
+        }
+        guard let names = SSL_load_client_CA_file(authorities) else {
+            throw .tlsSetup(drainOpenSSLErrors("no CA certificate in client CA file \(authorities)"))
+        }
+        SSL_CTX_set_client_CA_list(pointer, names)  // the context owns the list from here
+        // A session resumed later must belong to this context (OpenSSL refuses resumption otherwise
+        // once peers are verified).
+        let sessionContext = Array("rouse-sip".utf8)
+        _ = SSL_CTX_set_session_id_context(pointer, sessionContext, UInt32(sessionContext.count))
+        let mode = SSL_VERIFY_PEER | (required ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0)
+        SSL_CTX_set_verify(pointer, mode, nil)
     }
 
     /// The TLS 1.2 cipher suites a server offers (OpenSSL cipher-list syntax).

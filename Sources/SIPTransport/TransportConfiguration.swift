@@ -13,15 +13,24 @@ public struct TLSConfiguration: Hashable, Sendable {
     public var verifiesOutboundPeers: Bool
     /// PEM file of trusted CAs for outbound verification; nil uses OpenSSL's default locations.
     public var trustedCertificatesPath: String?
+    /// PEM file of the CAs inbound clients' certificates must chain to (settings `tls_client_ca`);
+    /// when set, a listen point asks every client for a certificate and refuses one that does not
+    /// verify. nil: no certificate is asked for.
+    public var clientCertificateAuthorityPath: String?
+    /// With `clientCertificateAuthorityPath`: a client without a certificate is refused too
+    /// (`tls_require_client_cert`); otherwise its certificate is optional.
+    public var requiresClientCertificate: Bool
 
     public init(
         certificatePath: String, privateKeyPath: String, verifiesOutboundPeers: Bool = false,
-        trustedCertificatesPath: String? = nil
+        trustedCertificatesPath: String? = nil, clientCertificateAuthorityPath: String? = nil, requiresClientCertificate: Bool = false
     ) {
         self.certificatePath = certificatePath
         self.privateKeyPath = privateKeyPath
         self.verifiesOutboundPeers = verifiesOutboundPeers
         self.trustedCertificatesPath = trustedCertificatesPath
+        self.clientCertificateAuthorityPath = clientCertificateAuthorityPath
+        self.requiresClientCertificate = requiresClientCertificate
     }
 }
 

@@ -34,6 +34,11 @@ extension Migrator {
                 );
                 CREATE INDEX calls_aor_idx ON calls (aor, started_at DESC);
                 CREATE INDEX calls_started_idx ON calls (started_at DESC);
-                """)
+                """),
+        Migration(
+            version: 301, name: "binding-refresh pushes claimed once per registration",
+            sql: """
+                ALTER TABLE bindings ADD COLUMN refresh_pushed_at timestamptz;
+                """),
     ]
 }

@@ -8,17 +8,19 @@ import Registrar
 ///
 /// Threading: stateless; each reader runs on a connection the caller owns, blocking its thread.
 public enum PostgresCalls {
-    /// The latest calls, newest first: of one extension when `aor` is given, and only those that
-    /// started before `before` when given (the cursor of the next page: the last call's `startedAt`).
+    /// The latest calls, newest first: of one extension when `aor` is given, only those that
+    /// started before `before` when given (the cursor of the next page: the last call's `startedAt`),
+    /// and only missed (or only not missed) calls when `missed` is given.
     public static func recent(
-        on connection: PostgresConnection, aor: AddressOfRecord? = nil, limit: Int = 50, before: Date? = nil
+        on connection: PostgresConnection, aor: AddressOfRecord? = nil, limit: Int = 50, before: Date? = nil, missed: Bool? = nil
     ) throws -> [CallJourney] {
         let rows = try connection.query(
             selectSQL + """
                 WHERE ($1::text IS NULL OR aor = $1) AND ($2::timestamptz IS NULL OR started_at < $2::timestamptz)
+                    AND ($4::boolean IS NULL OR (coalesce(journey->>'missed', '0') = '1') = $4::boolean)
                 ORDER BY started_at DESC, id DESC LIMIT $3::integer
                 """,
-            [aor?.description, before.map(MillisecondTime.string), String(max(0, limit))])
+            [aor?.description, before.map(MillisecondTime.string), String(max(0, limit)), missed.map { $0 ? "true" : "false" }])
         return try withLatestWakes(rows.rows.indices.compactMap { journey(from: rows, row: $0) }, on: connection)
     }
 
@@ -108,6 +110,8 @@ enum JourneyJSON {
     static func encode(_ journey: CallJourney) -> String {
         var json = JSONText(capacity: 512 + journey.pushes.count * 320 + journey.branches.count * 320 + journey.events.count * 96)
         json.beginObject()
+        // JSONText writes no booleans: 1 for a missed call, 0 otherwise.
+        json.field("missed", journey.missed ? 1 : 0)
         json.key("pushes")
         json.beginArray()
         for push in journey.pushes {
@@ -171,6 +175,7 @@ enum JourneyJSON {
     /// read (no id, no time) is left out rather than guessed.
     static func decode(_ text: String, into journey: inout CallJourney) {
         guard let parsed = try? JSONSerialization.jsonObject(with: Data(text.utf8)), let object = parsed as? [String: Any] else { return }
+        journey.missed = (object["missed"] as? Int) == 1
         journey.pushes = (object["pushes"] as? [[String: Any]] ?? []).compactMap(push)
         journey.branches = (object["branches"] as? [[String: Any]] ?? []).compactMap(branch)
         journey.events = (object["events"] as? [[String: Any]] ?? []).compactMap { item in

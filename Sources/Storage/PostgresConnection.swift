@@ -1,5 +1,9 @@
 import CLibPQ
 import Glibc
+import Synchronization
+
+/// Statements sent to PostgreSQL by this process (`PostgresConnection.statementCount`).
+private let statementsSent = Atomic<Int>(0)
 
 /// One connection to PostgreSQL through libpq. It owns its `PGconn` and closes it in `deinit`.
 ///
@@ -44,9 +48,14 @@ public final class PostgresConnection {
     /// True while the connection is usable.
     public var isHealthy: Bool { PQstatus(connection) == CONNECTION_OK }
 
+    /// Statements (and scripts) this process has sent to PostgreSQL over any connection: a round
+    /// trip each (`/metrics` shows it as `rouse_database_statements_total`). Thread-safe.
+    public static var statementCount: Int { statementsSent.load(ordering: .relaxed) }
+
     /// Runs one statement with `$1…$n` bind parameters (text format; nil is SQL NULL).
     @discardableResult
     public func query(_ sql: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresRows {
+        statementsSent.add(1, ordering: .relaxed)
         let result: OpaquePointer? = withOptionalCStrings(parameters) { values in
             PQexecParams(connection, sql, Int32(parameters.count), nil, values, nil, nil, 0)
         }
@@ -71,6 +80,7 @@ public final class PostgresConnection {
     }
 
     func runScript(text sql: String) throws(PostgresError) {
+        statementsSent.add(1, ordering: .relaxed)
         guard let result = PQexec(connection, sql) else {
             throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(PostgresConnection.firstLine(of: PQerrorMessage(connection)))")
         }

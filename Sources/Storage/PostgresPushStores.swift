@@ -4,50 +4,89 @@ import Registrar
 
 /// `push_dead_tokens` and `push_records` for the push service: marks dead tokens (the registrar's
 /// lookups skip them until the token is registered or posted again) and keeps every push's outcome.
+/// Both go through a `PostgresWriteQueue`, so a push made while PostgreSQL is away is recorded when
+/// it is back (issue 9), in order, and the push's caller never waits for the database.
 ///
-/// Threading: thread-safe; every call runs on the worker pool's threads and suspends the caller
-/// without blocking it.
+/// Threading: thread-safe; `markDead` and `record` return at once. `flush(timeout:)` and
+/// `shutdown()` block: never call them on the SIP path.
 public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
-    private let pool: PostgresWorkerPool
+    /// The writer behind both (its counts and last failure are for `/health` and logs).
+    public let queue: PostgresWriteQueue
 
-    public init(pool: PostgresWorkerPool) {
-        self.pool = pool
+    public init(settings: PostgresSettings, capacity: Int = 100_000) {
+        queue = PostgresWriteQueue(settings: settings, name: "rouse-push-records", capacity: capacity)
     }
 
     public func markDead(family: PushProviderFamily, token: String, reason: String) async throws {
-        try await pool.perform { connection in
-            try Self.markDead(on: connection, family: family, token: token, reason: reason)
+        let markedAt = Date()
+        queue.enqueue { connection in
+            try Self.markDead(on: connection, family: family, token: token, reason: reason, at: markedAt)
         }
     }
 
     public func record(_ record: PushRecord) async throws {
-        try await pool.perform { connection in
-            try Self.insert(record, on: connection)
+        // A record id makes the write safe to repeat (a retried transaction may have committed).
+        var identified = record
+        if identified.id == nil { identified.id = UUID() }
+        let stored = identified
+        queue.enqueue { connection in
+            try Self.insert(stored, on: connection)
         }
     }
 
-    /// Marks a token dead (or refreshes the mark) on `connection`.
-    public static func markDead(on connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String) throws {
-        try connection.query(
-            """
-            INSERT INTO push_dead_tokens (family, token, reason, marked_at) VALUES ($1, $2, $3, now())
-            ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
-            """,
-            [family.rawValue, token, reason])
+    /// Waits until every queued write is in PostgreSQL (true) or `timeout` seconds passed. Blocking.
+    @discardableResult
+    public func flush(timeout: TimeInterval) -> Bool {
+        queue.flush(timeout: timeout)
     }
 
-    /// Stores one push's outcome on `connection`.
-    public static func insert(_ record: PushRecord, on connection: PostgresConnection) throws {
+    /// Writes what PostgreSQL takes, drops the rest, stops the writer. Blocking; idempotent.
+    public func shutdown() {
+        queue.shutdown()
+    }
+
+    /// Marks a token dead (or refreshes the mark) on `connection`, as of `markedAt` (by default now).
+    public static func markDead(
+        on connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String, at markedAt: Date? = nil
+    ) throws {
         try connection.query(
             """
-            INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation, latency_ms)
-            VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, $6::bigint, $7, $8::integer, $9, $10, $11::integer)
+            INSERT INTO push_dead_tokens (family, token, reason, marked_at)
+            VALUES ($1, $2, $3, coalesce(to_timestamp($4::double precision), now()))
+            ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
             """,
-            [
-                String(record.createdAt.timeIntervalSince1970), record.aor, record.callID, record.provider.rawValue, record.tokenShort,
-                record.appID.map(String.init), record.outcome, record.status.map(String.init), record.reason, record.explanation,
-                String(record.latencyMilliseconds),
-            ])
+            [family.rawValue, token, reason, markedAt.map { String($0.timeIntervalSince1970) }])
+    }
+
+    /// Stores one push's outcome on `connection`; a record with an id already stored stays as it
+    /// is (a retried write), and an app removed meanwhile leaves `app_id` empty. A record without an
+    /// id is written as before migration 300 (which added `record_uuid`) knew it.
+    public static func insert(_ record: PushRecord, on connection: PostgresConnection) throws {
+        var parameters: [String?] = [
+            String(record.createdAt.timeIntervalSince1970), record.aor, record.callID, record.provider.rawValue, record.tokenShort,
+            record.appID.map(String.init), record.outcome, record.status.map(String.init), record.reason, record.explanation,
+            String(record.latencyMilliseconds),
+        ]
+        guard let id = record.id else {
+            try connection.query(
+                """
+                INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation, latency_ms)
+                VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7,
+                    $8::integer, $9, $10, $11::integer)
+                """,
+                parameters)
+            return
+        }
+        parameters.append(id.uuidString)
+        try connection.query(
+            """
+            INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation,
+                latency_ms, record_uuid)
+            VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7,
+                $8::integer, $9, $10, $11::integer, $12::uuid)
+            ON CONFLICT (record_uuid) DO NOTHING
+            """,
+            parameters)
     }
 
     /// The latest records, newest first (of one AOR when given), with the device and wake result

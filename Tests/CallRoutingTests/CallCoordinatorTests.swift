@@ -94,6 +94,23 @@ final class CallCoordinatorTests: XCTestCase {
         XCTAssertEqual(harness.signaling.late2xx.first?.vias.count, 1, "Rouse's own Via is gone")
     }
 
+    func testAPushAnsweredAfterTheCallEndedStillJoinsTheJourneyAndSurvivesTheBye() throws {
+        let harness = Harness(bindings: [desk(), app()], settings: CallSettings(wakeWait: .seconds(30), wakeWaitWithDeskPhone: .milliseconds(50)))
+        harness.pusher.holdRings()
+        harness.placeCall()
+        try harness.waitUntil { harness.pusher.heldRingCount == 1 }
+        let invite = try harness.waitForBranch()
+        invite.respond(200)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
+        harness.pusher.releaseRings()
+        try harness.waitUntil { harness.journeys.calls.last?.pushes.count == 1 }
+        harness.coordinator.dialogEnded(callID: try XCTUnwrap(invite.request.callID), fromCallee: false)
+        try harness.waitUntil { harness.journeys.calls.last?.endedAt != nil }
+        let journey = try XCTUnwrap(harness.journeys.calls.last)
+        XCTAssertEqual(journey.pushes.count, 1, "the late push is kept by the BYE's rewrite")
+        XCTAssertTrue(journey.events.contains { $0.text.hasPrefix("the caller hung up") })
+    }
+
     // MARK: - Doubles
 
     func desk() -> Binding {
@@ -125,7 +142,7 @@ final class Harness: @unchecked Sendable {
     private var callerResponses: [SIPResponse] = []
     private var handle: ServerTransactionHandle?
 
-    init(bindings: [Binding], settings: CallSettings = CallSettings()) {
+    init(bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil) {
         directory.set(bindings)
         let box = Box()
         transactions = TransactionLayer<Int>(
@@ -139,7 +156,7 @@ final class Harness: @unchecked Sendable {
             settings: CallSettings(
                 wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
                 cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"])),
-            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance")
+            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens)
         coordinator.attach(signaling)
         box.harness = self
     }
@@ -291,17 +308,55 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
     private let lock = NSLock()
     private var sentRings: [PushChannel] = []
     private var sentCancels: [(channel: PushChannel, reason: String)] = []
+    private var sentMissed: [(channel: PushChannel, reason: String)] = []
+    private var ringContents: [CallPushContent] = []
 
     var rings: [PushChannel] { lock.withLock { sentRings } }
     var cancels: [(channel: PushChannel, reason: String)] { lock.withLock { sentCancels } }
+    var missedNotices: [(channel: PushChannel, reason: String)] { lock.withLock { sentMissed } }
+    private var holding = false
+    private var heldRings: [CheckedContinuation<Void, Never>] = []
 
-    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?) {
-        lock.withLock { sentRings.append(channel) }
+    /// From now on ring pushes get no answer until `releaseRings` (a stalled provider).
+    func holdRings() { lock.withLock { holding = true } }
+    var heldRingCount: Int { lock.withLock { heldRings.count } }
+
+    func releaseRings() {
+        let held = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            holding = false
+            defer { heldRings = [] }
+            return heldRings
+        }
+        held.forEach { $0.resume() }
+    }
+    /// What each ring push carried (its call token, among others), in order.
+    var ringPayloads: [CallPushContent] { lock.withLock { ringContents } }
+
+    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, retryUntil: Date, aor: String) async -> (PushOutcome, Int64?) {
+        lock.withLock {
+            sentRings.append(channel)
+            ringContents.append(call)
+        }
+        if lock.withLock({ holding }) {
+            await withCheckedContinuation { continuation in
+                let heldNow = lock.withLock { () -> Bool in
+                    guard holding else { return false }
+                    heldRings.append(continuation)
+                    return true
+                }
+                if !heldNow { continuation.resume() }
+            }
+        }
         return (PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3)), 1)
     }
 
     func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
         lock.withLock { sentCancels.append((channel, reason)) }
+        return PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3))
+    }
+
+    func missed(_ call: CallPushContent, reason: String, to channel: PushChannel, aor: String) async -> PushOutcome {
+        lock.withLock { sentMissed.append((channel, reason)) }
         return PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3))
     }
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Local stand-in of APNs or FCM for Rouse's tests.
+"""Local stand-in of APNs, FCM or a web push service for Rouse's tests.
 
-One program, two roles (--role apns|fcm). It speaks HTTP/2 over TLS with ALPN h2 only (Debian's
-libcurl 7.88.1 cannot reuse cleartext h2c connections), on a loopback port, with a certificate it
-makes at start, signed by a throw-away CA whose PEM it writes to <state-dir>/ca.pem.
+One program, three roles (--role apns|fcm|webpush). It speaks HTTP/2 over TLS with ALPN h2 only
+(Debian's libcurl 7.88.1 cannot reuse cleartext h2c connections), on a loopback port, with a
+certificate it makes at start, signed by a throw-away CA whose PEM it writes to <state-dir>/ca.pem.
 
 When it listens it prints one JSON line to stdout, e.g.
     {"port": 43121, "ca_file": "/tmp/x/ca.pem", "role": "apns", ...}
@@ -11,14 +11,18 @@ and appends every request it receives, with the answer it chose, as one JSON lin
 <state-dir>/requests.jsonl (written before the answer is sent). SIGTERM or SIGINT stop it with exit
 status 0; with --exit-on-stdin-eof it also stops when its standard input closes (its parent died).
 
-Requests are validated the way Apple and Google document; then the device token's prefix picks a
-scripted answer (see APNS_SCRIPT and FCM_SCRIPT below, and README.md beside this file).
+Requests are validated the way Apple and Google document (web push: RFC 8030, RFC 8292 VAPID and
+RFC 8291 encryption, the payload decrypted with the subscription's keys); then the device token's
+(or subscription's) prefix picks a scripted answer (see APNS_SCRIPT, FCM_SCRIPT and WEBPUSH_SCRIPT
+below, and README.md beside this file).
 """
 
 import argparse
 import asyncio
 import base64
 import datetime
+import hashlib
+import hmac
 import ipaddress
 import json
 import os
@@ -39,13 +43,15 @@ import h2.events
 import h2.exceptions
 import h2.settings
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 STALL = object()  # a handler's answer meaning: keep the stream open and never answer it
+RESET = object()  # a fault's answer meaning: drop the whole connection without answering
 
 # Token prefix (lower-case hex) -> (status, reason, once). `once`: answer so only the first time a
 # token is seen, then answer 200. Checked after every validation passed.
@@ -539,6 +545,241 @@ class FCM:
         return Verdict(200, "OK", compact_json({"name": name}), [("content-type", "application/json; charset=UTF-8")])
 
 
+# Subscription-name prefix -> (status, reason, once). Checked after every validation passed (and
+# after the payload was decrypted), like the token prefixes of APNs and FCM.
+WEBPUSH_SCRIPT = [
+    ("gone", 410, "Gone", False),
+    ("toolarge", 413, "PayloadTooLarge", False),
+    ("busy", 429, "TooManyRequests", False),
+    ("unavailable", 503, "ServiceUnavailable", True),
+    ("stall", None, "Stalled", False),
+]
+WEBPUSH_URGENCIES = ("very-low", "low", "normal", "high")
+BASE64URL_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+VAPID_MAX_LIFETIME = 24 * 3600
+
+
+def b64url_encode(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def hkdf_sha256(salt, ikm, info, length):
+    """RFC 5869 with HMAC-SHA-256 (length <= 32 here)."""
+    prk = hmac.new(salt, ikm, hashlib.sha256).digest()
+    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()[:length]
+
+
+def webpush_decrypt(body, private_key, auth_secret):
+    """RFC 8291 / RFC 8188 aes128gcm, the browser's side: returns the plaintext or raises ValueError."""
+    if len(body) < 21:
+        raise ValueError("shorter than an aes128gcm header")
+    salt, record_size, id_length = body[:16], int.from_bytes(body[16:20], "big"), body[20]
+    if record_size < 18:
+        raise ValueError(f"record size {record_size} < 18")
+    if id_length != 65:
+        raise ValueError(f"keyid is {id_length} bytes, not a 65-byte P-256 point (RFC 8291 §4)")
+    sender_bytes = body[21:86]
+    try:
+        sender = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), sender_bytes)
+    except ValueError:
+        raise ValueError("keyid is not a P-256 point") from None
+    receiver_bytes = private_key.public_key().public_bytes(
+        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    secret = private_key.exchange(ec.ECDH(), sender)
+    key_info = b"WebPush: info\x00" + receiver_bytes + sender_bytes
+    ikm = hkdf_sha256(auth_secret, secret, key_info, 32)
+    cek = hkdf_sha256(salt, ikm, b"Content-Encoding: aes128gcm\x00", 16)
+    nonce = hkdf_sha256(salt, ikm, b"Content-Encoding: nonce\x00", 12)
+    records = body[86:]
+    if not records:
+        raise ValueError("no record after the header")
+    plaintext = b""
+    for sequence, start in enumerate(range(0, len(records), record_size)):
+        chunk = records[start:start + record_size]
+        iv = nonce[:4] + (int.from_bytes(nonce[4:], "big") ^ sequence).to_bytes(8, "big")
+        try:
+            padded = AESGCM(cek).decrypt(iv, chunk, None)
+        except InvalidTag:
+            raise ValueError(f"record {sequence}: the AES-GCM tag does not verify (wrong keys or auth secret)") from None
+        padded = padded.rstrip(b"\x00")
+        last = start + record_size >= len(records)
+        if not padded or padded[-1] != (2 if last else 1):
+            raise ValueError(f"record {sequence}: no padding delimiter {2 if last else 1}")
+        plaintext += padded[:-1]
+    return plaintext
+
+
+class WebPush:
+    """A web push service (RFC 8030) for subscriptions it makes itself: POST /subscribe, then
+    POST /push/<id> from the application server with VAPID (RFC 8292) and an aes128gcm body
+    (RFC 8291), which it decrypts with the subscription's keys and logs."""
+
+    def __init__(self, args):
+        self.names = args.subscription
+        self.origins = set()
+        self.base = None
+        self.subscriptions = {}  # id -> {"key", "auth", "application_server_key", "gone", "name"}
+        self.seen = set()
+
+    def listening(self, port, state_dir):
+        """Ready-line fields: the origin, and the subscriptions asked for with --subscription."""
+        self.base = f"https://127.0.0.1:{port}"
+        self.origins = {self.base, f"https://localhost:{port}"}
+        made = {name: self.subscribe(name, None) for name in self.names}
+        return {"origin": self.base, "subscriptions": made}
+
+    def subscribe(self, name, application_server_key):
+        """A new subscription, as PushSubscription.toJSON() shows it."""
+        prefix = re.sub(r"[^A-Za-z0-9_-]", "", name or "")
+        subscription_id = (prefix + "-" if prefix else "") + secrets.token_urlsafe(18)
+        key = ec.generate_private_key(ec.SECP256R1())
+        auth = secrets.token_bytes(16)
+        self.subscriptions[subscription_id] = {
+            "key": key, "auth": auth, "application_server_key": application_server_key, "gone": False, "name": name,
+        }
+        public = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+        return {"endpoint": f"{self.base}/push/{subscription_id}", "expirationTime": None,
+                "keys": {"p256dh": b64url_encode(public), "auth": b64url_encode(auth)}}
+
+    def error(self, status, reason, detail, headers=()):
+        body = compact_json({"code": status, "errno": status, "error": reason, "message": detail})
+        return Verdict(status, reason, body, [("content-type", "application/json")] + list(headers), detail)
+
+    def handle(self, request, record):
+        if request.path == "/subscribe":
+            return self.handle_subscribe(request)
+        match = re.match(r"^/subscription/([A-Za-z0-9_-]+)$", request.path)
+        if match and request.method == "DELETE":
+            subscription = self.subscriptions.get(match.group(1))
+            if subscription is None:
+                raise self.error(404, "NotFound", "no such subscription")
+            subscription["gone"] = True
+            return Verdict(204, "NoContent", b"", [])
+        match = re.match(r"^/push/([A-Za-z0-9_-]+)$", request.path)
+        if not match:
+            raise self.error(404, "NotFound", f"{request.method} {request.path} is not served here")
+        if request.method != "POST":
+            raise self.error(405, "MethodNotAllowed", f"method {request.method}")
+        subscription_id = match.group(1)
+        record["subscription"] = subscription_id
+        body = bytes(request.body)
+        record["body"] = b64url_encode(body)
+        subscription = self.subscriptions.get(subscription_id)
+        if subscription is None:
+            raise self.error(404, "NotFound", "no such subscription (never made, or expired)")
+        self.check_vapid(request, record, subscription)
+        if subscription["gone"]:
+            raise self.error(410, "Gone", "the subscription was unsubscribed")
+
+        ttl = request.headers.get("ttl")
+        if ttl is None or not re.match(r"^[0-9]+$", ttl):
+            raise self.error(400, "BadRequest", f"TTL {ttl!r}: a TTL header with whole seconds is required (RFC 8030 §5.2)")
+        urgency = request.headers.get("urgency")
+        if urgency is not None and urgency not in WEBPUSH_URGENCIES:
+            raise self.error(400, "BadRequest", f"Urgency {urgency!r} is not one of {', '.join(WEBPUSH_URGENCIES)}")
+        topic = request.headers.get("topic")
+        if topic is not None and (len(topic) > 32 or not BASE64URL_RE.match(topic)):
+            raise self.error(400, "BadRequest", f"Topic {topic!r}: at most 32 base64url characters (RFC 8030 §5.4)")
+        if len(body) > 4096:
+            raise self.error(413, "PayloadTooLarge", f"{len(body)} bytes > 4096")
+        if body:
+            encoding = request.headers.get("content-encoding")
+            if encoding != "aes128gcm":
+                raise self.error(400, "BadRequest", f"Content-Encoding {encoding!r}: a payload must be aes128gcm (RFC 8291)")
+            try:
+                plaintext = webpush_decrypt(body, subscription["key"], subscription["auth"])
+            except ValueError as error:
+                raise self.error(400, "BadRequest", f"the payload does not decrypt with the subscription's keys: {error}") from None
+            record["plaintext"] = plaintext.decode("utf-8", "replace")
+        else:
+            record["notes"].append("push without payload")
+
+        name = subscription_id.lower()
+        first_time = subscription_id not in self.seen
+        self.seen.add(subscription_id)
+        for prefix, status, reason, once in WEBPUSH_SCRIPT:
+            if not name.startswith(prefix) or (once and not first_time):
+                continue
+            if status is None:
+                return STALL
+            headers = [("retry-after", "1")] if status == 429 else []
+            raise self.error(status, reason, f"scripted by subscription prefix {prefix}", headers)
+        message = str(uuid.uuid4())
+        return Verdict(201, "Created", b"", [("location", f"{self.base}/message/{message}"), ("ttl", ttl)])
+
+    def handle_subscribe(self, request):
+        if request.method != "POST":
+            raise self.error(405, "MethodNotAllowed", f"method {request.method}")
+        options = {}
+        if request.body:
+            try:
+                options = json.loads(bytes(request.body))
+            except ValueError:
+                raise self.error(400, "BadRequest", "the body is not JSON") from None
+            if not isinstance(options, dict):
+                raise self.error(400, "BadRequest", "the body is not a JSON object")
+        server_key = options.get("applicationServerKey")
+        if server_key is not None:
+            try:
+                ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), b64url_decode(server_key))
+            except (ValueError, TypeError):
+                raise self.error(400, "BadRequest", "applicationServerKey is not a base64url P-256 point") from None
+        made = self.subscribe(options.get("name"), server_key)
+        return Verdict(201, "Created", compact_json(made), [("content-type", "application/json")])
+
+    def check_vapid(self, request, record, subscription):
+        authorization = request.headers.get("authorization")
+        challenge = [("www-authenticate", "vapid")]
+        if authorization is None:
+            raise self.error(401, "Unauthorized", "no Authorization header (VAPID, RFC 8292)", challenge)
+        match = re.match(r"^vapid\s+(.*)$", authorization, re.IGNORECASE)
+        if not match:
+            raise self.error(401, "Unauthorized", "Authorization is not the vapid scheme", challenge)
+        params = {}
+        for item in match.group(1).split(","):
+            name, _, value = item.strip().partition("=")
+            params[name.strip().lower()] = value.strip()
+        token, key_text = params.get("t"), params.get("k")
+        if not token or not key_text:
+            raise self.error(401, "Unauthorized", "vapid needs t=<JWT> and k=<public key>", challenge)
+        try:
+            key_bytes = b64url_decode(key_text)
+            key = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key_bytes)
+        except (ValueError, TypeError):
+            raise self.error(401, "Unauthorized", "k is not a base64url uncompressed P-256 point", challenge) from None
+        try:
+            header, claims, signing_input, signature = decode_jwt(token)
+        except ValueError as error:
+            raise self.error(401, "Unauthorized", f"malformed JWT: {error}", challenge) from None
+        record["jwt_header"], record["jwt_claims"] = header, claims
+        record["vapid_key"] = key_text
+        if header.get("alg") != "ES256":
+            raise self.error(401, "Unauthorized", f"alg {header.get('alg')!r} is not ES256", challenge)
+        if header.get("typ") not in (None, "JWT"):
+            raise self.error(401, "Unauthorized", f"typ {header.get('typ')!r} is not JWT", challenge)
+        if len(signature) != 64:
+            raise self.error(401, "Unauthorized", f"signature is {len(signature)} bytes, not raw r||s (64)", challenge)
+        der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
+        try:
+            key.verify(der, signing_input, ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature:
+            raise self.error(401, "Unauthorized", "the JWT signature does not verify with k", challenge) from None
+        if claims.get("aud") not in self.origins:
+            raise self.error(401, "Unauthorized", f"aud {claims.get('aud')!r} is not this push service's origin {self.base}",
+                             challenge)
+        expires, now = claims.get("exp"), time.time()
+        if not is_integer(expires) or expires <= now:
+            raise self.error(401, "Unauthorized", f"exp {expires!r} is not a future time", challenge)
+        if expires > now + VAPID_MAX_LIFETIME:
+            raise self.error(401, "Unauthorized", f"exp is {expires - now:.0f} s ahead: more than 24 hours", challenge)
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not (subject.startswith("mailto:") or subject.startswith("https:")):
+            raise self.error(401, "Unauthorized", f"sub {subject!r} is not a mailto: or https: contact", challenge)
+        expected = subscription["application_server_key"]
+        if expected is not None and b64url_decode(expected) != key_bytes:
+            raise self.error(403, "Forbidden", "k is not the applicationServerKey the subscription was made with")
+
+
 def load_public_key(path, kind):
     with open(path, "rb") as file:
         data = file.read()
@@ -551,6 +792,50 @@ def load_public_key(path, kind):
     if isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name != "secp256r1":
         raise SystemExit(f"{path}: curve {key.curve.name}, APNs keys are P-256")
     return key
+
+
+def fault_verdict(server, request, record):
+    """The answer the fault file imposes on a push request, or None to answer normally.
+
+    <state-dir>/fault holds one line, read at every push request (APNs /3/device/..., FCM
+    messages:send; never FCM's /token), so a test switches faults while the stand-in runs:
+      unavailable [SECONDS]   503 (APNs {"reason":"ServiceUnavailable"}, FCM UNAVAILABLE), with
+                              Retry-After: SECONDS when given
+      stall                   the stream is never answered
+      reset                   the connection is dropped without an answer
+    An absent or empty file: no fault. A refused connection needs no mode: use a closed port.
+    """
+    if server.role == "fcm" and not request.path.startswith("/v1/"):
+        return None
+    if server.role == "webpush" and not request.path.startswith("/push/"):
+        return None
+    path = os.path.join(os.path.dirname(server.log.path), "fault")
+    try:
+        with open(path) as file:
+            words = file.read().split()
+    except FileNotFoundError:
+        return None
+    if not words:
+        return None
+    record["notes"].append("fault file: " + " ".join(words))
+    mode = words[0]
+    if mode == "stall":
+        return STALL
+    if mode == "reset":
+        return RESET
+    if mode == "unavailable":
+        extra = [("retry-after", words[1])] if len(words) > 1 else []
+        if server.role == "webpush":
+            return Verdict(503, "ServiceUnavailable", b"", extra, "fault file: unavailable")
+        if server.role == "apns":
+            apns_id = request.headers.get("apns-id") or str(uuid.uuid4()).upper()
+            return Verdict(503, "ServiceUnavailable", compact_json({"reason": "ServiceUnavailable"}),
+                           [("apns-id", apns_id)] + extra, "fault file: unavailable")
+        return server.handler.google_error(503, "UNAVAILABLE", "The service is currently unavailable.", "UNAVAILABLE",
+                                           headers=extra)
+    detail = f"{path}: unknown fault {mode!r} (unavailable [SECONDS], stall, reset)"
+    print(detail, file=sys.stderr, flush=True)
+    return Verdict(500, "StandInError", compact_json({"reason": "InternalServerError"}), [], detail)
 
 
 def make_certificates(state_dir):
@@ -669,7 +954,7 @@ class Connection:
         if self.server.role == "apns":
             record["environment"] = self.server.handler.environment
         try:
-            verdict = self.server.handler.handle(request, record)
+            verdict = fault_verdict(self.server, request, record) or self.server.handler.handle(request, record)
         except Verdict as raised:
             verdict = raised
         except Exception:  # a bug here must show, not hang the client
@@ -679,6 +964,11 @@ class Connection:
         if verdict is STALL:
             record.update(verdict_status=None, verdict_reason="Stalled", verdict_detail="scripted: never answered")
             self.server.log.write(record)
+            return
+        if verdict is RESET:
+            record.update(verdict_status=None, verdict_reason="Reset", verdict_detail="fault file: connection dropped")
+            self.server.log.write(record)
+            self.writer.transport.abort()
             return
         record.update(verdict_status=verdict.status, verdict_reason=verdict.reason, verdict_detail=verdict.detail)
         self.server.log.write(record)
@@ -735,7 +1025,7 @@ class Connection:
 class Server:
     def __init__(self, args):
         self.role = args.role
-        self.handler = APNs(args) if args.role == "apns" else FCM(args)
+        self.handler = {"apns": APNs, "fcm": FCM, "webpush": WebPush}[args.role](args)
         self.log = Log(os.path.join(args.state_dir, "requests.jsonl"))
         self.connections = {}
         self.next_id = 1
@@ -793,7 +1083,7 @@ async def serve(args):
 
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--role", choices=("apns", "fcm"), required=True)
+    parser.add_argument("--role", choices=("apns", "fcm", "webpush"), required=True)
     parser.add_argument("--state-dir", required=True, help="ca.pem, server certificate, requests.jsonl go here")
     parser.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="0 (default): any free port, told in the ready line")
@@ -821,6 +1111,10 @@ def parse_arguments(argv):
     fcm.add_argument("--access-token-ttl", type=int, default=3600, help="expires_in of issued access tokens")
     fcm.add_argument("--revoke-after", type=int, help="after N messages, revoke every access token issued so far (once)")
     fcm.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds of 429 QUOTA_EXCEEDED")
+    webpush = parser.add_argument_group("webpush")
+    webpush.add_argument("--subscription", action="append", default=[], metavar="NAME",
+                         help="make a subscription at start, listed under its name in the ready line; its id starts "
+                              "with NAME, so a scripted prefix (gone, toolarge, busy, unavailable, stall) applies; repeatable")
     args = parser.parse_args(argv)
     if ipaddress.ip_address(args.host).is_loopback is False:
         parser.error("--host must be a loopback address")

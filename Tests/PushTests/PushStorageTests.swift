@@ -41,14 +41,14 @@ final class PushStorageTests: XCTestCase {
     }
 
     func testDeadTokensAndRecordsAreWritten() async throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
-        defer { pool.shutdown() }
-        let stores = PostgresPushStores(pool: pool)
+        let stores = PostgresPushStores(settings: PostgresSettings(conninfo: database.conninfo))
+        defer { stores.shutdown() }
         try await stores.markDead(family: .apns, token: "abcd", reason: "BadDeviceToken")
         try await stores.markDead(family: .apns, token: "abcd", reason: "Unregistered")
         try await stores.record(PushRecord(
             createdAt: Date(timeIntervalSince1970: 1_700_000_000), aor: "1002@example.com", callID: "c1", provider: .apnsSandbox,
             tokenShort: "abcd…", appID: nil, outcome: "refused", status: 410, reason: "Unregistered", explanation: "dead", latencyMilliseconds: 12))
+        XCTAssertTrue(stores.flush(timeout: 10), "queued writes reach PostgreSQL")
         let connection = try database.connect()
         XCTAssertTrue(try PostgresPushStores.isDead(on: connection, family: .apns, token: "abcd"))
         XCTAssertFalse(try PostgresPushStores.isDead(on: connection, family: .fcm, token: "abcd"))

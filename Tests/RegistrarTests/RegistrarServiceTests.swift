@@ -53,6 +53,31 @@ final class RegistrarServiceTests: XCTestCase {
         XCTAssertEqual(registrar.bindings(for: F.alice).count, 0)
     }
 
+    /// Two REGISTERs of one extension whose writes both fail: neither binding stays, although the
+    /// second was built on the first.
+    func testTwoFailedWritesInARowLeaveNeitherBinding() throws {
+        let store = HeldLocationStore()
+        let registrar = Registrar(core: F().core, store: store, clock: { F.start })
+        let challenge = try exchange(registrar, F.register())
+        let first = F.register(
+            contacts: ["<sip:1001@192.0.2.7:5060>"], callID: "one", cseq: 2,
+            authorization: F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: "alice-secret"))
+        let second = F.register(
+            contacts: ["<sip:1001@192.0.2.8:5060>"], callID: "two", cseq: 2,
+            authorization: F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: "alice-secret", nc: "00000002"))
+        let answers = ResponsesBox()
+        for text in [first, second] {
+            registrar.handleRegister(try F.parse(text), flow: F.flow()) { answers.append($0) }
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while store.heldCount < 2, Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        XCTAssertEqual(registrar.bindings(for: F.alice).count, 2, "both are in the index while their writes are out")
+        store.answerAll(failing: true)
+        while answers.count < 2, Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        XCTAssertEqual(answers.statuses, [503, 503])
+        XCTAssertEqual(registrar.bindings(for: F.alice).count, 0, "nothing that was never written stays")
+    }
+
     func testLoadBindingsRestoresTheIndex() throws {
         let store = InMemoryLocationStore()
         XCTAssertEqual(try authenticatedRegister(makeRegistrar(store: store)).statusCode, 200)
@@ -69,4 +94,41 @@ final class ResponseBox: @unchecked Sendable {
     private var stored: SIPResponse?
     func set(_ response: SIPResponse) { lock.lock(); stored = response; lock.unlock() }
     var value: SIPResponse? { lock.lock(); defer { lock.unlock() }; return stored }
+}
+
+/// Carries several responses out of completion handlers.
+final class ResponsesBox: @unchecked Sendable {
+    // @unchecked: `stored` is only touched under `lock`.
+    private let lock = NSLock()
+    private var stored: [SIPResponse] = []
+    func append(_ response: SIPResponse) { lock.withLock { stored.append(response) } }
+    var count: Int { lock.withLock { stored.count } }
+    var statuses: [Int] { lock.withLock { stored.map(\.statusCode) } }
+}
+
+/// A store that holds every write until the test answers it, as a slow database would.
+final class HeldLocationStore: LocationStore, @unchecked Sendable {
+    // @unchecked: `held` is only touched under `lock`.
+    private let lock = NSLock()
+    private var held: [@Sendable (Result<Void, any Error>) -> Void] = []
+
+    var heldCount: Int { lock.withLock { held.count } }
+
+    func loadBindings(now: Date) throws -> [Binding] { [] }
+    func loadBindings(for aor: AddressOfRecord, now: Date) throws -> [Binding] { [] }
+
+    func apply(_ changes: [BindingChange], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        lock.withLock { held.append(completion) }
+    }
+
+    /// Answers every held write, in order.
+    func answerAll(failing: Bool) {
+        let completions = lock.withLock { () -> [@Sendable (Result<Void, any Error>) -> Void] in
+            defer { held = [] }
+            return held
+        }
+        for completion in completions { completion(failing ? .failure(Failure()) : .success(())) }
+    }
+
+    struct Failure: Error {}
 }

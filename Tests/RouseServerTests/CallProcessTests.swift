@@ -334,8 +334,10 @@ final class CallProcessTests: XCTestCase {
         XCTAssertTrue(ring.body.contains("call.ring"), ring.body)
         XCTAssertEqual(try call.cancel().statusCode, 200)
         XCTAssertEqual(try call.waitForFinal().statusCode, 487)
-        let both = try pushes(fcm, token: fcmToken, count: 2)
-        let cancelPush = try XCTUnwrap(both.last)
+        // The cancel push, then the missed-call notice (issue 11), in that order.
+        let three = try pushes(fcm, token: fcmToken, count: 3)
+        XCTAssertEqual(three.map { $0.jsonBody?["message"]?["data"]?["event"]?.stringValue }, ["call.ring", "call.canceled", "call.missed"])
+        let cancelPush = three[1]
         XCTAssertTrue(cancelPush.body.contains("call.canceled"), cancelPush.body)
         XCTAssertTrue(cancelPush.body.contains("caller_hangup"), cancelPush.body)
         let journey = try journey(callID: call.callID, outcome: .canceled) { $0.events.contains { $0.text.contains("stopped ringing") } }

@@ -1,0 +1,189 @@
+import CallRouting
+import Dispatch
+import Foundation
+import Registrar
+import Storage
+
+/// What a woken app may do with the `call_token` of its ring push (issue 11), with
+/// `Authorization: Bearer <call_token>`:
+/// - `POST /api/v1/calls/{call}/decline` with an optional `{"reason": "declined"|"busy"}`: this
+///   device declines; its branch and its wait stop, and when every device has declined the caller
+///   gets 603 Decline (486 Busy Here when all said busy).
+/// - `GET /api/v1/calls/{call}`: `ringing`, `answered`, `canceled` or `ended`, with the reason.
+///
+/// `{call}` is the push's `uuid` or its `call_id` (the SIP Call-ID, percent-encoded). A missing,
+/// wrong, expired or foreign token gets the same 401. A call held by another instance is declined
+/// through PostgreSQL (`NOTIFY rouse_call_control`) and its state read from the calls table.
+///
+/// Threading: handlers run on the HTTP server's thread and never block: the coordinator answers on
+/// its queue, PostgreSQL work runs on the worker pool.
+public struct CallAPI: Sendable {
+    public static let prefix = "/api/v1/calls/"
+    /// The channel a declined call held by another instance is announced on.
+    public static let controlChannel = "rouse_call_control"
+
+    let signer: CallTokenSigner
+    let control: any CallControl
+    let instanceID: String
+    let pool: PostgresWorkerPool
+
+    public init(signer: CallTokenSigner, control: any CallControl, instanceID: String, pool: PostgresWorkerPool) {
+        self.signer = signer
+        self.control = control
+        self.instanceID = instanceID
+        self.pool = pool
+    }
+
+    public func register(on router: inout HTTPRouter) {
+        router.add("GET", prefix: Self.prefix) { request, rest, respond in status(request, rest, respond) }
+        router.add("POST", prefix: Self.prefix) { request, rest, respond in decline(request, rest, respond) }
+    }
+
+    /// The one 401: the same whatever was wrong with the token.
+    static let unauthorized = HTTPResponse.error(
+        401, code: "unauthorized", message: "the call token is missing, wrong, expired or not for this call",
+        headers: [("WWW-Authenticate", "Bearer realm=\"rouse\"")])
+
+    func claims(_ request: HTTPRequest, call pathID: String) -> CallTokenClaims? {
+        guard let header = request.header("Authorization"), header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
+        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        guard case .success(let claims) = signer.verify(token), !pathID.isEmpty, claims.names(pathID) else { return nil }
+        return claims
+    }
+
+    func status(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
+        guard let claims = claims(request, call: rest) else { return respond(Self.unauthorized) }
+        if claims.instanceID != instanceID {
+            return readStatus(claims, respond)
+        }
+        control.status(claims) { status in
+            guard let status else {
+                return readStatus(claims, respond)
+            }
+            respond(.json(200, Self.body(status, claims)))
+        }
+    }
+
+    func decline(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
+        let suffix = "/decline"
+        guard rest.hasSuffix(suffix) else { return respond(.error(404, code: "not_found", message: "no such path")) }
+        let pathID = String(rest.dropLast(suffix.count))
+        guard let claims = claims(request, call: pathID) else { return respond(Self.unauthorized) }
+        let reason: DeclineReason
+        switch Self.declineReason(request.body) {
+        case .success(let parsed): reason = parsed
+        case .failure(let failure): return respond(failure.response)
+        }
+        if claims.instanceID != instanceID {
+            return forward(claims, reason, respond)
+        }
+        control.decline(claims, reason: reason) { status in
+            guard let status else { return respond(.error(404, code: "not_found", message: "the call is over and forgotten")) }
+            respond(.json(200, Self.body(status, claims)))
+        }
+    }
+
+    /// The optional body's `reason`: `declined` (the default) or `busy`.
+    public static func declineReason(_ body: Data) -> Result<DeclineReason, PushRegistrationAPI.ResponseFailure> {
+        if body.isEmpty || body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return .success(.declined) }
+        let object: [String: Any]
+        switch PushRegistrationAPI.jsonObject(body) {
+        case .success(let parsed): object = parsed
+        case .failure(let failure): return .failure(failure)
+        }
+        guard let value = object["reason"] else { return .success(.declined) }
+        guard let text = value as? String, let reason = DeclineReason(rawValue: text) else {
+            return .failure(PushRegistrationAPI.ResponseFailure(response: .error(
+                400, code: "invalid_field", message: "reason must be \"declined\" or \"busy\"", field: "reason")))
+        }
+        return .success(reason)
+    }
+
+    static func body(_ status: CallStatus, _ claims: CallTokenClaims) -> [String: Any] {
+        var body: [String: Any] = [
+            "uuid": claims.callUUID, "state": status.state.rawValue, "missed": status.missed, "declinedHere": status.declinedHere,
+        ]
+        body["reason"] = status.reason ?? NSNull()
+        if let here = status.answeredHere { body["answeredHere"] = here }
+        return body
+    }
+
+    /// A call held by another instance (or forgotten here): its state as the calls table has it.
+    /// A call is written there when it ends, so a valid token whose call has no row yet names a
+    /// call still ringing on its instance.
+    private func readStatus(_ claims: CallTokenClaims, _ respond: HTTPResponder) {
+        pool.submit({ connection in try PostgresCalls.journey(id: claims.callID, on: connection) }) { [instanceID] result in
+            switch result {
+            case .success(let journey?) where journey.callee == claims.aor:
+                respond(.json(200, Self.body(Self.status(of: journey), claims)))
+            case .success(nil) where claims.instanceID != instanceID:
+                respond(.json(200, Self.body(CallStatus(state: .ringing, reason: "ringing on another instance"), claims)))
+            case .success:
+                respond(.error(404, code: "not_found", message: "no such call"))
+            case .failure:
+                respond(.error(503, code: "storage_unavailable", message: "the call could not be read now; try again"))
+            }
+        }
+    }
+
+    /// The status a stored journey says (who answered is not known there by device).
+    static func status(of journey: CallJourney) -> CallStatus {
+        switch journey.outcome {
+        case .ringing: return CallStatus(state: .ringing)
+        case .answered:
+            return CallStatus(state: journey.endedAt == nil ? .answered : .ended, reason: journey.answeredBy.map { "answered by \($0)" })
+        case .canceled: return CallStatus(state: .canceled, reason: journey.reason, missed: journey.missed)
+        case .unanswered, .failed: return CallStatus(state: .ended, reason: journey.reason, missed: journey.missed)
+        }
+    }
+
+    /// Announces the decline to the instance holding the call; 202 once PostgreSQL has it.
+    private func forward(_ claims: CallTokenClaims, _ reason: DeclineReason, _ respond: HTTPResponder) {
+        let payload = CallControlNotice.decline(claims, reason: reason).payload
+        pool.submit({ connection in
+            _ = try connection.query("SELECT pg_notify($1, $2)", [Self.controlChannel, payload])
+        }) { result in
+            switch result {
+            case .success:
+                respond(.json(202, ["uuid": claims.callUUID, "state": "ringing", "reason": "declining on the instance holding the call"]))
+            case .failure:
+                respond(.error(503, code: "storage_unavailable", message: "the decline could not be passed on now; try again"))
+            }
+        }
+    }
+}
+
+/// A decline passed from the instance that got the HTTP request to the one holding the call, as a
+/// `NOTIFY rouse_call_control` payload: `decline <instance> <call> <uuid> <device> <reason> <exp> <aor>`.
+public struct CallControlNotice: Sendable, Equatable {
+    public var claims: CallTokenClaims
+    public var reason: DeclineReason
+
+    public static func decline(_ claims: CallTokenClaims, reason: DeclineReason) -> CallControlNotice {
+        CallControlNotice(claims: claims, reason: reason)
+    }
+
+    public var payload: String {
+        [
+            "decline", claims.instanceID, claims.callID.uuidString.lowercased(), claims.callUUID, claims.device, reason.rawValue,
+            String(Int64(claims.expiresAt.timeIntervalSince1970)), claims.aor.description,
+        ].joined(separator: " ")
+    }
+
+    public init(claims: CallTokenClaims, reason: DeclineReason) {
+        self.claims = claims
+        self.reason = reason
+    }
+
+    /// Reads a payload; nil when it is not a well-formed decline.
+    public init?(payload: String) {
+        let parts = payload.split(separator: " ").map(String.init)
+        guard parts.count == 8, parts[0] == "decline", let callID = UUID(uuidString: parts[2]), let reason = DeclineReason(rawValue: parts[5]),
+            let expiry = Int64(parts[6]), let aor = AddressOfRecord(parsing: parts[7])
+        else { return nil }
+        claims = CallTokenClaims(
+            callID: callID, callUUID: parts[3], aor: aor, device: parts[4], instanceID: parts[1],
+            expiresAt: Date(timeIntervalSince1970: TimeInterval(expiry)))
+        self.reason = reason
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+
+/// A throw-away certificate authority for TLS client-certificate tests, made with the `openssl`
+/// command-line tool: a P-256 CA valid for 2 days that issues client certificates
+/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a new temporary directory. Blocks while
+/// `openssl` runs; thread-safe (each instance works in its own directory).
+public struct TestCertificateAuthority: Sendable {
+    /// Why a certificate could not be made.
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public let certificatePath: String
+    public let keyPath: String
+    private let directory: String
+
+    /// A new CA named `commonName`.
+    public init(commonName: String = "Rouse test client CA") throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("rouse-ca-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        certificatePath = directory + "/ca.pem"
+        keyPath = directory + "/ca-key.pem"
+        try Self.openssl([
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+            "-subj", "/CN=\(commonName)", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", keyPath, "-out", certificatePath,
+        ])
+    }
+
+    /// A client certificate for `commonName`, signed by this CA: its certificate and key files.
+    public func issueClientCertificate(commonName: String) throws -> (certificatePath: String, keyPath: String) {
+        let name = UUID().uuidString
+        let key = directory + "/\(name)-key.pem"
+        let request = directory + "/\(name).csr"
+        let certificate = directory + "/\(name).pem"
+        let extensions = directory + "/\(name).ext"
+        try "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+            .write(toFile: extensions, atomically: true, encoding: .utf8)
+        try Self.openssl([
+            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=\(commonName)",
+            "-keyout", key, "-out", request,
+        ])
+        try Self.openssl([
+            "x509", "-req", "-in", request, "-CA", certificatePath, "-CAkey", keyPath, "-set_serial", String(UInt32.random(in: 1...UInt32.max)),
+            "-days", "2", "-extfile", extensions, "-out", certificate,
+        ])
+        return (certificate, key)
+    }
+
+    private static func openssl(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["openssl"] + arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let message = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw Failure(description: "openssl \(arguments.first ?? "") failed (\(process.terminationStatus)): \(String(decoding: message, as: UTF8.self))")
+        }
+    }
+}
