@@ -8,7 +8,7 @@ import Foundation
 /// writes are kept; past that the oldest waiting one is dropped and counted. A write PostgreSQL
 /// refuses for what it holds (a constraint, a value out of range) is set aside and counted, and
 /// the rest of its transaction is written. Every write must be safe to repeat (a retried
-/// transaction may have committed once already). The same discipline as `PostgresJourneyStore`.
+/// transaction may have committed once already). Journeys (`PostgresJourneyStore`) go through one.
 ///
 /// Threading: every method may be called from any thread. `flush(timeout:)` and `shutdown()`
 /// block the caller: never call them on the SIP path. The writer thread keeps the queue alive
@@ -231,17 +231,24 @@ public final class PostgresWriteQueue: @unchecked Sendable {
         do {
             try current.transaction { connection in for write in batch { try write(connection) } }
             return 0
-        } catch let error as PostgresError where PostgresJourneyStore.isRefusal(error) && current.isHealthy {
+        } catch let error as PostgresError where Self.isRefusal(error) && current.isHealthy {
             guard batch.count > 1 else { return 1 }
         }
         var refused = 0
         for write in batch {
             do {
                 try current.transaction { try write($0) }
-            } catch let error as PostgresError where PostgresJourneyStore.isRefusal(error) && current.isHealthy {
+            } catch let error as PostgresError where Self.isRefusal(error) && current.isHealthy {
                 refused += 1
             }
         }
         return refused
+    }
+
+    /// A refusal of the values themselves, which no retry changes: data exceptions (22),
+    /// integrity constraints (23) and cardinality violations (21).
+    static func isRefusal(_ error: PostgresError) -> Bool {
+        guard error.kind == .query, let state = error.sqlState else { return false }
+        return state.hasPrefix("21") || state.hasPrefix("22") || state.hasPrefix("23")
     }
 }
