@@ -219,13 +219,10 @@ public final class APNsClient: @unchecked Sendable {
                     return retry.finished(outcome, attempts: attempts, since: started)
                 }
             }
-            switch retry.decide(afterAttempt: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now) {
-            case .retry(let wait):
-                if wait > .zero { try? await Task.sleep(for: wait) }
-            case .attemptsUsed:
-                return retry.finished(outcome, attempts: attempts, since: started)
-            case .pastDeadline:
-                return retry.finished(outcome, attempts: attempts, since: started, retryAfterPastDeadline: retryAfter)
+            if let final = await retry.nextAttempt(
+                after: outcome, attempts: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now, since: started
+            ) {
+                return final
             }
         }
     }

@@ -119,13 +119,10 @@ public actor FCMClient {
                     }
                 }
             }
-            switch retry.decide(afterAttempt: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now) {
-            case .retry(let wait):
-                if wait > .zero { try? await Task.sleep(for: wait) }
-            case .attemptsUsed:
-                return retry.finished(outcome, attempts: attempts, since: started)
-            case .pastDeadline:
-                return retry.finished(outcome, attempts: attempts, since: started, retryAfterPastDeadline: retryAfter)
+            if let final = await retry.nextAttempt(
+                after: outcome, attempts: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now, since: started
+            ) {
+                return final
             }
         }
     }

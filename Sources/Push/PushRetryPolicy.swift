@@ -71,6 +71,22 @@ public struct PushRetryPolicy: Sendable, Equatable {
     /// The last attempt's outcome as the push's: the latency from the first attempt, and the
     /// attempts in words when there were several (" (3 attempts in 0.4 s)"), or the
     /// `Retry-After` that would have ended past the deadline.
+    /// After failed attempt number `attempts`: waits and returns nil when another attempt is due,
+    /// else the outcome to report (saying how many attempts were made, or why no more were).
+    func nextAttempt(
+        after outcome: PushOutcome, attempts: Int, retryAfter: Duration?, remaining: Duration, since started: ContinuousClock.Instant
+    ) async -> PushOutcome? {
+        switch decide(afterAttempt: attempts, retryAfter: retryAfter, remaining: remaining) {
+        case .retry(let wait):
+            if wait > .zero { try? await Task.sleep(for: wait) }
+            return nil
+        case .attemptsUsed:
+            return finished(outcome, attempts: attempts, since: started)
+        case .pastDeadline:
+            return finished(outcome, attempts: attempts, since: started, retryAfterPastDeadline: retryAfter)
+        }
+    }
+
     func finished(_ outcome: PushOutcome, attempts: Int, since started: ContinuousClock.Instant, retryAfterPastDeadline: Duration? = nil) -> PushOutcome {
         let elapsed = ContinuousClock.now - started
         var note = ""
