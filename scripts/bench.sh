@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# `make bench`: builds the benchmark and the server in release mode and prints their figures:
-# parser throughput on one core; OPTIONS round trips over UDP on loopback through Rouse's own SIP
-# stack; authenticated REGISTERs against a real `rouse serve` and a private PostgreSQL (fsync on,
-# so a 200 costs an honest durable commit); VoIP pushes over HTTP/2 to the APNs stand-in (its Python
-# venv, scripts/standins-venv.sh, and curl); calls through the proxy to awake phones, INVITE → push and
-# woken REGISTER → INVITE against a real `rouse serve`. Arguments go to rouse-bench (`--help` lists them).
-# ROUSE_BENCH_SCRATCH sets SwiftPM's scratch path (default .build).
+# `make bench`: builds Rouse and its benchmark in release mode, installs the rival (Debian's
+# kamailio and kamailio-postgres-modules) and valgrind, starts a private PostgreSQL (fsync on, so a
+# durable 200 costs an honest commit) with a database for Rouse, one with synchronous_commit=off
+# (Rouse's fastest setting) and one for Kamailio (its tables from /usr/share/kamailio/postgres),
+# and runs rouse-bench, which measures parser, OPTIONS, REGISTERs against Rouse and Kamailio in
+# interleaved runs, posting, push, calls (with Kamailio beside Rouse) and wake-then-ring, and
+# counts a REGISTER's instructions under callgrind. The report goes to bench/results/<YYYY-MM-DD>.md
+# and .json (docs/benchmarks.md says how to read it).
+#
+# BENCH_QUICK=1 runs short phases with fewer extensions (for trying things, not for publishing);
+# BENCH_PHASES=register,calls runs only those phases; further arguments go to rouse-bench
+# (`--help` lists them). ROUSE_BENCH_SCRATCH sets SwiftPM's scratch path (default .build);
+# ROUSE_BENCH_REVISION names the commit in the report when the tree is not a git checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+bench_packages=(kamailio kamailio-postgres-modules valgrind)
+missing=()
+for package in "${bench_packages[@]}"; do installed "$package" || missing+=("$package"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "rouse: installing ${missing[*]} for the benchmark" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Debian's package enables and starts a system Kamailio on port 5060 where systemd runs; the
+    # bench runs its own on loopback ports, so the system one is stopped and left disabled.
+    if [[ " ${missing[*]} " == *" kamailio "* ]] && [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now kamailio >/dev/null 2>&1 || true
+    fi
+fi
 
 build=(swift build -c release)
 if [ -n "${ROUSE_BENCH_SCRATCH:-}" ]; then build+=(--scratch-path "$ROUSE_BENCH_SCRATCH"); fi
@@ -30,7 +53,25 @@ cleanup() {
 }
 trap cleanup EXIT
 ROUSE_PG_FSYNC=on bash scripts/pg.sh start "$pgdir/cluster" "$port"
-psql "$(bash scripts/pg.sh url "$pgdir/cluster" "$port")" -q -v ON_ERROR_STOP=1 -c 'CREATE DATABASE rouse_bench' >/dev/null
+url() { bash scripts/pg.sh url "$pgdir/cluster" "$port" "$@"; }
+psql "$(url)" -q -v ON_ERROR_STOP=1 \
+    -c 'CREATE DATABASE rouse_bench' \
+    -c 'CREATE DATABASE rouse_bench_async' \
+    -c 'ALTER DATABASE rouse_bench_async SET synchronous_commit = off' \
+    -c 'CREATE DATABASE kamailio_bench' >/dev/null
+for schema in standard auth_db usrloc; do
+    psql "$(url kamailio_bench)" -q -v ON_ERROR_STOP=1 -f "/usr/share/kamailio/postgres/$schema-create.sql" >/dev/null
+done
 echo "rouse: bench PostgreSQL on socket $pgdir/cluster port $port (fsync on)"
 
-"$bindir/rouse-bench" --database-url "$(bash scripts/pg.sh url "$pgdir/cluster" "$port" rouse_bench)" "$@"
+arguments=(
+    --database-url "$(url rouse_bench)"
+    --memory-database-url "$(url rouse_bench_async)"
+    --kamailio "$(command -v kamailio || echo /usr/sbin/kamailio)"
+    --kamailio-config bench/kamailio/kamailio.cfg
+    --kamailio-database-url "$(url kamailio_bench)"
+    --report-dir bench/results
+)
+if [ -n "${BENCH_QUICK:-}" ] && [ "${BENCH_QUICK}" != 0 ]; then arguments+=(--quick); fi
+if [ -n "${BENCH_PHASES:-}" ]; then arguments+=(--phases "$BENCH_PHASES"); fi
+"$bindir/rouse-bench" "${arguments[@]}" "$@"

@@ -38,6 +38,16 @@ enum BenchDirectory {
         try connection.query("ANALYZE sip_domains, extensions")
     }
 
+    /// Removes every binding of `domain`'s extensions (Rouse loads bindings at start).
+    static func clearBindings(_ conninfo: String, domain: String) throws {
+        let connection = try PostgresConnection(conninfo: conninfo)
+        try connection.query(
+            """
+            DELETE FROM bindings WHERE extension_id IN
+                (SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1)
+            """, [domain])
+    }
+
     private static func arrayLiteral<S: Sequence<String>>(_ values: S) -> String {
         "{" + values.joined(separator: ",") + "}"
     }

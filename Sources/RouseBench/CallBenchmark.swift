@@ -57,6 +57,50 @@ enum CallBenchmark {
         var pushSeconds = 10.0
         var wakeSamples = 100
         var wakeSeconds = 15.0
+        /// Kamailio as the proxy pass's rival (nil: Rouse alone), and runs per server (R, K, R, K).
+        var kamailio: KamailioChild.Settings?
+        var rounds = 2
+    }
+
+    /// One measured run of the proxy pass against one server.
+    struct ProxyRun: Sendable {
+        var server: String
+        var round: Int
+        /// Call setups (INVITE → 200 at the caller) per second, and their latency in µs.
+        var rate: Double
+        var p50: Double
+        var p99: Double
+        var p999: Double
+        /// CPU µs per call of the server's processes, of PostgreSQL, and of the load generator.
+        var serverCPUPerCall: Double
+        var postgresCPUPerCall: Double
+        var generatorCPUPerCall: Double
+        var calls: Int
+        var answered: Int
+        var failed: Int
+        var timedOut: Int
+    }
+
+    /// The wake-then-ring figures of the wake pass, in µs, per call: INVITE sent → push on the
+    /// wire (out of Rouse, before the stand-in), woken REGISTER sent → its 200 and → the INVITE,
+    /// and their sum, Rouse's overhead on top of the app's own wake-up.
+    struct WakeTimings: Sendable {
+        var inviteToPushWire: [Double] = []
+        /// INVITE sent → 180 at the caller (Rouse sends it as it starts the pushes).
+        var inviteToRinging: [Double] = []
+        var registerToOK: [Double] = []
+        var registerToInvite: [Double] = []
+        var overhead: [Double] = []
+    }
+
+    /// What the phase measured: figures for the table, and the structured results the report uses.
+    struct Outcome: Sendable {
+        var figures: [BenchFigure] = []
+        var proxyRuns: [ProxyRun] = []
+        var wake: WakeTimings?
+        var pushWire: [Double] = []
+        var kamailioVersion: String?
+        var notes: [String] = []
     }
 
     /// Why the benchmark could not run.
@@ -76,8 +120,8 @@ enum CallBenchmark {
     /// Unreported calls before each latency pass.
     static let warmUpCalls = 5
 
-    /// Runs the passes and returns their figures.
-    static func run(_ settings: Settings) throws -> [BenchFigure] {
+    /// Runs the passes and returns what they measured.
+    static func run(_ settings: Settings) throws -> Outcome {
         // Every process of the benchmark shares these cores: other work on the machine skews it.
         let load = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").first.map(String.init) ?? "?"
         progress("calls: \(ProcessInfo.processInfo.activeProcessorCount) cores, load average \(load) before the phase")
@@ -86,17 +130,25 @@ enum CallBenchmark {
         let woken = (0..<(settings.wakeSamples + warmUpCalls)).map { String(42_000_000 + $0) }
         let setupStart = Date()
         try BenchDirectory.prepare(settings.databaseURL, domain: domain, password: password, numbers: desk + pushed + woken)
+        if let kamailio = settings.kamailio {
+            try KamailioDirectory.prepare(kamailio.databaseConninfo, domain: domain, password: password, first: 40_000_000, count: desk.count)
+            try KamailioDirectory.clearLocations(kamailio.databaseConninfo)
+        }
         progress("calls: \(desk.count + pushed.count + woken.count) extensions created in \(String(format: "%.1f", Date().timeIntervalSince(setupStart))) s")
 
         // The APNs stand-in and a push app for it (passes 2 and 3 only).
         var standIn: PushStandIn?
+        var tap: PushWireTap?
         var keyDirectory: String?
         do {
             let key = try PushStandIn.makeAPNsKey()
             keyDirectory = (key.keyPath as NSString).deletingLastPathComponent
             standIn = try PushStandIn.apns(keys: [keyID: key.keyPath], teamID: teamID, topics: [topic])
             try installPushApp(settings.databaseURL, privateKeyPEM: key.privateKeyPEM)
+            if let standIn { tap = try PushWireTap(upstreamPort: UInt16(standIn.port)) }
         } catch {
+            tap?.stop()
+            tap = nil
             standIn?.stop()
             standIn = nil
             progress(
@@ -104,6 +156,7 @@ enum CallBenchmark {
                     + " `bash scripts/standins-venv.sh` makes the stand-ins' venv")
         }
         defer {
+            tap?.stop()
             standIn?.stop()
             if let keyDirectory { try? FileManager.default.removeItem(atPath: keyDirectory) }
         }
@@ -119,9 +172,10 @@ enum CallBenchmark {
             "ROUSE_WAKE_WAIT": "30",
             "ROUSE_RING_TIMEOUT": "60",
         ]
-        if let standIn {
-            environment["ROUSE_APNS_PRODUCTION_URL"] = standIn.baseURL
-            environment["ROUSE_APNS_SANDBOX_URL"] = standIn.baseURL
+        if let standIn, let tap {
+            // Rouse reaches the stand-in through the wire tap, which notes when each push leaves.
+            environment["ROUSE_APNS_PRODUCTION_URL"] = "https://127.0.0.1:\(tap.port)"
+            environment["ROUSE_APNS_SANDBOX_URL"] = "https://127.0.0.1:\(tap.port)"
             environment["ROUSE_PUSH_CA_FILE"] = standIn.caFile
             environment["ROUSE_PUSH_TIMEOUT"] = "5"
         }
@@ -137,11 +191,12 @@ enum CallBenchmark {
         }
         progress("calls: rouse serve up on \(udp) and \(tcp) (trusted peers 127.0.0.1: INVITEs from loopback need no digest)")
 
-        var figures = try proxyPass(settings, rouse: rouse, udp: udp, callees: desk)
-        if let standIn {
+        var outcome = Outcome()
+        try proxyPass(settings, rouse: rouse, udp: udp, callees: desk, into: &outcome)
+        if let standIn, let tap {
             let log = try StandInLog(path: standIn.requestsFile)
-            figures += try pushPass(settings, udp: udp, tcp: tcp, extensions: pushed, log: log)
-            figures += try wakePass(settings, udp: udp, tcp: tcp, extensions: woken, log: log)
+            try pushPass(settings, udp: udp, tcp: tcp, extensions: pushed, log: log, tap: tap, into: &outcome)
+            try wakePass(settings, udp: udp, tcp: tcp, extensions: woken, log: log, tap: tap, into: &outcome)
         }
         // Rouse runs at log level warning: anything it logged is worth showing.
         let logged = rouse.outputText.split(separator: "\n").filter { $0.contains("level=warning") || $0.contains("level=error") }
@@ -152,7 +207,7 @@ enum CallBenchmark {
         if status != 0 {
             progress("calls: rouse serve exited with status \(status.map(String.init) ?? "unknown")")
         }
-        return figures
+        return outcome
     }
 
     /// Replaces any APNs app for the benchmark's topic left by an earlier run with one whose key
@@ -171,60 +226,104 @@ enum CallBenchmark {
 
     // MARK: 1. Call setups through the proxy
 
-    private static func proxyPass(_ settings: Settings, rouse: RouseChild, udp: ListenPoint, callees: [String]) throws -> [BenchFigure] {
-        let load = try ProxyCallLoad(host: udp.host, port: udp.port, domain: domain, password: password, callees: callees)
-        let registration = try load.registerPhones(window: 64, duration: .seconds(30))
-        guard registration.registered == callees.count else {
-            throw Failure(
-                description: "only \(registration.registered) of \(callees.count) desk phones registered (\(describe(registration.others)));"
-                    + " rouse said:\n\(rouse.outputText.suffix(2_000))")
-        }
-        progress("calls: \(callees.count) desk phones registered over UDP from one socket (port \(load.phonePort))")
+    /// A server the proxy pass loads: its name, its phones and callers, and its CPU so far.
+    private struct ProxyContender {
+        var name: String
+        var load: ProxyCallLoad
+        var cpuSeconds: () -> Double?
+    }
 
-        let name = "calls.proxy.window\(settings.window)"
-        let passStart = Date()
-        let cpuBefore = rouse.cpuSeconds() ?? .nan
-        let ownCPUBefore = PushBenchmark.ownCPUSeconds()
-        let report = try load.run(
-            window: settings.window, maxCalls: settings.maxCalls,
-            duration: .milliseconds(Int64(settings.seconds * 1_000)), timeout: .seconds(5))
-        let cpu = (rouse.cpuSeconds() ?? .nan) - cpuBefore
-        let ownCPU = PushBenchmark.ownCPUSeconds() - ownCPUBefore
-        let rate = report.seconds > 0 ? Double(report.answered) / report.seconds : .nan
-        let setup = report.setupNanoseconds.map { Double($0) / 1_000 }
-        let whole = report.callNanoseconds.map { Double($0) / 1_000 }
-        let cpuPerCall = report.calls > 0 ? cpu / Double(report.calls) * 1e6 : .nan
-        let ownCPUPerCall = report.calls > 0 ? ownCPU / Double(report.calls) * 1e6 : .nan
-        var figures = [
-            BenchFigure(name: name + ".setups_per_second", value: rate, unit: "calls/s"),
-            BenchFigure(name: name + ".setup_latency_p50", value: percentile(setup, 0.5), unit: "µs"),
-            BenchFigure(name: name + ".setup_latency_p99", value: percentile(setup, 0.99), unit: "µs"),
-            BenchFigure(name: name + ".setup_latency_p99.9", value: percentile(setup, 0.999), unit: "µs"),
-            BenchFigure(name: name + ".call_p50", value: percentile(whole, 0.5), unit: "µs"),
-            BenchFigure(name: name + ".rouse_cpu_per_call", value: cpuPerCall, unit: "µs"),
-            BenchFigure(name: name + ".load_generator_cpu_per_call", value: ownCPUPerCall, unit: "µs"),
-            BenchFigure(name: name + ".calls", value: Double(report.calls), unit: "calls"),
-            BenchFigure(name: name + ".answered", value: Double(report.answered), unit: "calls"),
-            BenchFigure(name: name + ".completed", value: Double(report.completed), unit: "calls"),
-            BenchFigure(name: name + ".not_answered", value: Double(report.failed), unit: "calls"),
-            BenchFigure(name: name + ".timed_out", value: Double(report.timedOut), unit: "calls"),
+    private static func proxyPass(_ settings: Settings, rouse: RouseChild, udp: ListenPoint, callees: [String], into outcome: inout Outcome) throws {
+        var contenders = [
+            ProxyContender(
+                name: "rouse", load: try ProxyCallLoad(host: udp.host, port: udp.port, domain: domain, password: password, callees: callees),
+                cpuSeconds: { rouse.cpuSeconds() })
         ]
-        var summary = "\(name): \(Int(rate.isFinite ? rate.rounded() : 0)) call setups/s (INVITE → 200 at the caller)"
-        summary += ", setup p50 \(format(percentile(setup, 0.5))) µs, p99 \(format(percentile(setup, 0.99))) µs"
-        summary += ", p99.9 \(format(percentile(setup, 0.999))) µs; whole call (INVITE → BYE's 200) p50 \(format(percentile(whole, 0.5))) µs"
-        summary += "; CPU per call: rouse \(format(cpuPerCall)) µs, the load generator \(format(ownCPUPerCall)) µs"
-        summary += "; \(report.calls) calls, \(report.answered) answered, \(report.completed) hung up, \(report.failed) not answered"
-        summary += ", \(report.timedOut) timed out"
-        if !report.statuses.isEmpty { summary += " (\(describe(report.statuses)))" }
-        if report.unmatched > 0 { summary += ", \(report.unmatched) unmatched datagrams" }
-        if report.sendErrors > 0 { summary += ", \(report.sendErrors) send errors" }
-        summary += "; the phones got \(report.phoneInvites) INVITEs, \(report.phoneAcks) ACKs, \(report.phoneByes) BYEs"
-        progress(summary)
-        if let recorded = recordedJourneys(settings.databaseURL, since: passStart, expected: report.answered + report.failed) {
-            figures.append(BenchFigure(name: name + ".journeys_recorded", value: Double(recorded.count), unit: "calls"))
-            progress("\(name): \(recorded.count) call journeys in PostgreSQL \(String(format: "%.1f", recorded.after)) s after the load (of \(report.answered + report.failed) ended calls)")
+        var kamailio: KamailioChild?
+        defer { kamailio?.stop() }
+        if var rival = settings.kamailio {
+            rival.databaseMode = 1
+            let child = try KamailioChild(rival)
+            kamailio = child
+            outcome.kamailioVersion = KamailioChild.version(executable: rival.executable)
+            contenders.append(
+                ProxyContender(
+                    name: "kamailio", load: try ProxyCallLoad(host: child.host, port: child.port, domain: domain, password: password, callees: callees),
+                    cpuSeconds: { child.cpuSeconds() }))
+            progress("calls: kamailio on \(child.host):\(child.port) (db_mode 1, \(rival.children) children; INVITEs from loopback need no digest)")
         }
-        return figures
+        for contender in contenders {
+            let registration = try contender.load.registerPhones(window: 64, duration: .seconds(30))
+            guard registration.registered == callees.count else {
+                throw Failure(
+                    description: "only \(registration.registered) of \(callees.count) desk phones registered with \(contender.name)"
+                        + " (\(describe(registration.others))); rouse said:\n\(rouse.outputText.suffix(2_000))"
+                        + (kamailio.map { "\nkamailio said:\n\($0.outputText.suffix(2_000))" } ?? ""))
+            }
+            progress("calls: \(callees.count) desk phones registered with \(contender.name) over UDP from one socket (port \(contender.load.phonePort))")
+        }
+
+        let cluster = PostgresCluster(conninfo: settings.databaseURL)
+        for round in 0..<max(settings.rounds, 1) {
+            for contender in contenders {
+                let name = "calls.proxy.window\(settings.window).\(contender.name).round\(round + 1)"
+                let passStart = Date()
+                let cpuBefore = contender.cpuSeconds() ?? .nan
+                let postgresBefore = cluster?.cpuSeconds() ?? .nan
+                let ownCPUBefore = PushBenchmark.ownCPUSeconds()
+                let report = try contender.load.run(
+                    window: settings.window, maxCalls: settings.maxCalls,
+                    duration: .milliseconds(Int64(settings.seconds * 1_000)), timeout: .seconds(5))
+                let cpu = (contender.cpuSeconds() ?? .nan) - cpuBefore
+                let postgresCPU = (cluster?.cpuSeconds() ?? .nan) - postgresBefore
+                let ownCPU = PushBenchmark.ownCPUSeconds() - ownCPUBefore
+                let rate = report.seconds > 0 ? Double(report.answered) / report.seconds : .nan
+                let setup = report.setupNanoseconds.map { Double($0) / 1_000 }
+                let whole = report.callNanoseconds.map { Double($0) / 1_000 }
+                let perCall = { (seconds: Double) in report.calls > 0 ? seconds / Double(report.calls) * 1e6 : .nan }
+                let run = ProxyRun(
+                    server: contender.name, round: round, rate: rate, p50: percentile(setup, 0.5), p99: percentile(setup, 0.99),
+                    p999: percentile(setup, 0.999), serverCPUPerCall: perCall(cpu), postgresCPUPerCall: perCall(postgresCPU),
+                    generatorCPUPerCall: perCall(ownCPU), calls: report.calls, answered: report.answered, failed: report.failed,
+                    timedOut: report.timedOut)
+                outcome.proxyRuns.append(run)
+                outcome.figures += [
+                    BenchFigure(name: name + ".setups_per_second", value: rate, unit: "calls/s"),
+                    BenchFigure(name: name + ".setup_latency_p50", value: run.p50, unit: "µs"),
+                    BenchFigure(name: name + ".setup_latency_p99", value: run.p99, unit: "µs"),
+                    BenchFigure(name: name + ".setup_latency_p99.9", value: run.p999, unit: "µs"),
+                    BenchFigure(name: name + ".call_p50", value: percentile(whole, 0.5), unit: "µs"),
+                    BenchFigure(name: name + ".server_cpu_per_call", value: run.serverCPUPerCall, unit: "µs"),
+                    BenchFigure(name: name + ".postgres_cpu_per_call", value: run.postgresCPUPerCall, unit: "µs"),
+                    BenchFigure(name: name + ".load_generator_cpu_per_call", value: run.generatorCPUPerCall, unit: "µs"),
+                    BenchFigure(name: name + ".calls", value: Double(report.calls), unit: "calls"),
+                    BenchFigure(name: name + ".answered", value: Double(report.answered), unit: "calls"),
+                    BenchFigure(name: name + ".completed", value: Double(report.completed), unit: "calls"),
+                    BenchFigure(name: name + ".not_answered", value: Double(report.failed), unit: "calls"),
+                    BenchFigure(name: name + ".timed_out", value: Double(report.timedOut), unit: "calls"),
+                ]
+                var summary = "\(name): \(Int(rate.isFinite ? rate.rounded() : 0)) call setups/s (INVITE → 200 at the caller)"
+                summary += ", setup p50 \(format(run.p50)) µs, p99 \(format(run.p99)) µs"
+                summary += ", p99.9 \(format(run.p999)) µs; whole call (INVITE → BYE's 200) p50 \(format(percentile(whole, 0.5))) µs"
+                summary += "; CPU per call: \(contender.name) \(format(run.serverCPUPerCall)) µs, PostgreSQL \(format(run.postgresCPUPerCall)) µs"
+                summary += ", the load generator \(format(run.generatorCPUPerCall)) µs"
+                summary += "; \(report.calls) calls, \(report.answered) answered, \(report.completed) hung up, \(report.failed) not answered"
+                summary += ", \(report.timedOut) timed out"
+                if !report.statuses.isEmpty { summary += " (\(describe(report.statuses)))" }
+                if report.unmatched > 0 { summary += ", \(report.unmatched) unmatched datagrams" }
+                if report.sendErrors > 0 { summary += ", \(report.sendErrors) send errors" }
+                summary += "; the phones got \(report.phoneInvites) INVITEs, \(report.phoneAcks) ACKs, \(report.phoneByes) BYEs"
+                progress(summary)
+                // Rouse writes each call's journey after it ends; waiting for the writer keeps its
+                // work out of the next run.
+                if contender.name == "rouse",
+                    let recorded = recordedJourneys(settings.databaseURL, since: passStart, expected: report.answered + report.failed)
+                {
+                    outcome.figures.append(BenchFigure(name: name + ".journeys_recorded", value: Double(recorded.count), unit: "calls"))
+                    progress("\(name): \(recorded.count) call journeys in PostgreSQL \(String(format: "%.1f", recorded.after)) s after the load (of \(report.answered + report.failed) ended calls)")
+                }
+            }
+        }
     }
 
     /// The journeys of the proxy pass's calls (to the desk-phone extensions, since `start`) in the
@@ -250,7 +349,14 @@ enum CallBenchmark {
 
     // MARK: 2. INVITE arrival → push request on the wire
 
-    private static func pushPass(_ settings: Settings, udp: ListenPoint, tcp: ListenPoint, extensions: [String], log: StandInLog) throws -> [BenchFigure] {
+    /// The smallest write of Rouse's to the push provider taken for a push request: an HTTP/2
+    /// WINDOW_UPDATE or PING in a TLS record is under 60 bytes, a push's HEADERS and DATA well over.
+    static let pushWireMinimumBytes = 100
+
+    private static func pushPass(
+        _ settings: Settings, udp: ListenPoint, tcp: ListenPoint, extensions: [String], log: StandInLog, tap: PushWireTap,
+        into outcome: inout Outcome
+    ) throws {
         for (index, number) in extensions.enumerated() {
             try AppPhone.registerAndClose(
                 host: tcp.host, port: tcp.port, number: number, token: token(family: 0, index), instance: instance(family: 0, index))
@@ -263,6 +369,7 @@ enum CallBenchmark {
         defer { caller.close() }
         let deadline = Date().addingTimeInterval(settings.pushSeconds)
         var latencies: [Double] = []
+        var toWire: [Double] = []
         var toRinging: [Double] = []
         var connections: Set<Int> = []
         var missing = 0
@@ -273,6 +380,7 @@ enum CallBenchmark {
             let callID = caller.callID(call)
             let invite = caller.script.invite(call, to: number)
             let sentAt = Date().timeIntervalSince1970
+            let sentMonotonic = MonotonicClock.now()
             try caller.send(invite)
             // Watch for both the caller's 180 (sent as the pushes start) and the push itself.
             var ringingAt: Double?
@@ -297,21 +405,28 @@ enum CallBenchmark {
             }
             if call >= warmUpCalls {
                 latencies.append((push.time - sentAt) * 1e6)
+                if let wire = tap.firstChunk(after: sentMonotonic, minimumBytes: pushWireMinimumBytes, timeout: 1) {
+                    toWire.append(Double(wire.at &- sentMonotonic) / 1_000)
+                }
                 if let ringingAt { toRinging.append((ringingAt - sentAt) * 1e6) }
                 connections.insert(push.connection)
             }
             if try !caller.cancel(call, to: number) { notCancelled += 1 }
         }
         let name = "calls.push.apns_sequential"
+        outcome.pushWire = toWire
         progress(
-            "\(name): INVITE sent → push request at the APNs stand-in p50 \(format(percentile(latencies, 0.5))) µs, "
+            "\(name): INVITE sent → push on the wire (out of Rouse) p50 \(format(percentile(toWire, 0.5))) µs, "
+                + "p99 \(format(percentile(toWire, 0.99))) µs; INVITE sent → push request at the APNs stand-in p50 \(format(percentile(latencies, 0.5))) µs, "
                 + "p99 \(format(percentile(latencies, 0.99))) µs, max \(format(latencies.max() ?? .nan)) µs "
                 + "(INVITE → 180 at the caller, sent as the push starts: p50 \(format(percentile(toRinging, 0.5))) µs, "
                 + "p99 \(format(percentile(toRinging, 0.99))) µs); \(latencies.count) calls "
                 + "one at a time after \(warmUpCalls) warm-up calls, over \(connections.count) HTTP/2 connection(s)"
                 + (missing > 0 ? "; \(missing) calls without a push within 5 s" : "")
                 + (notCancelled > 0 ? "; \(notCancelled) calls not ended by CANCEL → 487" : ""))
-        return [
+        outcome.figures += [
+            BenchFigure(name: name + ".invite_to_push_wire_p50", value: percentile(toWire, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".invite_to_push_wire_p99", value: percentile(toWire, 0.99), unit: "µs"),
             BenchFigure(name: name + ".invite_to_push_p50", value: percentile(latencies, 0.5), unit: "µs"),
             BenchFigure(name: name + ".invite_to_push_p99", value: percentile(latencies, 0.99), unit: "µs"),
             BenchFigure(name: name + ".invite_to_push_max", value: latencies.max() ?? .nan, unit: "µs"),
@@ -325,7 +440,10 @@ enum CallBenchmark {
 
     // MARK: 3. Woken REGISTER → INVITE
 
-    private static func wakePass(_ settings: Settings, udp: ListenPoint, tcp: ListenPoint, extensions: [String], log: StandInLog) throws -> [BenchFigure] {
+    private static func wakePass(
+        _ settings: Settings, udp: ListenPoint, tcp: ListenPoint, extensions: [String], log: StandInLog, tap: PushWireTap,
+        into outcome: inout Outcome
+    ) throws {
         for (index, number) in extensions.enumerated() {
             try AppPhone.registerAndClose(
                 host: tcp.host, port: tcp.port, number: number, token: token(family: 1, index), instance: instance(family: 1, index))
@@ -338,6 +456,7 @@ enum CallBenchmark {
         let deadline = Date().addingTimeInterval(settings.wakeSeconds)
         var toInvite: [Double] = []
         var toOK: [Double] = []
+        var timings = WakeTimings()
         var inviteFirst = 0
         var failures: [String] = []
         // Call numbers continue after the push pass's, so Call-IDs stay unique in the journeys.
@@ -347,10 +466,17 @@ enum CallBenchmark {
             do {
                 let sample = try wakeOne(
                     caller: caller, call: call, number: number, token: token(family: 1, index), instance: instance(family: 1, index),
-                    tcp: tcp, log: log)
+                    tcp: tcp, log: log, tap: tap)
                 if index >= warmUpCalls {
                     toInvite.append(sample.toInvite)
                     toOK.append(sample.toOK)
+                    timings.registerToInvite.append(sample.toInvite)
+                    timings.registerToOK.append(sample.toOK)
+                    timings.inviteToRinging.append(sample.toRinging)
+                    if let wire = sample.toPushWire {
+                        timings.inviteToPushWire.append(wire)
+                        timings.overhead.append(wire + sample.toInvite)
+                    }
                     if sample.toInvite < sample.toOK { inviteFirst += 1 }
                 }
             } catch {
@@ -359,6 +485,13 @@ enum CallBenchmark {
         }
         let name = "calls.wake.tcp"
         let handOff = zip(toInvite, toOK).map { $0 - $1 }
+        outcome.wake = timings
+        progress(
+            "\(name): Rouse's overhead on a woken call (INVITE → push on the wire, plus woken REGISTER → INVITE) p50 "
+                + "\(format(percentile(timings.overhead, 0.5))) µs, p99 \(format(percentile(timings.overhead, 0.99))) µs; "
+                + "INVITE → push on the wire p50 \(format(percentile(timings.inviteToPushWire, 0.5))) µs, "
+                + "p99 \(format(percentile(timings.inviteToPushWire, 0.99))) µs; INVITE → 180 p50 "
+                + "\(format(percentile(timings.inviteToRinging, 0.5))) µs, p99 \(format(percentile(timings.inviteToRinging, 0.99))) µs")
         progress(
             "\(name): woken REGISTER sent → INVITE received on its connection p50 \(format(percentile(toInvite, 0.5))) µs, "
                 + "p99 \(format(percentile(toInvite, 0.99))) µs; the REGISTER alone (→ its 200, after the durable commit) "
@@ -366,7 +499,13 @@ enum CallBenchmark {
                 + "\(format(percentile(handOff, 0.5))) µs; \(toInvite.count) calls one at a time"
                 + (inviteFirst > 0 ? ", \(inviteFirst) INVITEs before the 200" : "")
                 + (failures.isEmpty ? "" : "; \(failures.count) failed, the first: \(failures[0])"))
-        return [
+        outcome.figures += [
+            BenchFigure(name: name + ".overhead_p50", value: percentile(timings.overhead, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".overhead_p99", value: percentile(timings.overhead, 0.99), unit: "µs"),
+            BenchFigure(name: name + ".invite_to_push_wire_p50", value: percentile(timings.inviteToPushWire, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".invite_to_push_wire_p99", value: percentile(timings.inviteToPushWire, 0.99), unit: "µs"),
+            BenchFigure(name: name + ".invite_to_ringing_p50", value: percentile(timings.inviteToRinging, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".invite_to_ringing_p99", value: percentile(timings.inviteToRinging, 0.99), unit: "µs"),
             BenchFigure(name: name + ".register_to_invite_p50", value: percentile(toInvite, 0.5), unit: "µs"),
             BenchFigure(name: name + ".register_to_invite_p99", value: percentile(toInvite, 0.99), unit: "µs"),
             BenchFigure(name: name + ".register_to_200_p50", value: percentile(toOK, 0.5), unit: "µs"),
@@ -379,13 +518,17 @@ enum CallBenchmark {
 
     /// One woken call: INVITE, its 180 (the call waits), the push at the stand-in, the app back over
     /// a new connection, answered, ACKed and hung up. Returns microseconds from sending the
-    /// authenticated REGISTER to its 200 and to the INVITE.
+    /// authenticated REGISTER to its 200 and to the INVITE, and from sending the INVITE to the
+    /// push leaving Rouse (nil when the tap saw none).
     private static func wakeOne(
-        caller: SequentialCaller, call: Int, number: String, token: String, instance: String, tcp: ListenPoint, log: StandInLog
-    ) throws -> (toInvite: Double, toOK: Double) {
+        caller: SequentialCaller, call: Int, number: String, token: String, instance: String, tcp: ListenPoint, log: StandInLog,
+        tap: PushWireTap
+    ) throws -> (toInvite: Double, toOK: Double, toPushWire: Double?, toRinging: Double) {
         let callID = caller.callID(call)
+        let inviteSent = MonotonicClock.now()
         try caller.send(caller.script.invite(call, to: number))
         let ringing = try caller.waitForResponse(timeout: 5) { $0.callID == callID && $0.cseq?.method == .invite && $0.statusCode >= 180 }
+        let ringingAt = MonotonicClock.now()
         guard ringing.statusCode == 180 else {
             if ringing.statusCode >= 300 { try caller.send(caller.script.ackFailure(call, to: number, toHeader: ringing.headers[.to] ?? "")) }
             throw Failure(description: "the call got \(ringing.statusCode) \(ringing.reasonPhrase) instead of 180")
@@ -394,6 +537,7 @@ enum CallBenchmark {
             _ = try caller.cancel(call, to: number)
             throw Failure(description: "no push within 5 s")
         }
+        let wire = tap.firstChunk(after: inviteSent, minimumBytes: pushWireMinimumBytes, timeout: 1)
 
         let app = try AppPhone(host: tcp.host, port: tcp.port, number: number, token: token, instance: instance)
         defer { app.close() }
@@ -432,7 +576,10 @@ enum CallBenchmark {
         try app.answerBye(callID: callID)
         let byeAnswer = try caller.waitForResponse(timeout: 5) { $0.callID == callID && $0.cseq?.method == .bye && $0.statusCode >= 200 }
         guard byeAnswer.statusCode == 200 else { throw Failure(description: "BYE got \(byeAnswer.statusCode)") }
-        return (Double(inviteAt - start) / 1_000, Double(okAt - start) / 1_000)
+        return (
+            Double(inviteAt - start) / 1_000, Double(okAt - start) / 1_000, wire.map { Double($0.at &- inviteSent) / 1_000 },
+            Double(ringingAt &- inviteSent) / 1_000
+        )
     }
 
     // MARK: Helpers
@@ -645,6 +792,9 @@ final class ProxyCallLoad {
     private let script: BenchCallScript
     private let registrationRun: String
     private let receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
+    /// The call number the next run starts at: every run's Call-IDs and branches are new, so a
+    /// server does not take a later run's INVITE for a retransmission of an earlier one's.
+    private var nextCallNumber = 0
 
     var phonePort: UInt16 { phones.localPort }
 
@@ -750,7 +900,8 @@ final class ProxyCallLoad {
     static func md5Challenge(_ response: SIPResponse) -> (nonce: String, opaque: String?)? {
         for line in response.headers.lines(.wwwAuthenticate) {
             let fields = TestDigest.parameters(of: line)
-            if fields["algorithm"]?.uppercased() == "MD5", let nonce = fields["nonce"] { return (nonce, fields["opaque"]) }
+            // No algorithm means MD5 (RFC 2617 §3.2.1), as Kamailio offers it.
+            if (fields["algorithm"]?.uppercased() ?? "MD5") == "MD5", let nonce = fields["nonce"] { return (nonce, fields["opaque"]) }
         }
         return nil
     }
@@ -773,6 +924,7 @@ final class ProxyCallLoad {
     /// `duration` passes, then waits for those in flight (each at most `timeout` from its INVITE).
     func run(window: Int, maxCalls: Int, duration: Duration, timeout: Duration) throws(UDPLoadGenerator.Failure) -> Report {
         var report = Report()
+        let base = nextCallNumber
         var stage: [Stage] = []
         var inviteAt: [UInt64] = []
         stage.reserveCapacity(min(maxCalls, 1 << 20))
@@ -795,7 +947,7 @@ final class ProxyCallLoad {
             if sending {
                 while inFlight < window && stage.count < maxCalls {
                     let call = stage.count
-                    let bytes = script.invite(call, to: callees[call % callees.count])
+                    let bytes = script.invite(base + call, to: callees[call % callees.count])
                     let sentAt = MonotonicClock.now()
                     guard try callers.send(bytes) else {
                         report.sendErrors += 1
@@ -834,7 +986,8 @@ final class ProxyCallLoad {
                 handled += 1
                 let at = MonotonicClock.now()
                 guard case .response(let response)? = try? SIPParser.parse(UnsafeRawBufferPointer(rebasing: receiveBuffer[0..<length])),
-                    let callID = response.callID, let call = script.call(ofCallID: callID), call < stage.count,
+                    let callID = response.callID, let number = script.call(ofCallID: callID), number >= base,
+                    case let call = number - base, call < stage.count,
                     let cseq = response.cseq
                 else {
                     report.unmatched += 1
@@ -842,19 +995,19 @@ final class ProxyCallLoad {
                 }
                 let status = response.statusCode
                 guard status >= 200 else { continue }
-                let number = callees[call % callees.count]
+                let callee = callees[call % callees.count]
                 switch (cseq.method, stage[call]) {
                 case (.invite, .inviting):
                     if (200..<300).contains(status), let dialog = BenchDialog(answer: response) {
                         report.answered += 1
                         report.setupNanoseconds.append(at &- inviteAt[call])
                         lastSetup = at
-                        if try !callers.send(script.ack(call, to: number, dialog: dialog)) { report.sendErrors += 1 }
-                        if try !callers.send(script.bye(call, to: number, dialog: dialog)) { report.sendErrors += 1 }
+                        if try !callers.send(script.ack(base + call, to: callee, dialog: dialog)) { report.sendErrors += 1 }
+                        if try !callers.send(script.bye(base + call, to: callee, dialog: dialog)) { report.sendErrors += 1 }
                         stage[call] = .hangingUp
                     } else {
                         if status >= 300 {
-                            _ = try callers.send(script.ackFailure(call, to: number, toHeader: response.headers[.to] ?? ""))
+                            _ = try callers.send(script.ackFailure(base + call, to: callee, toHeader: response.headers[.to] ?? ""))
                         }
                         report.statuses[status, default: 0] += 1
                         report.failed += 1
@@ -864,7 +1017,7 @@ final class ProxyCallLoad {
                 case (.invite, _):
                     // A retransmitted final answer: an error is ACKed again, a 2xx was ACKed already.
                     if status >= 300 {
-                        _ = try callers.send(script.ackFailure(call, to: number, toHeader: response.headers[.to] ?? ""))
+                        _ = try callers.send(script.ackFailure(base + call, to: callee, toHeader: response.headers[.to] ?? ""))
                     }
                 case (.bye, .hangingUp):
                     if status == 200 {
@@ -903,6 +1056,7 @@ final class ProxyCallLoad {
             }
         }
         report.calls = stage.count
+        nextCallNumber = base + stage.count
         report.seconds = Double(max(lastSetup, start) &- start) / 1e9
         return report
     }

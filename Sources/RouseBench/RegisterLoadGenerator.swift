@@ -2,7 +2,8 @@ import Crypto
 import Glibc
 
 /// Rouse's own REGISTER load generator: plays many phones, each an extension with its password,
-/// over one non-blocking UDP socket to a loopback registrar, the way a phone registers.
+/// over one non-blocking UDP socket or a set of TCP connections to a loopback registrar (Rouse or
+/// Kamailio alike), the way a phone registers.
 ///
 /// A phone first sends a REGISTER without credentials and learns a nonce from the 401
 /// (`challengeAll`). From then on each REGISTER carries an Authorization answering that nonce
@@ -11,25 +12,56 @@ import Glibc
 /// a binding and the next ones refresh it. A 401 to an authenticated REGISTER (a stale nonce)
 /// counts as a failure and gives the phone the new nonce for its next turn.
 ///
-/// Every run keeps a window of requests in flight, is bounded by a request count and a sending
-/// time, waits at most `timeout` for each request still in flight, and never retransmits.
+/// Over TCP, phone `i` always uses connection `i % connections` (its Via and Contact name that
+/// connection, `;transport=tcp`), as phones behind an edge proxy share its connections.
+///
+/// Pacing: closed loop at the server's maximum (`window`: that many requests unanswered at all
+/// times), or open loop at a target rate (`rate`: requests released on schedule whatever the
+/// answers, at most `maxInFlight` unanswered; a run that cannot keep the rate says so by sending
+/// fewer). Every run is bounded by a request count and a sending time, waits at most `timeout`
+/// for each request still in flight, never retransmits, and counts answers other than the one
+/// expected (failures) and requests never answered (timeouts).
 ///
 /// Threading: not thread-safe; every method blocks the calling thread for the whole run and uses
-/// no other thread. The socket stays open (so bindings keep naming a live contact) until `close()`.
+/// no other thread. The sockets stay open (so bindings keep naming a live contact) until the
+/// generator goes away.
 final class RegisterLoadGenerator {
+    /// The transport the phones register over.
+    enum Transport: String, Sendable {
+        case udp, tcp
+    }
+
+    /// How requests are released.
+    enum Pacing: Sendable {
+        /// Closed loop: keep this many requests unanswered at all times.
+        case window(Int)
+        /// Open loop: release this many requests per second, with at most `maxInFlight` unanswered.
+        case rate(perSecond: Double, maxInFlight: Int)
+    }
+
     /// Where to register and how.
     struct Configuration: Sendable {
-        /// `127.0.0.1` or `::1`: the generator refuses any other address.
+        /// `127.0.0.1` or `::1` (UDP), `127.0.0.1` (TCP): the generator refuses any other address.
         var host: String
         var port: UInt16
         /// The SIP domain (and digest realm) of every phone.
         var domain: String
-        /// Requests kept in flight.
+        /// Requests kept in flight (closed loop); see `pacing` for the open loop.
         var window = 64
+        /// When set, requests are released at a rate instead of by `window`.
+        var rate: Double?
+        var transport = Transport.udp
+        /// TCP connections the phones share.
+        var connections = 64
         /// A request unanswered for this long counts as timed out.
         var timeout: Duration = .seconds(2)
         /// The Expires every REGISTER asks for.
         var expires = 3_600
+
+        var pacing: Pacing {
+            if let rate { return .rate(perSecond: rate, maxInFlight: max(window, 10_000)) }
+            return .window(window)
+        }
     }
 
     /// What one run measured: the load figures, and how many answers had each final status.
@@ -66,29 +98,46 @@ final class RegisterLoadGenerator {
         case register
     }
 
+    /// The sockets the phones use.
+    private enum Channel {
+        case udp(UDPSocket)
+        case tcp(TCPLoadConnections)
+    }
+
     let configuration: Configuration
-    private let socket: UDPSocket
+    private let channel: Channel
     private var phones: [Phone]
     /// Names this generator in Call-IDs, tags and branches: answers to another are told apart.
     private let generatorID: String
     private var runNumber = 0
     private let ha2: [UInt8]
     private let cnonce: [UInt8]
-    /// Fixed pieces of every request, made once.
-    private let requestHead: [UInt8]
+    /// Fixed pieces of every request, made once; the first and the contact's tail per connection.
+    private let requestHeads: [[UInt8]]
     private let fromTail: [UInt8]
     private let toTail: [UInt8]
-    private let contactTail: [UInt8]
+    private let contactTails: [[UInt8]]
     private let realmAndNonce: [UInt8]
     private let uriAndResponse: [UInt8]
 
-    /// Opens the socket; `phones` are (number, password) pairs of extensions in `domain`.
+    /// Opens the socket (or connections); `phones` are (number, password) pairs of extensions in
+    /// `domain`.
     init(configuration: Configuration, phones: [(number: String, password: String)]) throws(UDPLoadGenerator.Failure) {
-        guard configuration.host == "127.0.0.1" || configuration.host == "::1" else {
+        guard configuration.host == "127.0.0.1" || (configuration.host == "::1" && configuration.transport == .udp) else {
             throw .notLoopback(configuration.host)
         }
         self.configuration = configuration
-        socket = try UDPSocket(connectingTo: configuration.host, port: configuration.port)
+        let localPorts: [UInt16]
+        switch configuration.transport {
+        case .udp:
+            let socket = try UDPSocket(connectingTo: configuration.host, port: configuration.port)
+            channel = .udp(socket)
+            localPorts = [socket.localPort]
+        case .tcp:
+            let connections = try TCPLoadConnections(host: configuration.host, port: configuration.port, count: configuration.connections)
+            channel = .tcp(connections)
+            localPorts = (0..<connections.count).map { connections.localPort($0) }
+        }
         self.phones = phones.map {
             Phone(number: Array($0.number.utf8), ha1: Array(Digest.hex(.md5, "\($0.number):\(configuration.domain):\($0.password)").utf8))
         }
@@ -97,20 +146,31 @@ final class RegisterLoadGenerator {
         ha2 = Array(Digest.hex(.md5, "REGISTER:sip:\(configuration.domain)").utf8)
         cnonce = Array("c\(generatorID)".utf8)
         let domain = configuration.domain
-        let local = configuration.host.contains(":") ? "[\(configuration.host)]:\(socket.localPort)" : "\(configuration.host):\(socket.localPort)"
-        requestHead = Array("REGISTER sip:\(domain) SIP/2.0\r\nVia: SIP/2.0/UDP \(local);rport;branch=".utf8)
+        let via = configuration.transport == .udp ? "UDP" : "TCP"
+        let contactParameter = configuration.transport == .udp ? "" : ";transport=tcp"
+        let locals = localPorts.map { configuration.host.contains(":") ? "[\(configuration.host)]:\($0)" : "\(configuration.host):\($0)" }
+        requestHeads = locals.map { Array("REGISTER sip:\(domain) SIP/2.0\r\nVia: SIP/2.0/\(via) \($0);rport;branch=".utf8) }
         fromTail = Array("@\(domain)>;tag=rb\(generatorID)\r\nTo: <sip:".utf8)
         toTail = Array("@\(domain)>\r\nCall-ID: rb\(generatorID)-".utf8)
-        contactTail = Array("@\(local)>\r\nExpires: \(configuration.expires)\r\n".utf8)
+        contactTails = locals.map { Array("@\($0)\(contactParameter)>\r\nExpires: \(configuration.expires)\r\n".utf8) }
         realmAndNonce = Array("\", realm=\"\(domain)\", nonce=\"".utf8)
         uriAndResponse = Array("\", uri=\"sip:\(domain)\", response=\"".utf8)
     }
 
     deinit {
-        socket.close()
+        switch channel {
+        case .udp(let socket): socket.close()
+        case .tcp(let connections): connections.close()
+        }
     }
 
     var phoneCount: Int { phones.count }
+
+    /// TCP connections the server closed or that broke (0 over UDP).
+    var connectionsClosed: Int {
+        if case .tcp(let connections) = channel { return connections.closedByPeer }
+        return 0
+    }
 
     /// Phones whose nonce is known.
     var phonesWithNonce: Int { phones.reduce(0) { $0 + ($1.nonce.isEmpty ? 0 : 1) } }
@@ -139,7 +199,10 @@ final class RegisterLoadGenerator {
         runNumber += 1
         let branchPrefix = Array("z9hG4bK.rb\(generatorID)x\(runNumber)-".utf8)
         let branchMarker = Array("branch=".utf8) + branchPrefix
-        let window = max(1, min(configuration.window, range.count))
+        let pacing: Pacing = switch configuration.pacing {
+        case .window(let size): .window(max(1, min(size, range.count)))
+        case .rate(let perSecond, let cap): .rate(perSecond: perSecond, maxInFlight: max(1, min(cap, range.count)))
+        }
         let timeout = Self.nanoseconds(configuration.timeout)
 
         var report = Report()
@@ -164,6 +227,51 @@ final class RegisterLoadGenerator {
         let sendUntil = start &+ Self.nanoseconds(duration)
         var lastAnswerAt = start
 
+        /// Whether pacing lets one more request go at `now`; when not, when it next may (the
+        /// window waits for an answer instead).
+        func release(at now: UInt64) -> (allowed: Bool, due: UInt64?) {
+            switch pacing {
+            case .window(let size):
+                return (inFlight < size, nil)
+            case .rate(let perSecond, let cap):
+                let due = start &+ UInt64(Double(sentAt.count) / perSecond * 1e9)
+                return (inFlight < cap && due <= now, inFlight < cap ? due : nil)
+            }
+        }
+
+        func handleAnswer(_ message: UnsafeRawBufferPointer) {
+            let answeredAt = MonotonicClock.now()
+            guard let status = Self.status(of: message),
+                let branch = Self.find(branchMarker, in: message),
+                let sequence = Self.decimal(in: message, from: branch.upperBound),
+                sequence < fates.count, fates[sequence] == .inFlight
+            else {
+                report.load.unmatched += 1
+                return
+            }
+            guard status >= 200 else { return }
+            fates[sequence] = .answered
+            inFlight -= 1
+            report.statuses[status, default: 0] += 1
+            report.load.latencies.append(answeredAt - sentAt[sequence])
+            lastAnswerAt = answeredAt
+            let phone = Int(phoneOf[sequence])
+            phones[phone].busy = false
+            var learnt = false
+            if status == 401, let nonce = Self.quotedParameter("nonce=\"", in: message) {
+                phones[phone].nonce = nonce
+                phones[phone].opaque = Self.quotedParameter("opaque=\"", in: message) ?? []
+                phones[phone].nonceCount = 0
+                learnt = true
+            }
+            let ok = switch pass {
+            case .challenge: learnt
+            case .register: status == 200
+            }
+            if ok { report.load.succeeded += 1 } else { report.load.failed += 1 }
+            while oldestUnresolved < fates.count && fates[oldestUnresolved] != .inFlight { oldestUnresolved += 1 }
+        }
+
         while true {
             let now = MonotonicClock.now()
             let sending = sentAt.count < maxRequests && now < sendUntil
@@ -172,7 +280,13 @@ final class RegisterLoadGenerator {
             var nextWake = now &+ timeout
             var blocked = false
             if sending {
-                while inFlight < window && sentAt.count < maxRequests {
+                while sentAt.count < maxRequests {
+                    let (allowed, due) = release(at: MonotonicClock.now())
+                    guard allowed else {
+                        blocked = true
+                        if let due { nextWake = min(nextWake, due) }
+                        break
+                    }
                     let phone = range.lowerBound + sentAt.count % range.count
                     guard !phones[phone].busy else {
                         blocked = true
@@ -180,7 +294,12 @@ final class RegisterLoadGenerator {
                     }
                     render(pass, phone: phone, sequence: sentAt.count, branchPrefix: branchPrefix, into: &buffer, scratch: &scratch)
                     let sentTime = MonotonicClock.now()
-                    guard try socket.send(buffer) else {
+                    let taken: Bool
+                    switch channel {
+                    case .udp(let socket): taken = try socket.send(buffer)
+                    case .tcp(let connections): taken = try connections.send(buffer, on: phone % connections.count)
+                    }
+                    guard taken else {
                         report.load.sendErrors += 1
                         // The phone's counters moved on; the registrar never saw this nonce count,
                         // and a higher one is still accepted next time.
@@ -194,44 +313,18 @@ final class RegisterLoadGenerator {
                     fates.append(.inFlight)
                     inFlight += 1
                 }
-                blocked = blocked || inFlight >= window
                 nextWake = min(nextWake, sendUntil)
             }
 
             var received = 0
-            while let length = try socket.receive(into: receiveBuffer) {
-                received += 1
-                let answeredAt = MonotonicClock.now()
-                let datagram = UnsafeRawBufferPointer(rebasing: receiveBuffer[0..<length])
-                guard let status = Self.status(of: datagram),
-                    let branch = Self.find(branchMarker, in: datagram),
-                    let sequence = Self.decimal(in: datagram, from: branch.upperBound),
-                    sequence < fates.count, fates[sequence] == .inFlight
-                else {
-                    report.load.unmatched += 1
-                    continue
+            switch channel {
+            case .udp(let socket):
+                while let length = try socket.receive(into: receiveBuffer) {
+                    received += 1
+                    handleAnswer(UnsafeRawBufferPointer(rebasing: receiveBuffer[0..<length]))
                 }
-                guard status >= 200 else { continue }
-                fates[sequence] = .answered
-                inFlight -= 1
-                report.statuses[status, default: 0] += 1
-                report.load.latencies.append(answeredAt - sentAt[sequence])
-                lastAnswerAt = answeredAt
-                let phone = Int(phoneOf[sequence])
-                phones[phone].busy = false
-                var learnt = false
-                if status == 401, let nonce = Self.quotedParameter("nonce=\"", in: datagram) {
-                    phones[phone].nonce = nonce
-                    phones[phone].opaque = Self.quotedParameter("opaque=\"", in: datagram) ?? []
-                    phones[phone].nonceCount = 0
-                    learnt = true
-                }
-                let ok = switch pass {
-                case .challenge: learnt
-                case .register: status == 200
-                }
-                if ok { report.load.succeeded += 1 } else { report.load.failed += 1 }
-                while oldestUnresolved < fates.count && fates[oldestUnresolved] != .inFlight { oldestUnresolved += 1 }
+            case .tcp(let connections):
+                received = try connections.receiveAvailable { handleAnswer($0) }
             }
 
             let afterReceiving = MonotonicClock.now()
@@ -250,7 +343,11 @@ final class RegisterLoadGenerator {
             // Wait only when there is nothing to do until an answer arrives or a deadline passes.
             if received == 0 && (blocked || !sending) && (sending || inFlight > 0) {
                 let wait = nextWake > afterReceiving ? nextWake - afterReceiving : 0
-                try socket.waitReadable(milliseconds: Int32(min(max((wait + 999_999) / 1_000_000, 1), 1_000)))
+                let milliseconds = Int32(min(max((wait + 999_999) / 1_000_000, 1), 1_000))
+                switch channel {
+                case .udp(let socket): try socket.waitReadable(milliseconds: milliseconds)
+                case .tcp(let connections): try connections.waitReadable(milliseconds: milliseconds)
+                }
             }
         }
 
@@ -266,7 +363,8 @@ final class RegisterLoadGenerator {
         phones[index].cseq += 1
         let phone = phones[index]
         buffer.removeAll(keepingCapacity: true)
-        buffer.append(contentsOf: requestHead)
+        let connection = index % requestHeads.count
+        buffer.append(contentsOf: requestHeads[connection])
         buffer.append(contentsOf: branchPrefix)
         Self.appendDecimal(sequence, to: &buffer)
         buffer.append(contentsOf: "\r\nMax-Forwards: 70\r\nFrom: <sip:".utf8)
@@ -279,7 +377,7 @@ final class RegisterLoadGenerator {
         Self.appendDecimal(Int(phone.cseq), to: &buffer)
         buffer.append(contentsOf: " REGISTER\r\nContact: <sip:".utf8)
         buffer.append(contentsOf: phone.number)
-        buffer.append(contentsOf: contactTail)
+        buffer.append(contentsOf: contactTails[connection])
         if pass == .register && !phone.nonce.isEmpty {
             phones[index].nonceCount += 1
             var nc: [UInt8] = []
@@ -307,9 +405,12 @@ final class RegisterLoadGenerator {
             buffer.append(contentsOf: cnonce)
             buffer.append(contentsOf: "\", qop=auth, nc=".utf8)
             buffer.append(contentsOf: nc)
-            buffer.append(contentsOf: ", opaque=\"".utf8)
-            buffer.append(contentsOf: phone.opaque)
-            buffer.append(contentsOf: "\"\r\n".utf8)
+            if !phone.opaque.isEmpty {
+                buffer.append(contentsOf: ", opaque=\"".utf8)
+                buffer.append(contentsOf: phone.opaque)
+                buffer.append(UInt8(ascii: "\""))
+            }
+            buffer.append(contentsOf: "\r\n".utf8)
         }
         buffer.append(contentsOf: "User-Agent: rouse-bench\r\nContent-Length: 0\r\n\r\n".utf8)
     }

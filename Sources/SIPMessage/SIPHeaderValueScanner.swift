@@ -20,6 +20,21 @@ public enum SIPHeaderValueScanner {
         }
     }
 
+    /// The first non-empty element of a list header value, as `splitList(value).first` would give
+    /// it, without building the other elements.
+    public static func firstListElement(_ value: String) -> String? {
+        value.withSIPBytes { bytes in
+            var start = 0
+            while start <= bytes.count {
+                let end = listElementEnd(bytes, start..<bytes.count)
+                let element = trim(bytes, start..<end)
+                if !element.isEmpty { return text(bytes, element) }
+                start = end + 1
+            }
+            return nil
+        }
+    }
+
     /// The index of the comma ending the list element that begins at `range.lowerBound` (commas
     /// inside quoted strings and `<...>` do not count), or `range.upperBound`.
     static func listElementEnd(_ bytes: Bytes, _ range: Range<Int>) -> Int {

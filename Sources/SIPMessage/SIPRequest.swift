@@ -46,11 +46,9 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
         for field in request.headers where field.key == .via {
             headers.add(field)
         }
-        for key in [SIPHeaderName.from, .to, .callID, .cseq] {
+        for key in Self.copiedFromRequest {
             guard var value = request.headers[key] else { continue }
-            if key == .to, statusCode != 100, let toTag,
-                let to = try? SIPNameAddress(parsing: value), to.tag == nil
-            {
+            if key == .to, statusCode != 100, let toTag, Self.lacksTag(value) {
                 value += ";tag=" + toTag
             }
             headers.add(key, value)
@@ -59,6 +57,31 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
             headers.add(.timestamp, timestamp)  // RFC 3261 §8.2.6.1
         }
         self.init(statusCode: statusCode, reasonPhrase: reasonPhrase, headers: headers)
+    }
+
+    /// The lines a response copies from its request besides Via (RFC 3261 §8.2.6.2).
+    private static let copiedFromRequest: [SIPHeaderName] = [.from, .to, .callID, .cseq]
+
+    /// True when a To value is a name-address without a tag. One without the letters "tag"
+    /// anywhere has none and is not parsed (profiled: parsing it was 1.5 % of a REGISTER).
+    private static func lacksTag(_ value: String) -> Bool {
+        var matched = 0
+        var mayHoldTag = false
+        for byte in value.utf8 {
+            let lower = byte | 0x20
+            let expected: UInt8 = matched == 0 ? UInt8(ascii: "t") : matched == 1 ? UInt8(ascii: "a") : UInt8(ascii: "g")
+            if lower == expected {
+                matched += 1
+                if matched == 3 {
+                    mayHoldTag = true
+                    break
+                }
+            } else {
+                matched = lower == UInt8(ascii: "t") ? 1 : 0
+            }
+        }
+        guard mayHoldTag else { return true }
+        return (try? SIPNameAddress(parsing: value)).map { $0.tag == nil } ?? false
     }
 }
 
@@ -88,7 +111,7 @@ extension SIPMessageHeaders {
     }
     /// The topmost Via element.
     public var topVia: SIPVia? {
-        headers.values(.via).first.flatMap { try? SIPVia(parsing: $0) }
+        headers.firstValue(.via).flatMap { try? SIPVia(parsing: $0) }
     }
     public var callID: String? { headers[.callID] }
     public var cseq: SIPCSeq? { headers[.cseq].flatMap { try? SIPCSeq(parsing: $0) } }

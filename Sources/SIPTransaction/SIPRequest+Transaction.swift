@@ -6,7 +6,7 @@ extension SIPRequest {
     /// tag), CSeq with the same number and method ACK, and this request's Route headers.
     public func acknowledgement(for response: SIPResponse) -> SIPRequest {
         var headers = SIPHeaders()
-        if let via = self.headers.values(.via).first { headers.add(.via, via) }
+        if let via = self.headers.firstValue(.via) { headers.add(.via, via) }
         headers.add(.maxForwards, "70")
         if let from = self.headers[.from] { headers.add(.from, from) }
         if let to = response.headers[.to] ?? self.headers[.to] { headers.add(.to, to) }
@@ -20,7 +20,7 @@ extension SIPRequest {
     /// number and top Via (so it shares the branch), method CANCEL, and the Route headers.
     public func cancellation() -> SIPRequest {
         var headers = SIPHeaders()
-        if let via = self.headers.values(.via).first { headers.add(.via, via) }
+        if let via = self.headers.firstValue(.via) { headers.add(.via, via) }
         headers.add(.maxForwards, "70")
         for key in [SIPHeaderName.from, .to, .callID] {
             if let value = self.headers[key] { headers.add(key, value) }
@@ -35,9 +35,13 @@ extension SIPRequest {
     /// The request with only what transaction matching reads (§17.2.3): the Request-URI and the
     /// Via, From, To, Call-ID and CSeq lines; no body.
     func keepingMatchingLines() -> SIPRequest {
-        let kept: Set<SIPHeaderName> = [.via, .from, .to, .callID, .cseq]
-        return SIPRequest(
+        // Compared one by one: a Set built per request cost more than the filtering itself.
+        SIPRequest(
             method: method, uri: uri, version: version,
-            headers: SIPHeaders(headers.fields.filter { kept.contains($0.key) }), body: [])
+            headers: SIPHeaders(
+                headers.fields.filter {
+                    $0.key == .via || $0.key == .from || $0.key == .to || $0.key == .callID || $0.key == .cseq
+                }),
+            body: [])
     }
 }

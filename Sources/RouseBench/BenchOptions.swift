@@ -1,0 +1,313 @@
+import Foundation
+
+/// What `rouse-bench` was asked to do, from its command line.
+struct BenchOptions {
+    /// How long each OPTIONS phase lasts.
+    var seconds = 3.0
+    /// Where to write the figures as JSON, if anywhere.
+    var jsonPath: String?
+    /// How the OPTIONS throughput phase releases requests.
+    var pacing = UDPLoadGenerator.Pacing.window(64)
+    /// Which phases run, in this order: parser, options, register, posting, push, calls, profile.
+    var phases: Set<String> = ["parser", "options", "register", "posting", "push", "calls", "profile"]
+    /// libpq conninfo of a scratch database; without it the REGISTER and posting phases are skipped.
+    var databaseURL: String?
+    /// The `rouse` executable the REGISTER phase starts; by default the one beside rouse-bench.
+    var rouseExecutable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("rouse").path
+    /// The REGISTER comparison: the two extension counts, the length and number of each server's
+    /// measured runs, the window (or open-loop rate), TCP connections, modes and transports.
+    var registerExtensions = 10_000
+    var registerSeconds = 8.0
+    var registerWindow = 64
+    var registerRate: Double?
+    var registerRounds = 2
+    var registerFillSeconds = 100.0
+    var registerModes: [RegisterComparison.Mode] = [.durable, .memory]
+    var registerTransports: [RegisterLoadGenerator.Transport] = [.udp, .tcp]
+    var tcpConnections = 64
+    var memoryBindings = 100_000
+    /// A database like `databaseURL` but with `synchronous_commit=off` (Rouse's fastest setting).
+    var memoryDatabaseURL: String?
+    /// Kamailio: its executable (nil: Rouse alone), configuration template, database and children.
+    var kamailioExecutable: String?
+    var kamailioConfig = "bench/kamailio/kamailio.cfg"
+    var kamailioDatabaseURL: String?
+    var kamailioChildren = 4
+    /// Where the dated report (`<YYYY-MM-DD>.md` and `.json`) is written, if anywhere.
+    var reportDirectory: String?
+    /// REGISTERs counted under callgrind in the profile phase.
+    var profileRegisters = 1_000
+    /// Hand-written profiling notes (before/after, proposed fixes) copied into the report.
+    var profileNotes: String? = "bench/profiling.md"
+    /// The push phase: pushes in the throughput pass and how many are in flight.
+    var pushCount = 5_000
+    var pushWindow = 100
+    /// The posting phase: extensions the posts cycle through, length of the measured load and
+    /// keep-alive connections.
+    var postingExtensions = 1_000
+    var postingSeconds = 5.0
+    var postingConnections = 8
+    /// The calls phase: desk-phone callees, calls in flight and the bounds of the proxy pass, and
+    /// the samples of the push and wake latency passes.
+    var callsCallees = 1_000
+    var callsWindow = 64
+    var callsCount = 20_000
+    var callsSeconds = 8.0
+    var callsPushSamples = 300
+    var callsWakeSamples = 100
+
+    static let phaseNames: Set<String> = ["parser", "options", "register", "posting", "push", "calls", "profile"]
+
+    static let usage = """
+        usage: rouse-bench [options]   (`make bench` passes the databases, Kamailio and --report-dir)
+
+          --seconds N   duration of each OPTIONS phase, in seconds (default 3); the parser
+                        benchmarks always take about 1.5 s each
+          --json FILE   also write the figures to FILE as JSON
+          --report-dir DIR  write the report DIR/<YYYY-MM-DD>.md and DIR/<YYYY-MM-DD>.json
+          --quick       shorter runs and fewer extensions, for trying things (not for publishing)
+          --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
+          --rate R      instead of a window, send R OPTIONS requests per second
+          --phases LIST comma list of parser, options, register, posting, push, calls, profile
+                        (default all)
+
+        REGISTER comparison (needs PostgreSQL; `make bench` starts one and passes its databases):
+          --database-url CONNINFO   Rouse's scratch database (synchronous_commit on); without it
+                                    the register, posting and calls phases are skipped
+          --memory-database-url CONNINFO  the same with synchronous_commit=off: Rouse's fastest
+                                    setting, set beside Kamailio in memory (db_mode 0)
+          --rouse PATH              the rouse executable to serve (default: beside rouse-bench)
+          --kamailio PATH           the kamailio executable; without it Rouse runs alone
+          --kamailio-config FILE    configuration template (default bench/kamailio/kamailio.cfg)
+          --kamailio-database-url CONNINFO  Kamailio's database (its subscriber and location
+                                    tables), in the same cluster
+          --kamailio-children N     Kamailio's UDP receivers and TCP workers (default 4)
+          --register-extensions N   phones of the small cell (default 10000)
+          --memory-bindings N       phones of the large cell, and bindings held for the memory
+                                    figures (default 100000)
+          --register-seconds N      length of each measured run (default 8)
+          --register-rounds N       measured runs per server and cell, interleaved (default 2);
+                                    also the runs per server of the calls' proxy pass
+          --register-fill-seconds N most seconds a pass registering new phones takes (default 100)
+          --register-window N       REGISTERs kept in flight, closed loop (default 64)
+          --register-rate R         open loop instead: R REGISTERs per second
+          --register-modes LIST     durable, memory (default both)
+          --register-transports LIST  udp, tcp (default both)
+          --tcp-connections N       TCP connections the phones share (default 64)
+
+        posting phase (POST /api/v1/push/register over HTTP/1.1 keep-alive; needs --database-url):
+          --posting-extensions N    extensions the posts cycle through (default 1000)
+          --posting-seconds N       length of the measured posting load (default 5); then SIP
+                                    OPTIONS latency is measured for 2 s idle and 2 s under posts
+          --posting-connections N   keep-alive connections, one post in flight each (default 8)
+
+        push phase (needs the stand-ins' Python venv, scripts/standins-venv.sh, and curl):
+          --push-count N            pushes in the throughput pass, at most 10 s (default 5000)
+          --push-window N           pushes in flight on the one HTTP/2 connection (default 100)
+
+        calls phase (INVITEs through rouse serve, and through Kamailio when given; needs
+        --database-url, and the stand-ins' venv for the push and wake passes):
+          --calls-callees N         extensions with a desk phone over UDP that the proxy pass
+                                    calls in turn (default 1000)
+          --calls-window N          calls in flight in the proxy pass, INVITE to BYE (default 64)
+          --calls-count N           most calls of each proxy run (default 20000)
+          --calls-seconds N         most seconds each proxy run places calls (default 8)
+          --calls-push-samples N    calls, one at a time, timed INVITE → push at the APNs
+                                    stand-in (default 300, at most 10 s)
+          --calls-wake-samples N    calls, one at a time, timed woken REGISTER → INVITE
+                                    (default 100, at most 15 s)
+
+        profile phase (valgrind's callgrind on rouse serve; needs --database-url and valgrind):
+          --profile-registers N     authenticated REGISTERs counted (default 1000)
+          --profile-notes FILE      notes copied into the report (default bench/profiling.md)
+        """
+
+    /// Reads the arguments (without the program name); the error is a message for the user.
+    static func parse(_ arguments: [String]) throws(UsageError) -> BenchOptions {
+        var options = BenchOptions()
+        var index = 0
+        func value(_ flag: String) throws(UsageError) -> String {
+            index += 1
+            guard index < arguments.count else { throw UsageError(message: "\(flag) needs a value") }
+            return arguments[index]
+        }
+        func number(_ flag: String, _ range: ClosedRange<Int>) throws(UsageError) -> Int {
+            guard let count = Int(try value(flag)), range.contains(count) else {
+                throw UsageError(message: "\(flag) needs a whole number between \(range.lowerBound) and \(range.upperBound)")
+            }
+            return count
+        }
+        while index < arguments.count {
+            let flag = arguments[index]
+            switch flag {
+            case "--seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--seconds needs a number of seconds between 0 and 3600")
+                }
+                options.seconds = seconds
+            case "--json":
+                options.jsonPath = try value(flag)
+            case "--window":
+                guard let size = Int(try value(flag)), size > 0, size <= 100_000 else {
+                    throw UsageError(message: "--window needs a whole number between 1 and 100000")
+                }
+                options.pacing = .window(size)
+            case "--rate":
+                guard let rate = Double(try value(flag)), rate > 0, rate <= 10_000_000 else {
+                    throw UsageError(message: "--rate needs a number of requests per second")
+                }
+                options.pacing = .rate(perSecond: rate, maxInFlight: 10_000)
+            case "--phases":
+                let names = Set(try value(flag).split(separator: ",").map { String($0) })
+                guard !names.isEmpty, names.isSubset(of: phaseNames) else {
+                    throw UsageError(message: "--phases takes a comma list of parser, options, register, posting, push, calls, profile")
+                }
+                options.phases = names
+            case "--database-url":
+                options.databaseURL = try value(flag)
+            case "--rouse":
+                options.rouseExecutable = try value(flag)
+            case "--register-extensions":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--register-extensions needs a whole number between 1 and 1000000")
+                }
+                options.registerExtensions = count
+            case "--register-seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--register-seconds needs a number of seconds between 0 and 3600")
+                }
+                options.registerSeconds = seconds
+            case "--register-window":
+                guard let size = Int(try value(flag)), size > 0, size <= 10_000 else {
+                    throw UsageError(message: "--register-window needs a whole number between 1 and 10000")
+                }
+                options.registerWindow = size
+            case "--memory-bindings":
+                guard let count = Int(try value(flag)), count >= 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--memory-bindings needs a whole number between 0 and 1000000")
+                }
+                options.memoryBindings = count
+            case "--posting-extensions":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--posting-extensions needs a whole number between 1 and 1000000")
+                }
+                options.postingExtensions = count
+            case "--posting-seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--posting-seconds needs a number of seconds between 0 and 3600")
+                }
+                options.postingSeconds = seconds
+            case "--posting-connections":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000 else {
+                    throw UsageError(message: "--posting-connections needs a whole number between 1 and 1000")
+                }
+                options.postingConnections = count
+            case "--push-count":
+                guard let count = Int(try value(flag)), count > 0, count <= 80_000 else {
+                    throw UsageError(message: "--push-count needs a whole number between 1 and 80000")
+                }
+                options.pushCount = count
+            case "--push-window":
+                guard let size = Int(try value(flag)), size > 0, size <= 300 else {
+                    throw UsageError(message: "--push-window needs a whole number between 1 and 300")
+                }
+                options.pushWindow = size
+            case "--calls-callees":
+                guard let count = Int(try value(flag)), count > 0, count <= 100_000 else {
+                    throw UsageError(message: "--calls-callees needs a whole number between 1 and 100000")
+                }
+                options.callsCallees = count
+            case "--calls-window":
+                guard let size = Int(try value(flag)), size > 0, size <= 10_000 else {
+                    throw UsageError(message: "--calls-window needs a whole number between 1 and 10000")
+                }
+                options.callsWindow = size
+            case "--calls-count":
+                guard let count = Int(try value(flag)), count > 0, count <= 1_000_000 else {
+                    throw UsageError(message: "--calls-count needs a whole number between 1 and 1000000")
+                }
+                options.callsCount = count
+            case "--calls-seconds":
+                guard let seconds = Double(try value(flag)), seconds > 0, seconds <= 3_600 else {
+                    throw UsageError(message: "--calls-seconds needs a number of seconds between 0 and 3600")
+                }
+                options.callsSeconds = seconds
+            case "--calls-push-samples":
+                guard let count = Int(try value(flag)), count > 0, count <= 100_000 else {
+                    throw UsageError(message: "--calls-push-samples needs a whole number between 1 and 100000")
+                }
+                options.callsPushSamples = count
+            case "--calls-wake-samples":
+                guard let count = Int(try value(flag)), count > 0, count <= 10_000 else {
+                    throw UsageError(message: "--calls-wake-samples needs a whole number between 1 and 10000")
+                }
+                options.callsWakeSamples = count
+            case "--report-dir":
+                options.reportDirectory = try value(flag)
+            case "--quick":
+                options.registerExtensions = 2_000
+                options.memoryBindings = 10_000
+                options.registerSeconds = 3
+                options.registerRounds = 2
+                options.registerFillSeconds = 20
+                options.callsSeconds = 3
+                options.callsPushSamples = 50
+                options.callsWakeSamples = 30
+                options.postingSeconds = 2
+                options.pushCount = 1_000
+                options.profileRegisters = 500
+            case "--memory-database-url":
+                options.memoryDatabaseURL = try value(flag)
+            case "--kamailio":
+                options.kamailioExecutable = try value(flag)
+            case "--kamailio-config":
+                options.kamailioConfig = try value(flag)
+            case "--kamailio-database-url":
+                options.kamailioDatabaseURL = try value(flag)
+            case "--kamailio-children":
+                options.kamailioChildren = try number(flag, 1...64)
+            case "--register-rounds":
+                options.registerRounds = try number(flag, 1...20)
+            case "--register-fill-seconds":
+                options.registerFillSeconds = Double(try number(flag, 1...3_600))
+            case "--register-rate":
+                guard let rate = Double(try value(flag)), rate > 0, rate <= 1_000_000 else {
+                    throw UsageError(message: "--register-rate needs a number of REGISTERs per second")
+                }
+                options.registerRate = rate
+            case "--register-modes":
+                let names = try value(flag).split(separator: ",").map(String.init)
+                let modes = names.compactMap(RegisterComparison.Mode.init(rawValue:))
+                guard !modes.isEmpty, modes.count == names.count else {
+                    throw UsageError(message: "--register-modes takes a comma list of durable, memory")
+                }
+                options.registerModes = modes
+            case "--register-transports":
+                let names = try value(flag).split(separator: ",").map(String.init)
+                let transports = names.compactMap(RegisterLoadGenerator.Transport.init(rawValue:))
+                guard !transports.isEmpty, transports.count == names.count else {
+                    throw UsageError(message: "--register-transports takes a comma list of udp, tcp")
+                }
+                options.registerTransports = transports
+            case "--tcp-connections":
+                options.tcpConnections = try number(flag, 1...10_000)
+            case "--profile-notes":
+                options.profileNotes = try value(flag)
+            case "--profile-registers":
+                options.profileRegisters = try number(flag, 100...100_000)
+            case "--help", "-h":
+                throw UsageError(message: nil)
+            default:
+                throw UsageError(message: "unknown option '\(flag)'")
+            }
+            index += 1
+        }
+        return options
+    }
+}
+
+/// A command line `rouse-bench` cannot follow; a nil message asks for the usage text alone.
+struct UsageError: Error {
+    var message: String?
+}

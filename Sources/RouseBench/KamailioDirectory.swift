@@ -1,0 +1,38 @@
+import Storage
+
+/// Kamailio's side of the benchmark database: the same extensions as Rouse's (`subscriber` rows
+/// with the MD5 HA1 precomputed for the same realm, user and password), made in one
+/// `INSERT … SELECT generate_series` statement, and its `location` table emptied between runs.
+/// The tables come from Debian's `/usr/share/kamailio/postgres/*-create.sql`, which
+/// `scripts/bench.sh` loads.
+enum KamailioDirectory {
+    /// Why the database is not ready for Kamailio.
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Adds subscribers `first ..< first + count` (numbers as decimal strings) of `domain`, all
+    /// with `password`, keeping rows already there; then gathers planner statistics.
+    static func prepare(_ conninfo: String, domain: String, password: String, first: Int, count: Int) throws {
+        let connection = try PostgresConnection(conninfo: conninfo)
+        let tables = try connection.query("SELECT to_regclass('subscriber') IS NOT NULL AND to_regclass('location') IS NOT NULL")
+        guard tables.rows.first?.first ?? nil == "t" else {
+            throw Failure(description: "Kamailio's tables are missing (scripts/bench.sh loads /usr/share/kamailio/postgres/*-create.sql)")
+        }
+        try connection.query(
+            """
+            INSERT INTO subscriber (username, domain, ha1, ha1b)
+            SELECT n::text, $1::text, md5(n::text || ':' || $1::text || ':' || $2::text), ''
+            FROM generate_series($3::bigint, $4::bigint) AS n
+            ON CONFLICT (username, domain) DO NOTHING
+            """,
+            [domain, password, String(first), String(first + count - 1)])
+        try connection.query("ANALYZE subscriber")
+    }
+
+    /// Removes every binding Kamailio stored (usrloc loads the table at start in `db_mode` 1).
+    static func clearLocations(_ conninfo: String) throws {
+        let connection = try PostgresConnection(conninfo: conninfo)
+        try connection.query("TRUNCATE location, location_attrs")
+    }
+}
