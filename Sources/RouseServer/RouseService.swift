@@ -212,6 +212,9 @@ public final class RouseService: @unchecked Sendable {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
                         pushService.replaceApps(try PostgresPushApps(connection: connection).all())
+                    } else if notification.payload.hasSuffix(" " + instanceID) {
+                        // This instance's own announcement (the origin comes last): nothing to read back.
+                        return
                     } else if let change = BindingNotification(payload: notification.payload), change.origin != instanceID {
                         // Written elsewhere (another instance, or an expiry sweep): read it back.
                         if change.origin.isEmpty, change.kind == .expired,
