@@ -57,14 +57,11 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     @discardableResult
     public func respond(_ response: SIPResponse, to handle: ServerTransactionHandle) -> Bool {
         let (sent, effects) = state.withLock { state -> (Bool, [Effect]) in
-            // The entry is changed in place (through its index): copying it out and back cost a
-            // hash and a release of the whole transaction per call.
-            guard let index = state.servers.index(forKey: handle.key), state.servers.values[index].serial == handle.serial else {
-                return (false, [])
-            }
-            let actions = state.servers.values[index].machine.sendResponse(response)
+            guard var entry = state.servers[handle.key], entry.serial == handle.serial else { return (false, []) }
+            let actions = entry.machine.sendResponse(response)
+            state.servers[handle.key] = entry
             var effects: [Effect] = []
-            apply(actions, server: handle.key, at: index, &state, &effects)
+            apply(actions, server: handle.key, &state, &effects)
             return (!actions.isEmpty, effects)
         }
         perform(effects)
@@ -151,15 +148,16 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         _ request: SIPRequest, from flow: Flow, isReliable: Bool, _ state: inout State, _ effects: inout [Effect]
     ) {
         guard let key = TransactionKey.server(for: request) else { return }
-        if let index = state.servers.index(forKey: key) {
-            guard state.servers.values[index].accepts(request, key: key) else {
+        if var entry = state.servers[key] {
+            guard entry.accepts(request, key: key) else {
                 // §17.2.3: an RFC 2543 request whose To tag differs matches nothing; only an ACK
                 // can then be meaningful (for a 2xx), other clashes cannot get a transaction.
                 if request.method == .ack { effects.append(.core(.ack(request, flow: flow))) }
                 return
             }
-            let actions = state.servers.values[index].machine.receivedRequest(request)
-            apply(actions, server: key, at: index, arrivedOn: flow, &state, &effects)
+            let actions = entry.machine.receivedRequest(request)
+            state.servers[key] = entry
+            apply(actions, server: key, arrivedOn: flow, &state, &effects)
             return
         }
         if request.method == .ack {
@@ -192,43 +190,35 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
     /// `arrivedOn` is the flow of the request that caused the actions, reported with an ACK
     /// passed to the core; responses always go back on the flow the transaction began on.
-    /// `index` is where the entry of `key` is (looked up when not given); every action reaches the
-    /// entry through it, with no further hashing of the key, until the entry is removed.
     private func apply(
-        _ actions: [ServerTransactionAction], server key: TransactionKey, at index: [TransactionKey: ServerEntry].Index? = nil,
-        arrivedOn arrival: Flow? = nil, _ state: inout State, _ effects: inout [Effect]
+        _ actions: [ServerTransactionAction], server key: TransactionKey, arrivedOn arrival: Flow? = nil,
+        _ state: inout State, _ effects: inout [Effect]
     ) {
-        guard let index = index ?? state.servers.index(forKey: key) else { return }
-        let flow = state.servers.values[index].flow
-        let handle = ServerTransactionHandle(key: key, serial: state.servers.values[index].serial)
-        var removed = false
+        guard let entry = state.servers[key] else { return }
+        let handle = ServerTransactionHandle(key: key, serial: entry.serial)
         for action in actions {
             switch action {
             case .send(let response):
-                effects.append(.send(.response(response), flow))
+                effects.append(.send(.response(response), entry.flow))
             case .passToCore(let request):
                 effects.append(
                     .core(
                         request.method == .ack
-                            ? .ack(request, flow: arrival ?? flow)
-                            : .request(request, handle, flow: flow)))
+                            ? .ack(request, flow: arrival ?? entry.flow)
+                            : .request(request, handle, flow: entry.flow)))
             case .startTimer(let timer, let delay):
-                guard !removed else { continue }
                 let id = state.nextSerial()
                 let scheduled = scheduler.schedule(after: delay) { [weak self] in
                     self?.serverTimerFired(timer, id: id, key: key)
                 }
-                state.servers.values[index].timers.updateValue(ArmedTimer(id: id, timer: scheduled), forKey: timer)?
+                state.servers[key]?.timers.updateValue(ArmedTimer(id: id, timer: scheduled), forKey: timer)?
                     .timer.cancel()
             case .cancelTimer(let timer):
-                guard !removed else { continue }
-                state.servers.values[index].timers.removeValue(forKey: timer)?.timer.cancel()
+                state.servers[key]?.timers.removeValue(forKey: timer)?.timer.cancel()
             case .reportFailure(let failure):
                 effects.append(.core(.serverTransactionFailed(handle, failure)))
             case .terminated:
-                guard !removed else { continue }
-                removed = true
-                state.servers.remove(at: index).value.timers.values.forEach { $0.timer.cancel() }
+                state.servers.removeValue(forKey: key)?.timers.values.forEach { $0.timer.cancel() }
             }
         }
     }
@@ -262,11 +252,12 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     private func serverTimerFired(_ timer: TransactionTimer, id: UInt64, key: TransactionKey) {
         let effects = state.withLock { state -> [Effect] in
             // A timer cancelled while its body was already on its way is stale: ignore it.
-            guard let index = state.servers.index(forKey: key), state.servers.values[index].timers[timer]?.id == id else { return [] }
-            state.servers.values[index].timers[timer] = nil
-            let actions = state.servers.values[index].machine.timerFired(timer)
+            guard var entry = state.servers[key], entry.timers[timer]?.id == id else { return [] }
+            entry.timers[timer] = nil
+            let actions = entry.machine.timerFired(timer)
+            state.servers[key] = entry
             var effects: [Effect] = []
-            apply(actions, server: key, at: index, &state, &effects)
+            apply(actions, server: key, &state, &effects)
             return effects
         }
         perform(effects)
