@@ -341,11 +341,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         }
         let channel = state.device.ringChannel
         let aor = call.callee.description
-        // Retries of a failed push are worth it only while the call still waits for the device.
-        let retryUntil = call.phase == .waiting ? min(call.waitDeadline, expiresAt) : expiresAt
         state.sentAt = Date()
         Task { [self] in
-            let (outcome, appID) = await pusher.ring(content, to: channel, expiresAt: expiresAt, retryUntil: retryUntil, aor: aor)
+            let (outcome, appID) = await pusher.ring(content, to: channel, expiresAt: expiresAt, aor: aor)
             queue.async { [self] in pushAnswered(call, state, outcome: outcome, appID: appID) }
         }
     }

@@ -46,8 +46,9 @@ public protocol WakeTokenSource: Sendable {
 /// Sends a call's ring and cancel pushes (PushService implements it).
 public protocol CallPushing: Sendable {
     /// The ring push; returns the outcome and the push app used. Transient failures are tried
-    /// again until `retryUntil` at most (the call's wake window).
-    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, retryUntil: Date, aor: String) async -> (PushOutcome, Int64?)
+    /// again while the push can still ring the call (`expiresAt`: the wake wait of an app-only
+    /// call, the ring timeout when something else rings and a late app can still join).
+    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?)
     /// The cancel push (`call.canceled` with a reason).
     func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome
     /// The missed-call notice (`call.missed`) to a channel that can show one; never a VoIP push.
@@ -55,9 +56,9 @@ public protocol CallPushing: Sendable {
 }
 
 extension PushService: CallPushing {
-    public func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, retryUntil: Date, aor: String) async -> (PushOutcome, Int64?) {
+    public func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?) {
         let appID = app(for: channel)?.id
-        let outcome = await sendRing(call, to: channel, expiresAt: expiresAt, aor: aor, recordOutcome: false, deadline: retryUntil)
+        let outcome = await sendRing(call, to: channel, expiresAt: expiresAt, aor: aor, recordOutcome: false)
         return (outcome, appID)
     }
 

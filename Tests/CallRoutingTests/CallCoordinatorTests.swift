@@ -332,7 +332,7 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
     /// What each ring push carried (its call token, among others), in order.
     var ringPayloads: [CallPushContent] { lock.withLock { ringContents } }
 
-    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, retryUntil: Date, aor: String) async -> (PushOutcome, Int64?) {
+    func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?) {
         lock.withLock {
             sentRings.append(channel)
             ringContents.append(call)
