@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rouse need on Debian, once: the C libraries Swift
 # links (OpenSSL, libpq, libcurl, libmicrohttpd), the PostgreSQL server the embedded default and the tests run,
-# the openssl command that makes test and first-run certificates, Perl's Net::SIP, the
-# third-party SIP stack of the interop tests (SIPp 3.6.1 cannot answer Rouse's SHA-256-first
-# challenges; see Tests/RouseServerTests/InteropNetSIPTests.swift), the curl command of the
+# the openssl command that makes test and first-run certificates, the third-party SIP stacks of
+# the interop tests (Perl's Net::SIP, SIPp 3.6.1 from sip-tester, baresip 1.0 on libre 1.1;
+# Tests/RouseServerTests/Interop*Tests.swift), the curl command of the
 # docs' examples (DocsExamplesTests runs them), and headless Chromium with its WebDriver for the
 # admin pages' browser test (AdminPagesBrowserTests).
 set -euo pipefail
@@ -18,6 +18,8 @@ packages=(
     postgresql
     postgresql-contrib
     libnet-sip-perl
+    sip-tester
+    baresip-core
     chromium
     chromium-driver
     curl

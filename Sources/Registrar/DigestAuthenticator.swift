@@ -42,6 +42,11 @@ public struct DigestCredentials: Hashable, Sendable {
 
 /// Issues digest challenges and checks answers to them, for SIP (RFC 3261 §22, RFC 7616, RFC 8760).
 ///
+/// Which algorithms are offered is a setting (`digest_algorithms`): one challenge header each, in
+/// the order given. The default is MD5 alone, as Kamailio, Asterisk and Flexisip do: SIPp 3.6.1
+/// and libre-based clients give up on any 401 that carries a SHA-256 challenge (decisions.md). An
+/// answer is accepted only in an algorithm that is offered.
+///
 /// Nonces are stateless (decisions.md): the issue time, random bytes and an HMAC under a secret all
 /// instances share, so any instance can check a nonce another made. A nonce is good for
 /// `nonceLifetime`; after that the answer is a new challenge with `stale=true`. With qop=auth the
@@ -62,22 +67,29 @@ public final class DigestAuthenticator: @unchecked Sendable {
 
     private let secret: [UInt8]
     public let nonceLifetime: TimeInterval
+    /// The algorithms challenged with, most preferred first (never empty).
+    public let algorithms: [Digest.Algorithm]
     private let opaque: String
     private let lock = NSLock()
     private var seenCounts: [String: (count: UInt32, issued: Date)] = [:]
     private var lastPurge = Date.distantPast
 
-    public init(secret: [UInt8], nonceLifetime: TimeInterval) {
+    /// The MD5-only default of `digest_algorithms`.
+    public static let defaultAlgorithms: [Digest.Algorithm] = [.md5]
+
+    public init(secret: [UInt8], nonceLifetime: TimeInterval, algorithms: [Digest.Algorithm] = DigestAuthenticator.defaultAlgorithms) {
+        precondition(!algorithms.isEmpty, "digest_algorithms names at least one algorithm")
         self.secret = secret
         self.nonceLifetime = nonceLifetime
+        self.algorithms = algorithms
         self.opaque = Hex.encode(Digest.hmacSHA256(key: secret, message: Array("rouse-opaque".utf8)).prefix(8))
     }
 
-    /// The WWW-Authenticate (or Proxy-Authenticate) values for a challenge: SHA-256 first, then MD5
-    /// (RFC 8760 §2.4: the most preferred algorithm first).
+    /// The WWW-Authenticate (or Proxy-Authenticate) values for a challenge: one per configured
+    /// algorithm, the most preferred first (RFC 8760 §2.4), all with the same nonce.
     public func challenges(realm: String, stale: Bool, now: Date) -> [String] {
         let nonce = makeNonce(now: now)
-        return [Digest.Algorithm.sha256, .md5].map { algorithm in
+        return algorithms.map { algorithm in
             var value = "Digest realm=\(SIPHeaderValueScanner.quote(realm)), nonce=\"\(nonce)\", opaque=\"\(opaque)\""
             value += ", algorithm=\(algorithm.rawValue), qop=\"auth\""
             if stale { value += ", stale=true" }
@@ -92,7 +104,7 @@ public final class DigestAuthenticator: @unchecked Sendable {
         _ credentials: DigestCredentials, method: String, realm: String, now: Date,
         lookup: (AddressOfRecord) -> ExtensionCredentials?
     ) -> Verdict {
-        guard let algorithm = credentials.algorithm, let username = credentials.username,
+        guard let algorithm = credentials.algorithm, algorithms.contains(algorithm), let username = credentials.username,
             let nonce = credentials.nonce, let uri = credentials.uri, let response = credentials.response,
             credentials.realm.map({ $0.lowercased() == realm.lowercased() }) == true
         else { return .rejected }

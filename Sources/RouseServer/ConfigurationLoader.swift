@@ -1,5 +1,7 @@
 import CallRouting
+import Crypto
 import Foundation
+import Registrar
 import SIPMessage
 import SIPTransport
 
@@ -151,6 +153,7 @@ public enum ConfigurationLoader {
         }
         withCalls.shutdownGrace = reader.duration("shutdown_grace")
         withCalls.adminSessionLifetime = reader.duration("admin_session_lifetime")
+        withCalls.digestAlgorithms = reader.digestAlgorithms("digest_algorithms")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
@@ -308,6 +311,25 @@ struct SettingReader {
 
     mutating func list(_ key: String) -> [String] {
         text(key).0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    /// An ordered comma list of digest algorithms (`MD5`, `SHA-256`; any case), each once.
+    mutating func digestAlgorithms(_ key: String) -> [Digest.Algorithm] {
+        let (value, source) = text(key)
+        var algorithms: [Digest.Algorithm] = []
+        for name in list(key) {
+            guard let algorithm = Digest.Algorithm.allCases.first(where: { $0.rawValue.caseInsensitiveEquals(name) }) else {
+                problem(key, source, "'\(name)' is not MD5 or SHA-256")
+                continue
+            }
+            if algorithms.contains(algorithm) {
+                problem(key, source, "\(algorithm.rawValue) is named twice")
+            } else {
+                algorithms.append(algorithm)
+            }
+        }
+        if value.trimmingCharacters(in: .whitespaces).isEmpty { problem(key, source, "names no algorithm (MD5, SHA-256)") }
+        return algorithms.isEmpty ? DigestAuthenticator.defaultAlgorithms : algorithms
     }
 
     mutating func listenPoints(_ key: String) -> [ListenPoint] {

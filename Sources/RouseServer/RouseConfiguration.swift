@@ -1,4 +1,6 @@
+import Crypto
 import Push
+import Registrar
 import SIPMessage
 import SIPTransport
 
@@ -39,6 +41,8 @@ public struct RouseConfiguration: Sendable {
     public var maxBindingsPerExtension: Int
     /// How long a digest nonce is good for before `stale=true`.
     public var nonceLifetime: Duration
+    /// The digest algorithms REGISTER and INVITE challenges offer, most preferred first.
+    public var digestAlgorithms: [Digest.Algorithm] = DigestAuthenticator.defaultAlgorithms
     /// Failed credentials (SIP and HTTP) one source address may have within `authFailureWindow`
     /// before it is refused for `authBlockDuration`.
     public var authFailureLimit: Int
@@ -144,6 +148,8 @@ extension RouseConfiguration {
               meaning: "most registered contacts per extension; the oldest without an instance id makes room"),
         .init(key: "nonce_lifetime", defaultValue: "300",
               meaning: "seconds a digest nonce is valid before the phone is told stale=true"),
+        .init(key: "digest_algorithms", defaultValue: "MD5",
+              meaning: "digest algorithms a 401/407 challenge offers, most preferred first, one challenge header each: MD5, SHA-256 or both (SHA-256,MD5); SIPp 3.6.1 and libre-based phones (baresip) fail on any challenge that includes SHA-256"),
         .init(key: "auth_failure_limit", defaultValue: "20",
               meaning: "failed credentials (SIP REGISTER and HTTP) one source address may have within auth_failure_window before it is blocked"),
         .init(key: "auth_failure_window", defaultValue: "60",

@@ -60,7 +60,8 @@ public final class RouseService: @unchecked Sendable {
         var core = RegistrarCore(
             policy: policy, directory: try directory.loadDirectory(),
             supportedPushProviders: try PostgresPushApps.providerFamilies(on: connection),
-            authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
+            authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds),
+                algorithms: configuration.digestAlgorithms),
             serverName: "Rouse/\(CommandLineInterface.version)")
         // Web push needs no push app: Rouse's own VAPID key, made once and shared by every instance.
         let vapid = try PostgresVAPIDKeys.loadOrCreate(on: connection)
@@ -99,7 +100,8 @@ public final class RouseService: @unchecked Sendable {
         let callTokens = CallTokenSigner(secret: try RouseService.sharedSecret(named: "call_token_secret", connection))
         let coordinator = CallCoordinator<SIPService>(
             directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: journeyStore,
-            authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds)),
+            authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds),
+                algorithms: configuration.digestAlgorithms),
             throttle: authFailureThrottle,
             settings: CallSettings(
                 wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,

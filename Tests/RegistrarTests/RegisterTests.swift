@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 @testable import Registrar
 import SIPMessage
@@ -6,19 +7,36 @@ import XCTest
 final class RegisterTests: XCTestCase {
     typealias F = RegistrarFixture
 
-    func testFirstRegisterIsChallengedWithSHA256ThenMD5() throws {
+    func testFirstRegisterIsChallengedWithMD5AloneByDefault() throws {
         var fixture = F()
         let response = F.response(try fixture.send(F.register()))
         XCTAssertEqual(response.statusCode, 401)
         let challenges = response.headers.lines(.wwwAuthenticate)
-        XCTAssertEqual(challenges.count, 2)
-        XCTAssertTrue(challenges[0].contains("algorithm=SHA-256"), challenges[0])
-        XCTAssertTrue(challenges[1].contains("algorithm=MD5"), challenges[1])
-        for challenge in challenges {
-            XCTAssertTrue(challenge.contains("realm=\"example.com\""))
-            XCTAssertTrue(challenge.contains("qop=\"auth\""))
-            XCTAssertFalse(challenge.contains("stale"))
+        XCTAssertEqual(challenges.count, 1, "SIPp 3.6.1 and libre give up on a SHA-256 challenge: \(challenges)")
+        XCTAssertTrue(challenges[0].contains("algorithm=MD5"), challenges[0])
+        XCTAssertTrue(challenges[0].contains("realm=\"example.com\""))
+        XCTAssertTrue(challenges[0].contains("qop=\"auth\""))
+        XCTAssertFalse(challenges[0].contains("stale"))
+        XCTAssertEqual(fixture.core.bindingCount, 0)
+    }
+
+    func testConfiguredAlgorithmsAreOfferedInTheirOrderWithOneNonce() throws {
+        for algorithms: [Digest.Algorithm] in [[.sha256, .md5], [.md5, .sha256], [.sha256]] {
+            var fixture = F(algorithms: algorithms)
+            let challenges = F.response(try fixture.send(F.register())).headers.lines(.wwwAuthenticate)
+            XCTAssertEqual(challenges.compactMap { DigestCredentials(header: $0)?.algorithm }, algorithms)
+            XCTAssertEqual(Set(challenges.compactMap { DigestCredentials(header: $0)?.nonce }).count, 1, "\(challenges)")
         }
+    }
+
+    func testAnswerInAnAlgorithmThatWasNotOfferedIsChallengedAgain() throws {
+        var fixture = F()
+        let challenge = F.response(try fixture.send(F.register()))
+        // The phone computes SHA-256 over the MD5 challenge's nonce: not what was offered.
+        let offered = challenge.headers.lines(.wwwAuthenticate)[0]
+        let answer = F.answer(offered.replacingOccurrences(of: "algorithm=MD5", with: "algorithm=SHA-256"), password: "alice-secret")
+        let response = F.response(try fixture.send(F.register(cseq: 2, authorization: answer)))
+        XCTAssertEqual(response.statusCode, 401)
         XCTAssertEqual(fixture.core.bindingCount, 0)
     }
 
@@ -36,24 +54,37 @@ final class RegisterTests: XCTestCase {
         XCTAssertEqual(binding.cseq, 2)
     }
 
-    func testSHA256RegisterSucceeds() throws {
-        var fixture = F()
-        XCTAssertEqual(F.response(try fixture.registerAuthenticated(algorithm: "SHA-256")).statusCode, 200)
+    func testSHA256RegisterSucceedsWhenOffered() throws {
+        for algorithms: [Digest.Algorithm] in [[.sha256], [.sha256, .md5], [.md5, .sha256]] {
+            var fixture = F(algorithms: algorithms)
+            XCTAssertEqual(F.response(try fixture.registerAuthenticated(algorithm: "SHA-256")).statusCode, 200, "\(algorithms)")
+            var md5 = F(algorithms: algorithms)
+            let expected = algorithms.contains(.md5) ? 200 : 401
+            let challenge = F.response(try md5.send(F.register())).headers.lines(.wwwAuthenticate)[0]
+            let answer = F.answer(challenge.replacingOccurrences(of: "algorithm=SHA-256", with: "algorithm=MD5"), password: "alice-secret")
+            XCTAssertEqual(F.response(try md5.send(F.register(cseq: 2, authorization: answer))).statusCode, expected, "\(algorithms)")
+        }
     }
 
     func testUsernameMayBeNumberAtDomain() throws {
         var fixture = F()
         let challenge = F.response(try fixture.send(F.register()))
-        let offer = challenge.headers.lines(.wwwAuthenticate)[1]
+        let offer = challenge.headers.lines(.wwwAuthenticate)[0]
         let authorization = F.answer(offer, password: "alice-secret", username: "1001@example.com")
         XCTAssertEqual(F.response(try fixture.send(F.register(cseq: 2, authorization: authorization))).statusCode, 200)
     }
 
-    func testWrongPasswordAndUnknownExtensionGetIdentical401s() throws {
-        var fixture = F()
+    func testWrongPasswordAndUnknownExtensionGetIdentical401sInEveryConfiguration() throws {
+        for algorithms: [Digest.Algorithm] in [[.md5], [.sha256, .md5], [.sha256]] {
+            try assertIdentical401s(algorithms: algorithms)
+        }
+    }
+
+    private func assertIdentical401s(algorithms: [Digest.Algorithm]) throws {
+        var fixture = F(algorithms: algorithms)
         func attempt(_ aor: AddressOfRecord, _ password: String) throws -> String {
             let challenge = F.response(try fixture.send(F.register(aor, callID: "probe")))
-            let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[1], number: aor.number, password: password)
+            let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate).last!, number: aor.number, password: password)
             let response = F.response(try fixture.send(F.register(aor, callID: "probe", cseq: 2, authorization: authorization)))
             XCTAssertEqual(response.statusCode, 401)
             // Blank what must differ per request: the nonce, and what is echoed from the request (To).
@@ -66,7 +97,8 @@ final class RegisterTests: XCTestCase {
         }
         let wrongPassword = try attempt(F.alice, "not-the-password")
         let unknownExtension = try attempt(AddressOfRecord(number: "1999", domain: "example.com"), "whatever")
-        XCTAssertEqual(wrongPassword, unknownExtension)
+        XCTAssertEqual(wrongPassword, unknownExtension, "\(algorithms)")
+        XCTAssertEqual(wrongPassword.components(separatedBy: "WWW-Authenticate:").count - 1, algorithms.count)
     }
 
     func testExpiredNonceGetsStaleTrue() throws {
@@ -82,12 +114,12 @@ final class RegisterTests: XCTestCase {
     func testReplayedNonceCountIsRefused() throws {
         var fixture = F()
         let challenge = F.response(try fixture.send(F.register()))
-        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[1], password: "alice-secret")
+        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: "alice-secret")
         XCTAssertEqual(F.response(try fixture.send(F.register(cseq: 2, authorization: authorization))).statusCode, 200)
         // The same nc again, on a new request: a replay.
         XCTAssertEqual(F.response(try fixture.send(F.register(cseq: 3, authorization: authorization))).statusCode, 401)
         // A higher nc with the same nonce is fine.
-        let next = F.answer(challenge.headers.lines(.wwwAuthenticate)[1], password: "alice-secret", nc: "00000002")
+        let next = F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: "alice-secret", nc: "00000002")
         XCTAssertEqual(F.response(try fixture.send(F.register(cseq: 4, authorization: next))).statusCode, 200)
     }
 
@@ -95,7 +127,7 @@ final class RegisterTests: XCTestCase {
         var fixture = F()
         let challenge = F.response(try fixture.send(F.register(F.bob)))
         // Alice's credentials, Bob's address.
-        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[1], number: "1001", password: "alice-secret")
+        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[0], number: "1001", password: "alice-secret")
         XCTAssertEqual(F.response(try fixture.send(F.register(F.bob, cseq: 2, authorization: authorization))).statusCode, 403)
     }
 

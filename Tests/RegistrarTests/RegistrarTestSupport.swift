@@ -15,7 +15,10 @@ struct RegistrarFixture {
     var core: RegistrarCore
     var now = RegistrarFixture.start
 
-    init(policy: RegistrationPolicy = RegistrationPolicy(), push: Set<PushProviderFamily> = [.apns, .fcm]) {
+    init(
+        policy: RegistrationPolicy = RegistrationPolicy(), push: Set<PushProviderFamily> = [.apns, .fcm],
+        algorithms: [Digest.Algorithm] = DigestAuthenticator.defaultAlgorithms
+    ) {
         let directory = DirectorySnapshot(
             domains: [RegistrarFixture.domain],
             extensions: [
@@ -24,7 +27,7 @@ struct RegistrarFixture {
             ])
         core = RegistrarCore(
             policy: policy, directory: directory, supportedPushProviders: push,
-            authenticator: DigestAuthenticator(secret: Array("test-secret".utf8), nonceLifetime: 300),
+            authenticator: DigestAuthenticator(secret: Array("test-secret".utf8), nonceLifetime: 300, algorithms: algorithms),
             serverName: "Rouse/test")
     }
 

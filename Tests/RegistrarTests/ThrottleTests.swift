@@ -12,7 +12,7 @@ final class ThrottleTests: XCTestCase {
         let flow = F.flow(source)
         let challenge = F.response(try fixture.send(F.register(callID: callID), flow: flow))
         guard challenge.statusCode == 401 else { return challenge }
-        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[1], password: password)
+        let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: password)
         return F.response(try fixture.send(F.register(callID: callID, cseq: 2, authorization: authorization), flow: flow))
     }
 

@@ -41,7 +41,7 @@ final class FlowRoutingTests: XCTestCase {
         }
         try client.send(request(1, nil))
         let challenge = try XCTUnwrap(try receiveResponse(client))
-        let offer = try XCTUnwrap(DigestCredentials(header: challenge.headers.lines(.wwwAuthenticate)[1]))
+        let offer = try XCTUnwrap(DigestCredentials(header: challenge.headers.lines(.wwwAuthenticate)[0]))
         let ha1 = Digest.hex(.md5, "1001:example.com:pw")
         let ha2 = Digest.hex(.md5, "REGISTER:sip:example.com")
         let digest = Digest.hex(.md5, "\(ha1):\(offer.nonce!):00000001:abc:auth:\(ha2)")

@@ -140,13 +140,13 @@ final class HostileInputTests: XCTestCase {
         let challengeBytes = try XCTUnwrap(try finalResponseBytes(client), "no answer to the first REGISTER")
         guard case .response(let challenge) = try SIPParser.parse(challengeBytes) else { throw NoAnswer() }
         guard challenge.statusCode == 401 else { return (challengeBytes, challenge) }
-        let offer = try XCTUnwrap(challenge.headers.lines(.wwwAuthenticate).first { $0.contains("algorithm=SHA-256") })
+        let offer = try XCTUnwrap(challenge.headers.lines(.wwwAuthenticate).first { $0.contains("algorithm=MD5") })
         let parameters = try XCTUnwrap(DigestCredentials(header: offer))
         let nonce = try XCTUnwrap(parameters.nonce)
-        let ha1 = Digest.hex(.sha256, "1001:example.com:s3cret-1001")
-        let ha2 = Digest.hex(.sha256, "REGISTER:sip:example.com")
-        let answer = Digest.hex(.sha256, "\(ha1):\(nonce):00000001:c0ffee:auth:\(ha2)")
-        let authorization = "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(nonce)\", uri=\"sip:example.com\", response=\"\(answer)\", algorithm=SHA-256, cnonce=\"c0ffee\", qop=auth, nc=00000001, opaque=\"\(parameters.opaque ?? "")\""
+        let ha1 = Digest.hex(.md5, "1001:example.com:s3cret-1001")
+        let ha2 = Digest.hex(.md5, "REGISTER:sip:example.com")
+        let answer = Digest.hex(.md5, "\(ha1):\(nonce):00000001:c0ffee:auth:\(ha2)")
+        let authorization = "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(nonce)\", uri=\"sip:example.com\", response=\"\(answer)\", algorithm=MD5, cnonce=\"c0ffee\", qop=auth, nc=00000001, opaque=\"\(parameters.opaque ?? "")\""
         try client.send(register(cseq: 2, authorization: authorization))
         let bytes = try XCTUnwrap(try finalResponseBytes(client), "no answer to the authenticated REGISTER")
         guard case .response(let response) = try SIPParser.parse(bytes, limits: Self.lenient) else { throw NoAnswer() }

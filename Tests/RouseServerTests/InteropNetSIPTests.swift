@@ -10,10 +10,8 @@ import XCTest
 /// and TCP on loopback: Perl's Net::SIP (Debian libnet-sip-perl, installed by scripts/deps.sh),
 /// driven by `Tests/Interop/netsip/register.pl`.
 ///
-/// SIPp 3.6.1 (Debian's sip-tester) cannot be that phone: its `[authentication]` reads only the
-/// first WWW-Authenticate of the 401 and refuses any algorithm but MD5 and AKAv1-MD5, while Rouse
-/// offers SHA-256 first (RFC 8760 §2.4) and MD5 second. Net::SIP skips the challenges it cannot
-/// answer and answers the MD5 one.
+/// Net::SIP answers MD5 challenges only; with `digest_algorithms` set to offer SHA-256 as well it
+/// skips the challenges it cannot answer and answers the MD5 one.
 final class InteropNetSIPTests: XCTestCase {
     var database: TestDatabase!
     var rouse: RouseProcess?

@@ -63,10 +63,10 @@ final class MultiInstanceTests: XCTestCase {
         try challenger.send(request(1, nil))
         let challenge = try answer(challenger)
         let offer = try XCTUnwrap(DigestCredentials(header: challenge.headers.lines(.wwwAuthenticate)[0]))
-        let ha1 = Digest.hex(.sha256, "1001:example.com:pw-1001")
-        let ha2 = Digest.hex(.sha256, "REGISTER:sip:example.com")
-        let digest = Digest.hex(.sha256, "\(ha1):\(offer.nonce!):00000001:cafe:auth:\(ha2)")
-        try client.send(request(2, "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(offer.nonce!)\", uri=\"sip:example.com\", response=\"\(digest)\", algorithm=SHA-256, cnonce=\"cafe\", qop=auth, nc=00000001"))
+        let ha1 = Digest.hex(.md5, "1001:example.com:pw-1001")
+        let ha2 = Digest.hex(.md5, "REGISTER:sip:example.com")
+        let digest = Digest.hex(.md5, "\(ha1):\(offer.nonce!):00000001:cafe:auth:\(ha2)")
+        try client.send(request(2, "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(offer.nonce!)\", uri=\"sip:example.com\", response=\"\(digest)\", algorithm=MD5, cnonce=\"cafe\", qop=auth, nc=00000001"))
         return try answer(client)
     }
 

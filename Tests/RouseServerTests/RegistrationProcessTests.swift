@@ -33,7 +33,7 @@ final class RegistrationProcessTests: XCTestCase {
         database?.drop()
     }
 
-    func startRouse() throws {
+    func startRouse(_ settings: [String: String] = [:]) throws {
         let process = try RouseProcess(
             arguments: ["serve"],
             environment: [
@@ -41,7 +41,7 @@ final class RegistrationProcessTests: XCTestCase {
                 "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0,tls:127.0.0.1:0",
                 "ROUSE_TLS_CERT": certificate.certificatePath,
                 "ROUSE_TLS_KEY": certificate.keyPath,
-            ])
+            ].merging(settings) { $1 })
         XCTAssertTrue(process.waitForOutput(containing: "serving SIP on"), process.outputText)
         let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
         points = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ").map { try ListenPoint(parsing: $0) }
@@ -102,18 +102,44 @@ final class RegistrationProcessTests: XCTestCase {
         try PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo)).loadBindings(now: Date())
     }
 
-    func testPhoneRegistersOverUDPTCPAndTLSWithMD5AndSHA256() throws {
+    /// The challenges of a first REGISTER, as (algorithm, nonce) pairs in their order.
+    func offeredChallenges() throws -> [(Digest.Algorithm?, String?)] {
+        let client = try client(.udp)
+        defer { client.close() }
+        try client.send(Self.register(transport: "UDP", port: client.localPort, contact: "<sip:1001@127.0.0.1:5071>", callID: UUID().uuidString, cseq: 1))
+        let challenge = try finalResponse(client)
+        XCTAssertEqual(challenge.statusCode, 401)
+        return challenge.headers.lines(.wwwAuthenticate).map { line in
+            let credentials = DigestCredentials(header: line)
+            return (credentials?.algorithm, credentials?.nonce)
+        }
+    }
+
+    func testPhoneRegistersOverUDPTCPAndTLSWithTheDefaultMD5Challenge() throws {
+        let offered = try offeredChallenges()
+        XCTAssertEqual(offered.map(\.0), [.md5], "digest_algorithms defaults to MD5 alone")
         let udp = try registerWithDigest(.udp, contact: "<sip:1001@127.0.0.1:5071>", algorithm: .md5)
         XCTAssertEqual(udp.statusCode, 200)
-        let tcp = try registerWithDigest(.tcp, contact: "<sip:1001@127.0.0.1:5072;transport=tcp>", algorithm: .sha256)
+        let tcp = try registerWithDigest(.tcp, contact: "<sip:1001@127.0.0.1:5072;transport=tcp>", algorithm: .md5)
         XCTAssertEqual(tcp.statusCode, 200)
-        let tls = try registerWithDigest(.tls, contact: "<sips:1001@127.0.0.1:5073;transport=tls>", algorithm: .sha256)
+        let tls = try registerWithDigest(.tls, contact: "<sips:1001@127.0.0.1:5073;transport=tls>", algorithm: .md5)
         XCTAssertEqual(tls.statusCode, 200)
         XCTAssertEqual(tls.headers.values(.contact).count, 3, "the 200 lists every current binding")
         // A 200 means the binding is in PostgreSQL already.
         let stored = try storedBindings()
         XCTAssertEqual(Set(stored.map(\.flow.transport)), ["udp", "tcp", "tls"])
         XCTAssertTrue(stored.allSatisfy { $0.userAgent == "RouseTestPhone/1" })
+    }
+
+    func testSHA256IsOfferedFirstWhenDigestAlgorithmsAsksForIt() throws {
+        _ = rouse?.stop()
+        try startRouse(["ROUSE_DIGEST_ALGORITHMS": "SHA-256, md5"])
+        let offered = try offeredChallenges()
+        XCTAssertEqual(offered.map(\.0), [.sha256, .md5])
+        XCTAssertEqual(Set(offered.map(\.1)).count, 1, "both challenges carry one nonce")
+        XCTAssertEqual(try registerWithDigest(.tcp, contact: "<sip:1001@127.0.0.1:5072;transport=tcp>", algorithm: .md5).statusCode, 200)
+        XCTAssertEqual(try registerWithDigest(.udp, contact: "<sip:1001@127.0.0.1:5071>", algorithm: .md5).statusCode, 200)
+        XCTAssertEqual(Set(try storedBindings().map(\.flow.transport)), ["udp", "tcp"])
     }
 
     func testWrongPasswordIsChallengedAgainAndStoresNothing() throws {
@@ -132,7 +158,7 @@ final class RegistrationProcessTests: XCTestCase {
         try startRouse()
         XCTAssertTrue(rouse!.waitForOutput(containing: "bindings=2"), rouse!.outputText)
         // A query REGISTER (no Contact) lists both bindings from the restarted server.
-        let query = try registerWithDigest(.udp, contact: nil, algorithm: .sha256)
+        let query = try registerWithDigest(.udp, contact: nil, algorithm: .md5)
         XCTAssertEqual(query.statusCode, 200)
         XCTAssertEqual(Set(query.headers.values(.contact).map { $0.components(separatedBy: ";expires=")[0] }), [
             "<sip:1001@127.0.0.1:5072;transport=tcp>", "<sip:1001@127.0.0.1:5071>",
@@ -149,16 +175,16 @@ final class RegistrationProcessTests: XCTestCase {
         let token = "fcmToken-0123456789:APA91bHPRgkF3JUikC4ENAHEeMrd41Zxv3hVZjC9KtT8OvPVGJ"
         let contact = "<sip:1001@127.0.0.1:5074;transport=tcp;pn-provider=fcm;pn-prid=\(token);pn-param=rouse-test>;+sip.pnsreg"
         // No push app for FCM yet: RFC 8599 says 555.
-        XCTAssertEqual(try registerWithDigest(.tcp, contact: contact, algorithm: .sha256).statusCode, 555)
+        XCTAssertEqual(try registerWithDigest(.tcp, contact: contact, algorithm: .md5).statusCode, 555)
 
         // The operator adds one while Rouse runs; Rouse hears of it and accepts the binding.
         let account = try PushStandIn.makeFCMServiceAccount(projectID: "rouse-test")
         let (added, addOutput) = try runRouse(["push-app", "add", "fcm", "--service-account", account])
         XCTAssertEqual(added, 0, addOutput)
-        var response = try registerWithDigest(.tcp, contact: contact, algorithm: .sha256)
+        var response = try registerWithDigest(.tcp, contact: contact, algorithm: .md5)
         let deadline = Date().addingTimeInterval(30)
         while response.statusCode == 555, Date() < deadline {
-            response = try registerWithDigest(.tcp, contact: contact, algorithm: .sha256)
+            response = try registerWithDigest(.tcp, contact: contact, algorithm: .md5)
         }
         XCTAssertEqual(response.statusCode, 200)
         XCTAssertEqual(response.headers.lines(.featureCaps), ["*;+sip.pns=\"fcm\";+sip.pnsreg=\"121\""])

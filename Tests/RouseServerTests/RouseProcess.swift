@@ -1,7 +1,8 @@
 import Foundation
 import XCTest
 
-/// A `rouse` process started by a test, with its output captured. Stops it (SIGTERM) on `stop()`.
+/// A `rouse` process (or a third-party tool such as SIPp) started by a test, with its output
+/// captured. Stops it (SIGTERM) on `stop()`.
 final class RouseProcess {
     let process = Process()
     private let output = Pipe()
@@ -29,8 +30,13 @@ final class RouseProcess {
 
     /// - Parameter standardInput: text fed to the process's standard input, which is then closed;
     ///   nil leaves it unconnected.
-    init(arguments: [String], environment: [String: String], standardInput: String? = nil) throws {
-        process.executableURL = Self.executable
+    /// - Parameter executable: the program; `rouse` by default.
+    init(
+        arguments: [String], environment: [String: String], standardInput: String? = nil, executable: URL = RouseProcess.executable,
+        workingDirectory: URL? = nil
+    ) throws {
+        process.executableURL = executable
+        process.currentDirectoryURL = workingDirectory
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
         env.merge(environment) { $1 }
