@@ -37,6 +37,19 @@ final class ConfigurationLoaderTests: XCTestCase {
         XCTAssertEqual(configuration.timerT1, .milliseconds(250))
     }
 
+    func testDigestAlgorithmsAreAnOrderedListDefaultingToMD5() throws {
+        XCTAssertEqual(try ConfigurationLoader.load(flags: [], environment: [:]).digestAlgorithms, [.md5])
+        let path = try writeConfig(#"{"digest_algorithms": ["SHA-256", "MD5"]}"#)
+        XCTAssertEqual(try ConfigurationLoader.load(flags: ["--config", path], environment: [:]).digestAlgorithms, [.sha256, .md5])
+        XCTAssertEqual(
+            try ConfigurationLoader.load(flags: ["--digest-algorithms=sha-256"], environment: [:]).digestAlgorithms, [.sha256])
+        for (bad, message) in [("SHA-1", "'SHA-1' is not MD5 or SHA-256"), ("MD5,md5", "MD5 is named twice"), ("", "names no algorithm")] {
+            XCTAssertThrowsError(try ConfigurationLoader.load(flags: [], environment: ["ROUSE_DIGEST_ALGORITHMS": bad])) { error in
+                XCTAssertTrue("\(error)".contains("digest_algorithms: \(message)"), "\(error)")
+            }
+        }
+    }
+
     func testEveryBadSettingIsNamedOnce() {
         XCTAssertThrowsError(
             try ConfigurationLoader.load(
