@@ -211,8 +211,9 @@ public enum STUNParseError: Error, Hashable, Sendable {
 /// gets a success response with the request's source in XOR-MAPPED-ADDRESS (and a FINGERPRINT when
 /// the request had one); one with a comprehension-required attribute STUN does not define gets
 /// 420 Unknown Attribute. Anything else (indications, responses, other methods, malformed bytes)
-/// is dropped. No authentication: keep-alives carry none. The answer is at most a little larger
-/// than a bare request, so it cannot amplify a spoofed flood. Pure functions.
+/// is dropped. No authentication: keep-alives carry none. The answer is at most about twice the
+/// size of the smallest request that causes it, so a spoofed source gains no amplification worth
+/// having. Pure functions.
 public enum STUNKeepAliveResponder {
     /// Comprehension-required attributes RFC 5389 defines: a request may carry them.
     static let understood: Set<UInt16> = [
