@@ -184,7 +184,8 @@ public struct RegistrarCore: Sendable {
             /// The reg-id of an RFC 5626 flow; nil when outbound does not apply to the Contact.
             let regID: Int?
         }
-        let outbound = OutboundRequest(request)
+        // Read only when a Contact names a flow: most REGISTERs do not.
+        lazy var outbound = OutboundRequest(request)
         var planned: [Planned] = []
         var pushProviders: [PushProvider] = []
         var wantsRefresh = false
