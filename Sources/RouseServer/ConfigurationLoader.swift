@@ -151,6 +151,7 @@ public enum ConfigurationLoader {
         }
         withCalls.shutdownGrace = reader.duration("shutdown_grace")
         withCalls.adminSessionLifetime = reader.duration("admin_session_lifetime")
+        withCalls.testPushInterval = reader.duration("test_push_interval")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

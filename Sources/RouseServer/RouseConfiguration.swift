@@ -85,6 +85,8 @@ public struct RouseConfiguration: Sendable {
     public var shutdownGrace: Duration = .seconds(10)
     /// How long an admin pages session lasts from sign-in.
     public var adminSessionLifetime: Duration = .seconds(12 * 3600)
+    /// Least time between two test pushes to one device token (admin pages, admin API, `rouse push test`).
+    public var testPushInterval: Duration = .seconds(30)
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -194,5 +196,7 @@ extension RouseConfiguration {
               meaning: "comma list of IP addresses and CIDR blocks (trunks, peers) whose INVITEs need no digest authentication"),
         .init(key: "admin_session_lifetime", defaultValue: "12h",
               meaning: "how long an admin pages session lasts from sign-in; then the admin signs in again"),
+        .init(key: "test_push_interval", defaultValue: "30",
+              meaning: "seconds that must pass between two test pushes to one device token (admin pages, admin API, rouse push test); only pushes the provider accepted count, across every instance"),
     ]
 }
