@@ -237,10 +237,53 @@ public struct AdminAPI: Sendable {
     // MARK: - Organisations and extensions
 
     func listOrganisations() throws -> HTTPResponse {
-        let items: [[String: Any]] = try directory.listDomains().map {
-            ["domain": $0.domain, "extensionCount": $0.extensionCount, "createdAt": Self.iso($0.createdAt)]
-        }
+        let items = try directory.listDomains().map(Self.item)
         return .json(200, ["items": items, "total": items.count])
+    }
+
+    // MARK: - Items, as the API and `rouse … --json` show them
+
+    /// An organisation in a list.
+    public static func item(_ domain: DirectoryDomain) -> [String: Any] {
+        ["domain": domain.domain, "extensionCount": domain.extensionCount, "createdAt": iso(domain.createdAt)]
+    }
+
+    /// An extension in a list.
+    public static func item(_ item: DirectoryExtension) -> [String: Any] {
+        ["address": item.aor.description, "liveBindings": item.liveBindingCount, "createdAt": iso(item.createdAt), "updatedAt": iso(item.updatedAt)]
+    }
+
+    /// A push app in a list: what it is, never its key.
+    public static func item(_ app: PostgresPushApps.Summary) -> [String: Any] {
+        ["id": app.id, "kind": app.kind, "param": app.param, "environment": app.environment ?? NSNull(), "details": app.details, "createdAt": app.createdAt]
+    }
+
+    /// A registered binding with its device id and push channels; tokens shortened unless `wholeTokens`.
+    public static func item(_ binding: Binding, now: Date, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
+        let device = AdminReads.Device(binding)
+        return [
+            "id": device.id, "testable": device.ringChannel != nil,
+            "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
+            "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
+            "expiresIn": binding.remainingSeconds(at: now),
+            "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
+                [
+                    "provider": channel.provider.rawValue, "token": wholeTokens ? channel.token : Binding.shortenedToken(channel.token),
+                    "param": channel.param ?? NSNull(), "kind": channel.kind.rawValue, "dead": isDead(channel),
+                ]
+            },
+        ]
+    }
+
+    /// A posted token with its device id; shortened unless `wholeTokens`.
+    public static func item(_ posted: PostedPushToken, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
+        let device = AdminReads.Device(posted)
+        return [
+            "id": device.id, "testable": device.ringChannel != nil,
+            "platform": platform(posted.channel.provider), "token": wholeTokens ? posted.channel.token : Binding.shortenedToken(posted.channel.token),
+            "param": posted.channel.param ?? NSNull(), "kind": posted.channel.kind.rawValue, "deviceId": posted.deviceID ?? NSNull(),
+            "postedAt": iso(posted.postedAt), "dead": isDead(posted.channel),
+        ]
     }
 
     func addOrganisation(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -261,12 +304,7 @@ public struct AdminAPI: Sendable {
         let limit = try number("limit", 50, 1...500)
         let offset = try number("offset", 0, 0...Int(Int32.max))
         let all = try reads.extensions(domain: domain, search: search)
-        let page: [[String: Any]] = all.dropFirst(offset).prefix(limit).map {
-            [
-                "address": $0.aor.description, "liveBindings": $0.liveBindingCount, "createdAt": Self.iso($0.createdAt),
-                "updatedAt": Self.iso($0.updatedAt),
-            ]
-        }
+        let page = all.dropFirst(offset).prefix(limit).map(Self.item)
         return .json(200, ["items": page, "total": all.count, "limit": limit, "offset": offset])
     }
 
@@ -288,31 +326,8 @@ public struct AdminAPI: Sendable {
         let detail = try reads.extensionDetail(aor)
         let now = detail.now
         let isDead = detail.isDead
-        let token: (PushChannel) -> String = { whole ? $0.token : Binding.shortenedToken($0.token) }
-        let bindingItems: [[String: Any]] = detail.bindings.map { binding in
-            let device = AdminReads.Device(binding)
-            return [
-                "id": device.id, "testable": device.ringChannel != nil,
-                "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
-                "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
-                "expiresIn": binding.remainingSeconds(at: now),
-                "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
-                    [
-                        "provider": channel.provider.rawValue, "token": token(channel),
-                        "param": channel.param ?? NSNull(), "kind": channel.kind.rawValue, "dead": isDead(channel),
-                    ]
-                },
-            ]
-        }
-        let postedItems: [[String: Any]] = detail.postedTokens.map { posted in
-            let device = AdminReads.Device(posted)
-            return [
-                "id": device.id, "testable": device.ringChannel != nil,
-                "platform": Self.platform(posted.channel.provider), "token": token(posted.channel),
-                "param": posted.channel.param ?? NSNull(), "kind": posted.channel.kind.rawValue,
-                "postedAt": Self.iso(posted.postedAt), "dead": isDead(posted.channel),
-            ]
-        }
+        let bindingItems = detail.bindings.map { Self.item($0, now: now, isDead: isDead, wholeTokens: whole) }
+        let postedItems = detail.postedTokens.map { Self.item($0, isDead: isDead, wholeTokens: whole) }
         let pushItems: [[String: Any]] = detail.recentPushes.map { record in
             [
                 "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
@@ -430,12 +445,7 @@ public struct AdminAPI: Sendable {
     // MARK: - Push apps
 
     func listPushApps() throws -> HTTPResponse {
-        let items: [[String: Any]] = try reads.pushApps().map {
-            [
-                "id": $0.id, "kind": $0.kind, "param": $0.param, "environment": $0.environment ?? NSNull(),
-                "details": $0.details, "createdAt": $0.createdAt,
-            ]
-        }
+        let items = try reads.pushApps().map(Self.item)
         return .json(200, ["items": items, "total": items.count])
     }
 
