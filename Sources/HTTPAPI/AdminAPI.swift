@@ -275,6 +275,12 @@ public struct AdminAPI: Sendable {
         ]
     }
 
+    /// The device id of a posted token, as the extension's detail lists it: a hash of its family
+    /// and token, never the token.
+    public static func deviceID(of posted: PushChannel) -> String {
+        AdminReads.Device.postedID(posted)
+    }
+
     /// A posted token with its device id; shortened unless `wholeTokens`.
     public static func item(_ posted: PostedPushToken, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
         let device = AdminReads.Device(posted)

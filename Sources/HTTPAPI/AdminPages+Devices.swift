@@ -111,7 +111,7 @@ extension AdminPages {
             <h1>Token of \(device.name)</h1>
             <p><a href="\(path)" id="back-to-extension">\(aor.description)</a></p>
             <section id="whole-tokens">
-            \(HTML(joining: boxes))
+            \(boxes.isEmpty ? "<p class=\"muted\">This device registered no push token: a call rings it over SIP.</p>" : HTML(joining: boxes))
             <small class="hint">Select a token and copy it, for the app's builder or a Test in Settings → Mobile push. Whoever has a token can push to that phone: keep it to where it is needed. This page is not kept by the browser, and Rouse logs who asked for it, never the token.</small>
             </section>
             """

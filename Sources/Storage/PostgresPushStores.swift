@@ -65,14 +65,15 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
         var parameters: [String?] = [
             String(record.createdAt.timeIntervalSince1970), record.aor, record.callID, record.provider.rawValue, record.tokenShort,
             record.appID.map(String.init), record.outcome, record.status.map(String.init), record.reason, record.explanation,
-            String(record.latencyMilliseconds),
+            String(record.latencyMilliseconds), record.device,
         ]
         guard let id = record.id else {
             try connection.query(
                 """
-                INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation, latency_ms)
+                INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation, latency_ms,
+                    device)
                 VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7,
-                    $8::integer, $9, $10, $11::integer)
+                    $8::integer, $9, $10, $11::integer, $12)
                 """,
                 parameters)
             return
@@ -81,9 +82,9 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
         try connection.query(
             """
             INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation,
-                latency_ms, record_uuid)
+                latency_ms, device, record_uuid)
             VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7,
-                $8::integer, $9, $10, $11::integer, $12::uuid)
+                $8::integer, $9, $10, $11::integer, $12, $13::uuid)
             ON CONFLICT (record_uuid) DO NOTHING
             """,
             parameters)
