@@ -1075,40 +1075,33 @@ public enum OpenAPIDocument {
             "content": {
               "application/json": {
                 "schema": {
-                  "type": "object",
-                  "properties": {
-                    "outcome": {
-                      "type": "string",
-                      "enum": [
-                        "accepted",
-                        "refused",
-                        "failed"
-                      ]
+                  "allOf": [
+                    {
+                      "$ref": "#/components/schemas/TestPushOutcome"
                     },
-                    "description": {
-                      "type": "string"
-                    },
-                    "latencyMs": {
-                      "type": "integer"
-                    },
-                    "device": {
-                      "type": "string",
-                      "description": "the device as a call's journey names it"
-                    },
-                    "provider": {
-                      "type": "string",
-                      "description": "the provider host it went to: apns, apns.dev, fcm or webpush"
-                    },
-                    "token": {
-                      "type": "string",
-                      "description": "the token pushed, shortened"
-                    },
-                    "appId": {
-                      "type": "integer",
-                      "nullable": true,
-                      "description": "the push app it went through (null for web push, or when no app matched)"
+                    {
+                      "type": "object",
+                      "properties": {
+                        "device": {
+                          "type": "string",
+                          "description": "the device as a call's journey names it"
+                        },
+                        "provider": {
+                          "type": "string",
+                          "description": "the provider host it went to: apns, apns.dev, fcm or webpush"
+                        },
+                        "token": {
+                          "type": "string",
+                          "description": "the token pushed, shortened"
+                        },
+                        "appId": {
+                          "type": "integer",
+                          "nullable": true,
+                          "description": "the push app it went through (null for web push, or when no app matched)"
+                        }
+                      }
                     }
-                  }
+                  ]
                 }
               }
             }
@@ -1123,22 +1116,7 @@ public enum OpenAPIDocument {
             "$ref": "#/components/responses/Error"
           },
           "429": {
-            "description": "a test push went to this device token less than test_push_interval ago",
-            "headers": {
-              "Retry-After": {
-                "description": "seconds until the next test push may go",
-                "schema": {
-                  "type": "integer"
-                }
-              }
-            },
-            "content": {
-              "application/json": {
-                "schema": {
-                  "$ref": "#/components/schemas/Error"
-                }
-              }
-            }
+            "$ref": "#/components/responses/TestPushSpaced"
           },
           "401": {
             "$ref": "#/components/responses/Error"
@@ -1583,23 +1561,7 @@ public enum OpenAPIDocument {
             "content": {
               "application/json": {
                 "schema": {
-                  "type": "object",
-                  "properties": {
-                    "outcome": {
-                      "type": "string",
-                      "enum": [
-                        "accepted",
-                        "refused",
-                        "failed"
-                      ]
-                    },
-                    "description": {
-                      "type": "string"
-                    },
-                    "latencyMs": {
-                      "type": "integer"
-                    }
-                  }
+                  "$ref": "#/components/schemas/TestPushOutcome"
                 }
               }
             }
@@ -1614,22 +1576,7 @@ public enum OpenAPIDocument {
             "$ref": "#/components/responses/Error"
           },
           "429": {
-            "description": "a test push went to this device token less than test_push_interval ago",
-            "headers": {
-              "Retry-After": {
-                "description": "seconds until the next test push may go",
-                "schema": {
-                  "type": "integer"
-                }
-              }
-            },
-            "content": {
-              "application/json": {
-                "schema": {
-                  "$ref": "#/components/schemas/Error"
-                }
-              }
-            }
+            "$ref": "#/components/responses/TestPushSpaced"
           }
         },
         "security": [
@@ -2109,11 +2056,49 @@ public enum OpenAPIDocument {
           "afterMs",
           "words"
         ]
+      },
+      "TestPushOutcome": {
+        "type": "object",
+        "properties": {
+          "outcome": {
+            "type": "string",
+            "enum": [
+              "accepted",
+              "refused",
+              "failed"
+            ]
+          },
+          "description": {
+            "type": "string"
+          },
+          "latencyMs": {
+            "type": "integer"
+          }
+        },
+        "description": "a test push's outcome in words (the provider's answer)"
       }
     },
     "responses": {
       "Error": {
         "description": "an error in the one shape",
+        "content": {
+          "application/json": {
+            "schema": {
+              "$ref": "#/components/schemas/Error"
+            }
+          }
+        }
+      },
+      "TestPushSpaced": {
+        "description": "a test push went to this device token less than test_push_interval ago",
+        "headers": {
+          "Retry-After": {
+            "description": "seconds until the next test push may go",
+            "schema": {
+              "type": "integer"
+            }
+          }
+        },
         "content": {
           "application/json": {
             "schema": {

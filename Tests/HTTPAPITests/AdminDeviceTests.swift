@@ -144,6 +144,17 @@ final class AdminDeviceTests: XCTestCase {
         return found
     }
 
+    /// Presses Test push beside device `id` of alice's page; the answer beside it says accepted, and
+    /// where the push went.
+    func pressTestPush(_ id: String, csrf: String, sentTo: String, file: StaticString = #filePath, line: UInt = #line) throws -> PageBrowser.Page {
+        let page = try browser.post("/admin/extensions/1001@example.com/devices/\(id)/test", [:], csrf: csrf)
+        XCTAssertEqual(page.status, 200, page.text, file: file, line: line)
+        let result = page.text.components(separatedBy: "id=\"device-result-\(id)\"").dropFirst().first?.components(separatedBy: "</div>").first ?? ""
+        XCTAssertTrue(result.contains("<span class=\"badge accepted\">accepted</span> by the provider in"), page.text, file: file, line: line)
+        XCTAssertTrue(result.contains("to \(sentTo)."), result, file: file, line: line)
+        return page
+    }
+
     func testEachDeviceHasATestPushThatGoesOutAsACallsRingPushAndReadsInWords() throws {
         let (iPhone, regularOnly, deskPhone) = try registerDevices()
         let postedID = AdminAPI.deviceID(of: PushChannel(provider: .fcm, token: Self.postedToken, param: nil, kind: .standard))
@@ -165,11 +176,7 @@ final class AdminDeviceTests: XCTestCase {
         let csrf = try browser.csrf(from: page)
 
         // The iPhone's test goes to Apple's sandbox (its pn-provider), as a VoIP ring push marked test.
-        let tested = try browser.post("/admin/extensions/1001@example.com/devices/\(iPhoneID)/test", [:], csrf: csrf)
-        XCTAssertEqual(tested.status, 200, tested.text)
-        XCTAssertTrue(tested.text.contains("id=\"device-result-\(iPhoneID)\""), tested.text)
-        XCTAssertTrue(tested.text.contains("<span class=\"badge accepted\">accepted</span> by the provider in"), tested.text)
-        XCTAssertTrue(tested.text.contains("to Apple's sandbox host through push app #1"), tested.text)
+        let tested = try pressTestPush(iPhoneID, csrf: csrf, sentTo: "Apple's sandbox host through push app #1")
         let sent = try XCTUnwrap(try pushes(sandbox, token: Self.sandboxToken).first)
         XCTAssertEqual(sent.headers["apns-push-type"], "voip")
         XCTAssertEqual(sent.headers["apns-topic"], "com.example.app.voip")
@@ -190,11 +197,7 @@ final class AdminDeviceTests: XCTestCase {
         XCTAssertEqual(try sandbox.requests().count, 1, "a spaced test sends nothing")
 
         // The posted Android token: through FCM, data message marked test.
-        let android = try browser.post("/admin/extensions/1001@example.com/devices/\(postedID)/test", [:], csrf: csrf)
-        XCTAssertEqual(android.status, 200, android.text)
-        XCTAssertTrue(android.text.contains("id=\"device-result-\(postedID)\""), android.text)
-        XCTAssertTrue(android.text.contains("accepted</span> by the provider"), android.text)
-        XCTAssertTrue(android.text.contains("to Firebase Cloud Messaging through push app #2"), android.text)
+        let android = try pressTestPush(postedID, csrf: csrf, sentTo: "Firebase Cloud Messaging through push app #2")
         let message = try XCTUnwrap(try pushes(fcm, token: Self.postedToken).first)
         XCTAssertEqual(message.jsonBody?["message"]?["data"]?["test"]?.stringValue, "true", message.body)
         XCTAssertEqual(message.jsonBody?["message"]?["android"]?["priority"]?.stringValue?.lowercased(), "high", message.body)
