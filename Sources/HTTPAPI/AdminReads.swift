@@ -203,11 +203,11 @@ struct AdminReads: Sendable {
             appID: appID, outcome: outcome.word, status: outcome.status, reason: outcome.reason, explanation: outcome.explanation,
             latencyMilliseconds: outcome.latencyMilliseconds, device: device)
         _ = try? await pool.perform { connection in
-            if !outcome.isAccepted { try TestPushClaims.release(claim, on: connection) }
             if outcome.isDeadToken {
                 try PostgresPushStores.markDead(on: connection, family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
             }
             try PostgresPushStores.insert(record, on: connection)
+            if !outcome.isAccepted { try TestPushClaims.release(claim, on: connection) }
         }
         return .sent(outcome, appID: appID)
     }
