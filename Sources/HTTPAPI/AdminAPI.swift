@@ -25,7 +25,7 @@ public struct AdminAPI: Sendable {
         ("GET", "/extensions"), ("POST", "/extensions"), ("GET", "/extensions/{address}"),
         ("PUT", "/extensions/{address}/password"), ("DELETE", "/extensions/{address}"),
         ("GET", "/push-apps"), ("POST", "/push-apps"), ("PUT", "/push-apps/{id}"), ("DELETE", "/push-apps/{id}"),
-        ("POST", "/push-apps/{id}/test"),
+        ("POST", "/push-apps/{id}/test"), ("POST", "/extensions/{address}/devices/{id}/test"),
         ("GET", "/calls"), ("GET", "/calls/{id}"),
     ].map { ($0.0, base + $0.1) }
 
@@ -36,15 +36,21 @@ public struct AdminAPI: Sendable {
     /// Counts wrong admin credentials per client address, with SIP and the other HTTP routes; a
     /// blocked address gets 429 before its credentials are checked (issue 9).
     let throttle: AuthFailureThrottle?
+    let log: @Sendable (HTTPAPIEvent) -> Void
     let queue = DispatchQueue(label: "rouse.http.admin", attributes: .concurrent)
 
+    /// - Parameter pusher: the instance's push service, which a device's test push goes through.
+    /// - Parameter testPushInterval: seconds between two test pushes to one device token.
+    /// - Parameter log: gets the test pushes and the tokens shown, by whom (never a whole token).
     public init(
         pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache(),
-        throttle: AuthFailureThrottle? = nil
+        throttle: AuthFailureThrottle? = nil, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
+        log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) {
         self.throttle = throttle
+        self.log = log
         self.pool = pool
-        self.reads = AdminReads(pool: pool, pushSettings: pushSettings)
+        self.reads = AdminReads(pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval)
         self.directory = reads.directory
         self.sessions = sessions
     }
@@ -63,7 +69,10 @@ public struct AdminAPI: Sendable {
         router.add("GET", b + "/extensions") { request, respond in guarded(request, respond) { try listExtensions(request) } }
         router.add("POST", b + "/extensions") { request, respond in guarded(request, respond) { try addExtension(request) } }
         router.add("GET", prefix: b + "/extensions/") { request, rest, respond in
-            guarded(request, respond) { try extensionDetail(try DirectoryError.parseAddress(rest)) }
+            guarded(request, respond) { try extensionDetail(try DirectoryError.parseAddress(rest), request) }
+        }
+        router.add("POST", prefix: b + "/extensions/") { request, rest, respond in
+            authorized(request, respond) { testDevice(request, rest, respond) }
         }
         router.add("PUT", prefix: b + "/extensions/") { request, rest, respond in
             guarded(request, respond) {
@@ -228,10 +237,59 @@ public struct AdminAPI: Sendable {
     // MARK: - Organisations and extensions
 
     func listOrganisations() throws -> HTTPResponse {
-        let items: [[String: Any]] = try directory.listDomains().map {
-            ["domain": $0.domain, "extensionCount": $0.extensionCount, "createdAt": Self.iso($0.createdAt)]
-        }
+        let items = try directory.listDomains().map(Self.item)
         return .json(200, ["items": items, "total": items.count])
+    }
+
+    // MARK: - Items, as the API and `rouse … --json` show them
+
+    /// An organisation in a list.
+    public static func item(_ domain: DirectoryDomain) -> [String: Any] {
+        ["domain": domain.domain, "extensionCount": domain.extensionCount, "createdAt": iso(domain.createdAt)]
+    }
+
+    /// An extension in a list.
+    public static func item(_ item: DirectoryExtension) -> [String: Any] {
+        ["address": item.aor.description, "liveBindings": item.liveBindingCount, "createdAt": iso(item.createdAt), "updatedAt": iso(item.updatedAt)]
+    }
+
+    /// A push app in a list: what it is, never its key.
+    public static func item(_ app: PostgresPushApps.Summary) -> [String: Any] {
+        ["id": app.id, "kind": app.kind, "param": app.param, "environment": app.environment ?? NSNull(), "details": app.details, "createdAt": app.createdAt]
+    }
+
+    /// A registered binding with its device id and push channels; tokens shortened unless `wholeTokens`.
+    public static func item(_ binding: Binding, now: Date, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
+        let device = AdminReads.Device(binding)
+        return [
+            "id": device.id, "testable": device.ringChannel != nil,
+            "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
+            "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
+            "expiresIn": binding.remainingSeconds(at: now),
+            "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
+                [
+                    "provider": channel.provider.rawValue, "token": wholeTokens ? channel.token : Binding.shortenedToken(channel.token),
+                    "param": channel.param ?? NSNull(), "kind": channel.kind.rawValue, "dead": isDead(channel),
+                ]
+            },
+        ]
+    }
+
+    /// The device id of a posted token, as the extension's detail lists it: a hash of its family
+    /// and token, never the token.
+    public static func deviceID(of posted: PushChannel) -> String {
+        AdminReads.Device.postedID(posted)
+    }
+
+    /// A posted token with its device id; shortened unless `wholeTokens`.
+    public static func item(_ posted: PostedPushToken, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
+        let device = AdminReads.Device(posted)
+        return [
+            "id": device.id, "testable": device.ringChannel != nil,
+            "platform": platform(posted.channel.provider), "token": wholeTokens ? posted.channel.token : Binding.shortenedToken(posted.channel.token),
+            "param": posted.channel.param ?? NSNull(), "kind": posted.channel.kind.rawValue, "deviceId": posted.deviceID ?? NSNull(),
+            "postedAt": iso(posted.postedAt), "dead": isDead(posted.channel),
+        ]
     }
 
     func addOrganisation(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -252,12 +310,7 @@ public struct AdminAPI: Sendable {
         let limit = try number("limit", 50, 1...500)
         let offset = try number("offset", 0, 0...Int(Int32.max))
         let all = try reads.extensions(domain: domain, search: search)
-        let page: [[String: Any]] = all.dropFirst(offset).prefix(limit).map {
-            [
-                "address": $0.aor.description, "liveBindings": $0.liveBindingCount, "createdAt": Self.iso($0.createdAt),
-                "updatedAt": Self.iso($0.updatedAt),
-            ]
-        }
+        let page = all.dropFirst(offset).prefix(limit).map(Self.item)
         return .json(200, ["items": page, "total": all.count, "limit": limit, "offset": offset])
     }
 
@@ -267,30 +320,20 @@ public struct AdminAPI: Sendable {
         return .json(201, ["address": aor.description])
     }
 
-    func extensionDetail(_ aor: AddressOfRecord) throws -> HTTPResponse {
+    /// `GET /extensions/{address}`: tokens shortened; with `tokens=true`, whole (answered
+    /// `Cache-Control: no-store`, and logged as shown, never the token itself).
+    func extensionDetail(_ aor: AddressOfRecord, _ request: HTTPRequest) throws -> HTTPResponse {
+        let whole: Bool
+        switch request.query["tokens"] ?? "" {
+        case "", "false": whole = false
+        case "true": whole = true
+        default: throw FieldProblem(field: "tokens", message: "tokens must be true or false")
+        }
         let detail = try reads.extensionDetail(aor)
         let now = detail.now
         let isDead = detail.isDead
-        let bindingItems: [[String: Any]] = detail.bindings.map { binding in
-            [
-                "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
-                "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
-                "expiresIn": binding.remainingSeconds(at: now),
-                "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
-                    [
-                        "provider": channel.provider.rawValue, "token": Binding.shortenedToken(channel.token),
-                        "param": channel.param ?? NSNull(), "kind": channel.kind.rawValue, "dead": isDead(channel),
-                    ]
-                },
-            ]
-        }
-        let postedItems: [[String: Any]] = detail.postedTokens.map { token in
-            [
-                "platform": Self.platform(token.channel.provider), "token": Binding.shortenedToken(token.channel.token),
-                "param": token.channel.param ?? NSNull(), "kind": token.channel.kind.rawValue,
-                "postedAt": Self.iso(token.postedAt), "dead": isDead(token.channel),
-            ]
-        }
+        let bindingItems = detail.bindings.map { Self.item($0, now: now, isDead: isDead, wholeTokens: whole) }
+        let postedItems = detail.postedTokens.map { Self.item($0, isDead: isDead, wholeTokens: whole) }
         let pushItems: [[String: Any]] = detail.recentPushes.map { record in
             [
                 "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
@@ -299,12 +342,16 @@ public struct AdminAPI: Sendable {
                 "wake": record.wake.map { Self.wake(WakeResult(word: $0, milliseconds: record.wokeAfterMilliseconds)) } ?? NSNull(),
             ]
         }
+        if whole, !detail.bindings.allSatisfy({ $0.pushChannels.isEmpty }) || !detail.postedTokens.isEmpty {
+            log(.tokensShown(admin: Self.basicCredentials(request)?.0 ?? "", target: "\(aor) (every device, admin API)"))
+        }
         return .json(
             200,
             [
                 "address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems,
                 "recentCalls": detail.recentCalls.map(Self.callSummary),
-            ])
+            ],
+            headers: whole ? [("Cache-Control", "no-store")] : [])
     }
 
     /// The posting endpoint's platform name of a provider.
@@ -404,12 +451,7 @@ public struct AdminAPI: Sendable {
     // MARK: - Push apps
 
     func listPushApps() throws -> HTTPResponse {
-        let items: [[String: Any]] = try reads.pushApps().map {
-            [
-                "id": $0.id, "kind": $0.kind, "param": $0.param, "environment": $0.environment ?? NSNull(),
-                "details": $0.details, "createdAt": $0.createdAt,
-            ]
-        }
+        let items = try reads.pushApps().map(Self.item)
         return .json(200, ["items": items, "total": items.count])
     }
 
@@ -541,7 +583,7 @@ public struct AdminAPI: Sendable {
         return .json(200, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
     }
 
-    /// `POST /push-apps/{id}/test`: one test push, recorded like `rouse push-app test`.
+    /// `POST /push-apps/{id}/test`: one test push, recorded like `rouse push test`.
     func testPush(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
         guard rest.hasSuffix("/test"), let id = Int64(rest.dropLast("/test".count)) else {
             respond(Self.notFound)
@@ -552,17 +594,76 @@ public struct AdminAPI: Sendable {
             let reads = reads
             Task {
                 do {
-                    guard let outcome = try await reads.sendTestPush(appID: id, token: token, provider: chosen) else {
+                    guard let answer = try await reads.sendTestPush(appID: id, token: token, provider: chosen) else {
                         respond(.error(404, code: "not_found", message: "there is no push app #\(id)"))
                         return
                     }
-                    respond(.json(200, ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]))
+                    log(.testPush(admin: Self.basicCredentials(request)?.0 ?? "", target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word))
+                    respond(Self.testAnswer(answer, interval: reads.testPushInterval))
                 } catch {
                     respond(Self.response(for: error))
                 }
             }
         } catch {
             respond(Self.response(for: error))
+        }
+    }
+
+    /// `POST /extensions/{address}/devices/{id}/test`: one test push to a device of the extension
+    /// (a binding's id, or a posted token's), exactly as a call rings it; no body.
+    func testDevice(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
+        let parts = rest.components(separatedBy: "/devices/")
+        guard parts.count == 2, parts[1].hasSuffix("/test") else {
+            respond(Self.notFound)
+            return
+        }
+        let id = String(parts[1].dropLast("/test".count))
+        let found: (AddressOfRecord, AdminReads.Device)
+        do {
+            let aor = try DirectoryError.parseAddress(parts[0])
+            guard let device = try reads.extensionDetail(aor).device(id: id) else {
+                respond(.error(404, code: "not_found", message: "\(aor) has no device \(id) now (it may have unregistered or expired)"))
+                return
+            }
+            found = (aor, device)
+        } catch {
+            respond(Self.response(for: error))
+            return
+        }
+        let (aor, device) = found
+        guard let channel = device.ringChannel else {
+            respond(.error(409, code: "conflict", message: "no test push for this device: \(device.untestableReason ?? "")"))
+            return
+        }
+        let reads = reads
+        Task {
+            do {
+                let answer = try await reads.sendTestPush(to: device, of: aor)
+                log(.testPush(
+                    admin: Self.basicCredentials(request)?.0 ?? "", target: "\(aor) device \(device.id) (\(device.name))",
+                    token: PushRecord.shorten(channel.token), outcome: answer.word))
+                var appID: Any = NSNull()
+                if case .sent(_, let id?) = answer { appID = id }
+                respond(Self.testAnswer(
+                    answer, interval: reads.testPushInterval,
+                    also: ["device": device.name, "provider": channel.provider.rawValue, "token": Binding.shortenedToken(channel.token), "appId": appID]))
+            } catch {
+                respond(Self.response(for: error))
+            }
+        }
+    }
+
+    /// A test push's answer: 200 with the outcome in words (and `also`), or 429 with `Retry-After`.
+    static func testAnswer(_ answer: AdminReads.TestPushAnswer, interval: TimeInterval, also: [String: Any] = [:]) -> HTTPResponse {
+        switch answer {
+        case .sent(let outcome, _):
+            let words: [String: Any] = ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]
+            return .json(200, words.merging(also) { first, _ in first })
+        case .limited(let seconds):
+            return .error(
+                429, code: "too_many_test_pushes",
+                message: "a test push went to this device less than \(Int(interval.rounded(.up))) s ago (test_push_interval); try again in \(seconds) s",
+                headers: [("Retry-After", String(seconds))])
         }
     }
 }

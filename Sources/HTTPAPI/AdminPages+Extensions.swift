@@ -160,20 +160,30 @@ extension AdminPages {
     // MARK: - One extension
 
     /// `GET /admin/extensions/{address}`.
-    func extensionPage(_ page: SignedIn, address: String, passwordForm: FormState = .blank, problem: String? = nil, status: Int = 200) throws -> HTTPResponse {
+    /// - Parameter deviceResults: a device's Test push answer, by device id, shown beside it.
+    func extensionPage(
+        _ page: SignedIn, address: String, passwordForm: FormState = .blank, problem: String? = nil, status: Int = 200,
+        deviceResults: [String: HTML] = [:]
+    ) throws -> HTTPResponse {
         guard let aor = try? DirectoryError.parseAddress(address) else { return Self.notFoundPage(page, message: "There is no extension \(address).") }
         let detail = try reads.extensionDetail(aor)
         let csrf = Self.csrfField(page.session)
         let path = Self.extensionPath(aor)
 
-        let devices = detail.bindings.map { binding in Self.device(binding, detail: detail) }
+        let devices = detail.bindings.map { binding in
+            Self.device(binding, detail: detail, page: page, results: deviceResults)
+        }
         let posted = detail.postedTokens.map { token -> HTML in
             let dead = detail.isDead(token.channel)
+            let device = AdminReads.Device(token)
+            let result: HTML = deviceResults[device.id].map { "<tr class=\"result\"><td colspan=\"7\">\($0)</td></tr>" } ?? .empty
             return """
-                <tr><td>\(AdminAPI.platform(token.channel.provider))</td><td><code>\(Binding.shortenedToken(token.channel.token))</code></td>
+                <tr id="device-\(device.id)"><td>\(AdminAPI.platform(token.channel.provider))</td><td><code>\(Binding.shortenedToken(token.channel.token))</code></td>
                 <td>\(token.channel.param.map { HTML("<code>\($0)</code>") } ?? "<span class=\"muted\">default app</span>")</td>
                 <td>\(token.channel.kind.rawValue)</td><td>\(Self.time(token.postedAt))</td>
-                <td><span class="badge \(dead ? "dead" : "alive")">\(dead ? "dead" : "alive")</span></td></tr>
+                <td><span class="badge \(dead ? "dead" : "alive")">\(dead ? "dead" : "alive")</span></td>
+                <td>\(Self.deviceActions(device, path: path, page: page))</td></tr>
+                \(result)
                 """
         }
         let pushes = detail.recentPushes.map(Self.pushRow)
@@ -190,7 +200,7 @@ extension AdminPages {
             <section id="posted-tokens">
             <h2>Can be woken by push</h2>
             <p class="muted">Tokens the app posted (<code>POST /api/v1/push/register</code>); a call pushes them besides the registered devices.</p>
-            \(Self.table(["Platform", "Token", "Param", "Kind", "Posted", "State"], posted, empty: "No token posted."))
+            \(Self.table(["Platform", "Token", "Param", "Kind", "Posted", "State", ""], posted, empty: "No token posted."))
             </section>
             <section id="recent-pushes">
             <h2>Recent pushes</h2>
@@ -216,9 +226,11 @@ extension AdminPages {
         return Self.html(status, Self.layout(page.session, title: aor.description, section: .extensions, body: body))
     }
 
-    /// One registered device: contact, user agent, transport and source, expiry, and the pn-*
-    /// values it registered with (tokens shortened).
-    static func device(_ binding: Binding, detail: AdminReads.ExtensionDetail) -> HTML {
+    /// One registered device: contact, user agent, transport and source, expiry, the pn-* values
+    /// it registered with (tokens shortened), its Test push and Show token buttons and the last
+    /// test's answer.
+    static func device(_ binding: Binding, detail: AdminReads.ExtensionDetail, page: SignedIn, results: [String: HTML]) -> HTML {
+        let device = AdminReads.Device(binding)
         let channels = binding.pushChannels.map { channel -> HTML in
             let dead = detail.isDead(channel)
             return """
@@ -232,7 +244,7 @@ extension AdminPages {
             ? "<div class=\"pn muted\">No push parameters: rung over SIP while it stays registered (a desk phone, or an app that keeps its connection).</div>"
             : HTML(joining: channels)
         return """
-            <div class="device">
+            <div class="device" id="device-\(device.id)">
             <dl>
             <dt>Contact</dt><dd><code>\(binding.contactForDisplay)</code></dd>
             <dt>User agent</dt><dd>\(binding.userAgent ?? "—")</dd>
@@ -240,6 +252,8 @@ extension AdminPages {
             <dt>Expires in</dt><dd>\(Self.duration(seconds: binding.remainingSeconds(at: detail.now)))</dd>
             </dl>
             \(push)
+            \(deviceActions(device, path: extensionPath(detail.aor), page: page))
+            \(results[device.id] ?? .empty)
             </div>
             """
     }
@@ -273,8 +287,24 @@ extension AdminPages {
             """
     }
 
+    /// `POST /admin/extensions/{address}/…`: a device's test push or token (answered later, from
+    /// a task), or a form of the extension.
+    func extensionAction(_ page: SignedIn, _ rest: String, _ respond: HTTPResponder) {
+        let parts = rest.components(separatedBy: "/devices/")
+        if parts.count == 2 {
+            let target = parts[1].split(separator: "/").map(String.init)
+            guard target.count == 2, ["test", "token"].contains(target[1]) else {
+                respond(Self.notFoundPage(page))
+                return
+            }
+            deviceAction(page, address: parts[0], id: target[0], action: target[1], respond)
+            return
+        }
+        respond(Self.answer(page) { try extensionForm($0, rest) })
+    }
+
     /// `POST /admin/extensions/{address}/password` and `…/remove`.
-    func extensionAction(_ page: SignedIn, _ rest: String) throws -> HTTPResponse {
+    func extensionForm(_ page: SignedIn, _ rest: String) throws -> HTTPResponse {
         for action in ["/password", "/remove"] where rest.hasSuffix(action) {
             let address = String(rest.dropLast(action.count))
             guard let aor = try? DirectoryError.parseAddress(address) else { break }

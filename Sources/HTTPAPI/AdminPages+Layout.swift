@@ -219,6 +219,10 @@ extension AdminPages {
         .pn { margin: 0.4rem 0 0 0; padding: 0.4rem 0.6rem; background: var(--wash); border-radius: 4px; }
         .pn span { display: inline-block; max-width: 100%; margin-right: 1rem; }
         .test-result { margin-top: 0.5rem; }
+        .device-actions { display: flex; flex-wrap: wrap; gap: 0.5rem; align-items: center; margin-top: 0.4rem; }
+        .device-actions form.inline { margin: 0; }
+        .device-actions button { padding: 0.2rem 0.6rem; font-size: 0.9rem; }
+        textarea.whole-token { max-width: 48rem; overflow-wrap: anywhere; }
         ol.timeline { list-style: none; margin: 0; padding: 0 0 0 1rem; border-left: 3px solid var(--line); }
         ol.timeline li { position: relative; padding: 0.3rem 0 0.5rem 0.5rem; }
         ol.timeline li::before { content: ""; position: absolute; left: -1.45rem; top: 0.65rem; width: 0.7rem; height: 0.7rem;

@@ -78,8 +78,8 @@ extension AdminPages {
             """
     }
 
-    /// A test push's answer in words.
-    static func testResult(_ outcome: PushOutcome, appID: Int64) -> HTML {
+    /// A test push's answer in words, as the element `id`; `sent` says where it went.
+    static func testResult(_ outcome: PushOutcome, id: String, sent: HTML = .empty) -> HTML {
         let headline: HTML
         switch outcome.result {
         case .accepted:
@@ -91,12 +91,29 @@ extension AdminPages {
         }
         let dead: HTML = outcome.isDeadToken ? "<p>The token is now marked dead: calls will not push it until the app registers or posts it again.</p>" : .empty
         return """
-            <div class="test-result" id="test-result-\(appID)" role="status">
+            <div class="test-result" id="\(id)" role="status">
             <p>\(headline)</p>
             <p>\(outcome.explanation)</p>
-            \(dead)
+            \(dead)\(sent)
             </div>
             """
+    }
+
+    /// The answer to a test push refused by `test_push_interval`, as the element `id`.
+    static func limitedResult(retryAfterSeconds seconds: Int, interval: TimeInterval, id: String) -> HTML {
+        """
+        <div class="test-result" id="\(id)" role="status">
+        <p><span class="badge refused">not sent</span> A test push went to this device less than \(duration(seconds: Int(interval.rounded(.up)))) ago.</p>
+        <p>Try again in \(duration(seconds: seconds)): iOS stops delivering VoIP pushes to an app that gets too many, so test pushes to one device are spaced (<code>test_push_interval</code>).</p>
+        </div>
+        """
+    }
+
+    /// `response` with `Retry-After: seconds`.
+    static func retryingAfter(_ seconds: Int, _ response: HTTPResponse) -> HTTPResponse {
+        var response = response
+        response.headers.append(("Retry-After", String(seconds)))
+        return response
     }
 
     // MARK: - Adding and editing
@@ -301,20 +318,26 @@ extension AdminPages {
             return
         }
         let chosen = provider
+        let interval = reads.testPushInterval
         Task {
-            let outcome: PushOutcome?
+            let answer: AdminReads.TestPushAnswer?
             do {
-                outcome = try await reads.sendTestPush(appID: id, token: token, provider: chosen)
+                answer = try await reads.sendTestPush(appID: id, token: token, provider: chosen)
             } catch {
                 respond(Self.unavailablePage(page.session))
                 return
             }
+            if let answer { log(.testPush(admin: page.session.adminName, target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word)) }
             queue.async {
-                guard let outcome else {
+                switch answer {
+                case nil:
                     respond(Self.notFoundPage(page, message: "There is no such push app."))
-                    return
+                case .sent(let outcome, _)?:
+                    respond(Self.answer(page) { try pushPage($0, testResults: [id: Self.testResult(outcome, id: "test-result-\(id)")]) })
+                case .limited(let seconds)?:
+                    let result = Self.limitedResult(retryAfterSeconds: seconds, interval: interval, id: "test-result-\(id)")
+                    respond(Self.retryingAfter(seconds, Self.answer(page) { try pushPage($0, testResults: [id: result], status: 429) }))
                 }
-                respond(Self.answer(page) { try pushPage($0, testResults: [id: Self.testResult(outcome, appID: id)]) })
             }
         }
     }

@@ -11,8 +11,9 @@ import Storage
 /// calls, Settings → Mobile push with a Test button per app, and calls with their journeys.
 ///
 /// Server-rendered HTML with one style sheet and no script; every form is a plain POST carrying
-/// the session's CSRF token. Everything shown is escaped (`HTML`), and no password, key, session
-/// token or whole push token is ever written into a page.
+/// the session's CSRF token. Everything shown is escaped (`HTML`), and no password, key or session
+/// token is ever written into a page; a whole push token only into the page an administrator's
+/// Show token asks for.
 ///
 /// Threading: the handlers run on the HTTP server's threads and never block: each request's
 /// work (the session lookup, the storage reads and writes, the PBKDF2 check at sign-in) runs on a
@@ -29,18 +30,24 @@ public struct AdminPages: Sendable {
     let reads: AdminReads
     let sessionLifetime: TimeInterval
     let throttle: AuthFailureThrottle?
+    let log: @Sendable (HTTPAPIEvent) -> Void
     let queue = DispatchQueue(label: "rouse.http.admin-pages", attributes: .concurrent)
 
     /// - Parameter sessionLifetime: seconds a session lasts from sign-in (`admin_session_lifetime`).
     /// - Parameter throttle: counts failed sign-ins per address, with SIP and the posting endpoint;
     ///   a blocked address gets 429.
+    /// - Parameter pusher: the instance's push service, which a device's Test push goes through.
+    /// - Parameter testPushInterval: seconds between two test pushes to one device token.
+    /// - Parameter log: gets the test pushes and the tokens shown, by whom (never a whole token).
     public init(
         pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessionLifetime: TimeInterval = 12 * 3600,
-        throttle: AuthFailureThrottle? = nil
+        throttle: AuthFailureThrottle? = nil, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
+        log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) {
-        self.reads = AdminReads(pool: pool, pushSettings: pushSettings)
+        self.reads = AdminReads(pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval)
         self.sessionLifetime = sessionLifetime
         self.throttle = throttle
+        self.log = log
     }
 
     var pool: PostgresWorkerPool { reads.pool }
@@ -67,7 +74,7 @@ public struct AdminPages: Sendable {
             page(request, respond) { try extensionPage($0, address: rest) }
         }
         router.add("POST", prefix: b + "/extensions/") { request, rest, respond in
-            form(request, respond) { try extensionAction($0, rest) }
+            session(request, respond, checkingForm: true) { page in extensionAction(page, rest, respond) }
         }
 
         router.add("GET", b + "/push") { request, respond in page(request, respond) { try pushPage($0) } }

@@ -9,16 +9,88 @@ import Storage
 /// Both answer from these, so a page and the API never disagree.
 ///
 /// Threading: a value, safe to share. The read functions block the calling thread on the worker
-/// pool (call them on the admin queue, never on a server thread); `sendTestPush` suspends.
+/// pool (call them on the admin queue, never on a server thread); the test pushes suspend.
 struct AdminReads: Sendable {
     let pool: PostgresWorkerPool
     let directory: PostgresDirectory
     let pushSettings: PushSettings
+    /// The instance's push service, which calls push through: a device's test push goes through
+    /// it (its apps, clients and circuit breakers). Nil: one is made from the stored apps for each
+    /// test (no web push then).
+    let pusher: PushService?
+    /// Seconds between two test pushes to one device token (`test_push_interval`).
+    let testPushInterval: TimeInterval
 
-    init(pool: PostgresWorkerPool, pushSettings: PushSettings) {
+    init(pool: PostgresWorkerPool, pushSettings: PushSettings, pusher: PushService? = nil, testPushInterval: TimeInterval = 30) {
         self.pool = pool
         self.directory = PostgresDirectory(pool: pool)
         self.pushSettings = pushSettings
+        self.pusher = pusher
+        self.testPushInterval = testPushInterval
+    }
+
+    /// One device of an extension as the pages and the API list it: a registered binding or a
+    /// posted token, with the id its Test push and Show token actions name it by.
+    struct Device: Sendable {
+        /// A binding's id (a UUID), or for a posted token the first 16 hex digits of the SHA-256
+        /// of its family and token (never the token itself).
+        let id: String
+        let binding: Binding?
+        let posted: PostedPushToken?
+        /// Where a call's ring push goes (CallTargets' choice), nil when a call never ring-pushes
+        /// it: a desk phone, or an iPhone's regular (non-VoIP) token.
+        let ringChannel: PushChannel?
+        /// As a call's journey names it (the user agent, or "iPhone (posted token)").
+        let name: String
+
+        /// Every push channel it holds (a binding may hold a VoIP and a regular token).
+        var channels: [PushChannel] { binding?.pushChannels ?? posted.map { [$0.channel] } ?? [] }
+
+        init(_ binding: Binding) {
+            let wake = CallTargets(bindings: [binding], posted: [], deadTokens: [], reach: { _ in .gone }).devices.first
+            self.id = binding.id.uuidString.lowercased()
+            self.binding = binding
+            self.posted = nil
+            self.ringChannel = wake?.ringChannel
+            self.name = wake?.name ?? binding.userAgent ?? "device"
+        }
+
+        init(_ token: PostedPushToken) {
+            let posted = PostedToken(channel: token.channel, deviceID: token.deviceID)
+            let wake = CallTargets(bindings: [], posted: [posted], deadTokens: [], reach: { _ in .gone }).devices.first
+            self.id = Self.postedID(token.channel)
+            self.binding = nil
+            self.posted = token
+            self.ringChannel = wake?.ringChannel
+            self.name = wake?.name ?? "iPhone (posted regular token)"
+        }
+
+        static func postedID(_ channel: PushChannel) -> String {
+            String(TestPushClaims.key(family: channel.family, token: channel.token).prefix(16))
+        }
+
+        /// Why it has no Test push, in words (nil when it has one).
+        var untestableReason: String? {
+            guard ringChannel == nil else { return nil }
+            if channels.isEmpty { return "no push parameters: a call rings it over SIP, so there is nothing to push" }
+            return "only a regular (non-VoIP) iPhone token: a call sends it cancel and missed-call notices, never a ring push"
+        }
+    }
+
+    /// What a test push came to.
+    enum TestPushAnswer: Sendable {
+        /// It went out; the provider's answer, and the push app it went through (nil for web push).
+        case sent(PushOutcome, appID: Int64?)
+        /// One went to this token less than `test_push_interval` ago.
+        case limited(retryAfterSeconds: Int)
+
+        /// The outcome's word (`accepted`, `refused`, `failed`), or `limited`.
+        var word: String {
+            switch self {
+            case .sent(let outcome, _): return outcome.word
+            case .limited: return "limited"
+            }
+        }
     }
 
     /// An extension as its page shows it: bindings, posted tokens, which tokens are dead, the last
@@ -34,6 +106,12 @@ struct AdminReads: Sendable {
 
         /// Whether a provider called this channel's token dead.
         func isDead(_ channel: PushChannel) -> Bool { deadTokens.contains("\(channel.family.rawValue) \(channel.token)") }
+
+        /// The bindings, then the posted tokens, as devices.
+        var devices: [Device] { bindings.map(Device.init) + postedTokens.map(Device.init) }
+
+        /// The device with this id, or nil.
+        func device(id: String) -> Device? { devices.first { $0.id == id.lowercased() } }
     }
 
     /// One extension's detail; `DirectoryError.noSuchExtension` when there is none.
@@ -82,21 +160,55 @@ struct AdminReads: Sendable {
     /// Sends one test push of app `id` to `token`, exactly as a call's ring push goes out, and
     /// records it like any push (a token the provider calls dead is marked so). Nil when there is
     /// no such app.
-    func sendTestPush(appID id: Int64, token: String, provider: PushProvider?) async throws -> PushOutcome? {
+    func sendTestPush(appID id: Int64, token: String, provider: PushProvider?) async throws -> TestPushAnswer? {
         guard let app = try await pool.perform({ try PostgresPushApps(connection: $0).app(id: id) }) else { return nil }
-        let outcome = await PushService(settings: pushSettings, apps: [app]).sendTest(app: app, token: token, provider: provider)
-        let family = app.family
-        let channelToken = family == .apns ? token.lowercased() : token
+        let channel = PushChannel(
+            provider: provider ?? (app.family == .fcm ? .fcm : .apns), token: token, param: nil, kind: app.family == .apns ? .voip : .standard)
+        return try await limitedTestPush(to: channel, aor: nil, device: nil) {
+            (await PushService(settings: pushSettings, apps: [app]).sendTest(app: app, token: token, provider: provider), id)
+        }
+    }
+
+    /// Sends `device` of `aor` one test push exactly as a call rings it (`PushService.sendTest(to:)`
+    /// through the instance's push service), and records it with the extension's pushes. The
+    /// device must have a ring channel.
+    func sendTestPush(to device: Device, of aor: AddressOfRecord) async throws -> TestPushAnswer {
+        guard let channel = device.ringChannel else { preconditionFailure("a device without a ring channel has no test push") }
+        let settings = pushSettings
+        let service: PushService
+        if let pusher {
+            service = pusher
+        } else {
+            service = try await pool.perform { PushService(settings: settings, apps: try PostgresPushApps(connection: $0).all()) }
+        }
+        return try await limitedTestPush(to: channel, aor: aor, device: device.name + " (test push)") {
+            let appID = channel.family == .webpush ? nil : service.app(for: channel)?.id
+            return (await service.sendTest(to: channel, calleeNumber: aor.number, aor: aor.description, recordOutcome: false), appID)
+        }
+    }
+
+    /// Claims the token's test push (`TestPushClaims`), sends it, gives the claim back when the
+    /// push did not reach the phone, and records it like any push (a dead token marked so).
+    private func limitedTestPush(
+        to channel: PushChannel, aor: AddressOfRecord?, device: String?, send: @Sendable () async -> (PushOutcome, Int64?)
+    ) async throws -> TestPushAnswer {
+        let interval = testPushInterval
+        let claim = try await pool.perform {
+            try TestPushClaims.claim(family: channel.family, token: channel.token, interval: interval, on: $0)
+        }
+        if case .limited(let seconds) = claim { return .limited(retryAfterSeconds: seconds) }
+        let (outcome, appID) = await send()
         let record = PushRecord(
-            createdAt: Date(), aor: nil, callID: nil, provider: provider ?? (family == .fcm ? .fcm : .apns),
-            tokenShort: PushRecord.shorten(channelToken), appID: id, outcome: outcome.word, status: outcome.status,
-            reason: outcome.reason, explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds)
+            createdAt: Date(), aor: aor?.description, callID: nil, provider: channel.provider, tokenShort: PushRecord.shorten(channel.token),
+            appID: appID, outcome: outcome.word, status: outcome.status, reason: outcome.reason, explanation: outcome.explanation,
+            latencyMilliseconds: outcome.latencyMilliseconds, device: device)
         _ = try? await pool.perform { connection in
             if outcome.isDeadToken {
-                try PostgresPushStores.markDead(on: connection, family: family, token: channelToken, reason: outcome.reason ?? "dead")
+                try PostgresPushStores.markDead(on: connection, family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
             }
             try PostgresPushStores.insert(record, on: connection)
+            if !outcome.isAccepted { try TestPushClaims.release(claim, on: connection) }
         }
-        return outcome
+        return .sent(outcome, appID: appID)
     }
 }

@@ -31,12 +31,16 @@ public final class HTTPAPIService: @unchecked Sendable {
     /// - Parameter adminSessionLifetime: seconds an admin pages session lasts from sign-in.
     /// - Parameter healthProblems: what `/health` reports besides PostgreSQL (push providers backed
     ///   off, records waiting to be written), each in words; quick, called on the server's threads.
+    /// - Parameter pushService: the instance's push service, which the admin's device test pushes
+    ///   go through as a call's would; nil: one made from the stored apps for each test.
+    /// - Parameter testPushInterval: seconds between two test pushes to one device token
+    ///   (`test_push_interval`), counted in PostgreSQL across instances.
     public init(
         listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
         pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
-        healthProblems: @escaping @Sendable () -> [String] = { [] },
+        healthProblems: @escaping @Sendable () -> [String] = { [] }, pushService: PushService? = nil, testPushInterval: TimeInterval = 30,
         log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
@@ -69,9 +73,14 @@ public final class HTTPAPIService: @unchecked Sendable {
         HealthAPI(pool: pool, problems: healthProblems).register(on: &router)
         VAPIDPublicKeyAPI(pool: pool).register(on: &router)
         MetricsAPI(registry: metrics).register(on: &router)
-        AdminAPI(pool: pool, pushSettings: pushSettings, throttle: authFailureThrottle).register(on: &router)
-        AdminPages(pool: pool, pushSettings: pushSettings, sessionLifetime: adminSessionLifetime, throttle: authFailureThrottle)
-            .register(on: &router)
+        AdminAPI(
+            pool: pool, pushSettings: pushSettings, throttle: authFailureThrottle, pusher: pushService, testPushInterval: testPushInterval,
+            log: log
+        ).register(on: &router)
+        AdminPages(
+            pool: pool, pushSettings: pushSettings, sessionLifetime: adminSessionLifetime, throttle: authFailureThrottle, pusher: pushService,
+            testPushInterval: testPushInterval, log: log
+        ).register(on: &router)
         OpenAPIDocument.register(on: &router)
         if let calls {
             CallAPI(signer: calls.signer, control: calls.control, instanceID: calls.instanceID, pool: pool).register(on: &router)
@@ -147,4 +156,10 @@ public enum HTTPAPIEvent: Sendable {
     case request(HTTPRequestLog)
     /// The directory could not be reloaded; the previous credentials stay in use.
     case directoryLoadFailed(String)
+    /// An administrator sent a test push (admin pages or API): who, to what (`push app #1`, or an
+    /// extension's device), the token shortened, and the outcome's word or `limited`.
+    case testPush(admin: String, target: String, token: String, outcome: String)
+    /// An administrator had a device's whole token shown (page or API): who, and whose device;
+    /// never the token.
+    case tokensShown(admin: String, target: String)
 }

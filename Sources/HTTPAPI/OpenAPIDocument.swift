@@ -769,7 +769,7 @@ public enum OpenAPIDocument {
     },
     "/api/v1/admin/extensions/{address}": {
       "get": {
-        "summary": "An extension's bindings, posted tokens, recent pushes and recent calls",
+        "summary": "An extension's devices (bindings and posted tokens), recent pushes and recent calls",
         "parameters": [
           {
             "name": "address",
@@ -779,6 +779,15 @@ public enum OpenAPIDocument {
               "type": "string"
             },
             "description": "number@domain"
+          },
+          {
+            "name": "tokens",
+            "in": "query",
+            "required": false,
+            "schema": {
+              "type": "boolean"
+            },
+            "description": "true: every push token whole (answered with Cache-Control: no-store, and logged as shown, never the token); otherwise shortened to its first 8 and last 4 characters"
           }
         ],
         "responses": {
@@ -797,6 +806,14 @@ public enum OpenAPIDocument {
                       "items": {
                         "type": "object",
                         "properties": {
+                          "id": {
+                            "type": "string",
+                            "description": "the device's id for POST …/devices/{id}/test: a binding's id, or for a posted token a hash of it (never the token)"
+                          },
+                          "testable": {
+                            "type": "boolean",
+                            "description": "whether a call ring-pushes it, and so whether it has a test push (false: no push channel, or only a regular iPhone token)"
+                          },
                           "contact": {
                             "type": "string"
                           },
@@ -827,7 +844,8 @@ public enum OpenAPIDocument {
                                   "type": "string"
                                 },
                                 "token": {
-                                  "type": "string"
+                                  "type": "string",
+                                  "description": "shortened (first 8 and last 4 characters), or whole with tokens=true"
                                 },
                                 "param": {
                                   "type": "string",
@@ -850,11 +868,20 @@ public enum OpenAPIDocument {
                       "items": {
                         "type": "object",
                         "properties": {
+                          "id": {
+                            "type": "string",
+                            "description": "the device's id for POST …/devices/{id}/test: a binding's id, or for a posted token a hash of it (never the token)"
+                          },
+                          "testable": {
+                            "type": "boolean",
+                            "description": "whether a call ring-pushes it, and so whether it has a test push (false: no push channel, or only a regular iPhone token)"
+                          },
                           "platform": {
                             "type": "string"
                           },
                           "token": {
-                            "type": "string"
+                            "type": "string",
+                            "description": "shortened (first 8 and last 4 characters), or whole with tokens=true"
                           },
                           "param": {
                             "type": "string",
@@ -868,6 +895,11 @@ public enum OpenAPIDocument {
                           },
                           "dead": {
                             "type": "boolean"
+                          },
+                          "deviceId": {
+                            "type": "string",
+                            "nullable": true,
+                            "description": "the app's device id, as posted"
                           }
                         }
                       }
@@ -942,6 +974,14 @@ public enum OpenAPIDocument {
                   }
                 }
               }
+            },
+            "headers": {
+              "Cache-Control": {
+                "description": "no-store when tokens=true",
+                "schema": {
+                  "type": "string"
+                }
+              }
             }
           },
           "400": {
@@ -994,6 +1034,89 @@ public enum OpenAPIDocument {
           },
           "404": {
             "$ref": "#/components/responses/Error"
+          },
+          "401": {
+            "$ref": "#/components/responses/Error"
+          }
+        },
+        "security": [
+          {
+            "adminBasic": []
+          }
+        ]
+      }
+    },
+    "/api/v1/admin/extensions/{address}/devices/{id}/test": {
+      "post": {
+        "summary": "Send one device of the extension a test push exactly as a call rings it (its push app, its provider's host, the ring payload marked test); outcome in words",
+        "parameters": [
+          {
+            "name": "address",
+            "in": "path",
+            "required": true,
+            "schema": {
+              "type": "string"
+            },
+            "description": "number@domain"
+          },
+          {
+            "name": "id",
+            "in": "path",
+            "required": true,
+            "schema": {
+              "type": "string"
+            },
+            "description": "the device's id, as GET /api/v1/admin/extensions/{address} lists it"
+          }
+        ],
+        "responses": {
+          "200": {
+            "description": "the outcome",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "allOf": [
+                    {
+                      "$ref": "#/components/schemas/TestPushOutcome"
+                    },
+                    {
+                      "type": "object",
+                      "properties": {
+                        "device": {
+                          "type": "string",
+                          "description": "the device as a call's journey names it"
+                        },
+                        "provider": {
+                          "type": "string",
+                          "description": "the provider host it went to: apns, apns.dev, fcm or webpush"
+                        },
+                        "token": {
+                          "type": "string",
+                          "description": "the token pushed, shortened"
+                        },
+                        "appId": {
+                          "type": "integer",
+                          "nullable": true,
+                          "description": "the push app it went through (null for web push, or when no app matched)"
+                        }
+                      }
+                    }
+                  ]
+                }
+              }
+            }
+          },
+          "400": {
+            "$ref": "#/components/responses/Error"
+          },
+          "404": {
+            "$ref": "#/components/responses/Error"
+          },
+          "409": {
+            "$ref": "#/components/responses/Error"
+          },
+          "429": {
+            "$ref": "#/components/responses/TestPushSpaced"
           },
           "401": {
             "$ref": "#/components/responses/Error"
@@ -1438,23 +1561,7 @@ public enum OpenAPIDocument {
             "content": {
               "application/json": {
                 "schema": {
-                  "type": "object",
-                  "properties": {
-                    "outcome": {
-                      "type": "string",
-                      "enum": [
-                        "accepted",
-                        "refused",
-                        "failed"
-                      ]
-                    },
-                    "description": {
-                      "type": "string"
-                    },
-                    "latencyMs": {
-                      "type": "integer"
-                    }
-                  }
+                  "$ref": "#/components/schemas/TestPushOutcome"
                 }
               }
             }
@@ -1467,6 +1574,9 @@ public enum OpenAPIDocument {
           },
           "401": {
             "$ref": "#/components/responses/Error"
+          },
+          "429": {
+            "$ref": "#/components/responses/TestPushSpaced"
           }
         },
         "security": [
@@ -1946,11 +2056,49 @@ public enum OpenAPIDocument {
           "afterMs",
           "words"
         ]
+      },
+      "TestPushOutcome": {
+        "type": "object",
+        "properties": {
+          "outcome": {
+            "type": "string",
+            "enum": [
+              "accepted",
+              "refused",
+              "failed"
+            ]
+          },
+          "description": {
+            "type": "string"
+          },
+          "latencyMs": {
+            "type": "integer"
+          }
+        },
+        "description": "a test push's outcome in words (the provider's answer)"
       }
     },
     "responses": {
       "Error": {
         "description": "an error in the one shape",
+        "content": {
+          "application/json": {
+            "schema": {
+              "$ref": "#/components/schemas/Error"
+            }
+          }
+        }
+      },
+      "TestPushSpaced": {
+        "description": "a test push went to this device token less than test_push_interval ago",
+        "headers": {
+          "Retry-After": {
+            "description": "seconds until the next test push may go",
+            "schema": {
+              "type": "integer"
+            }
+          }
+        },
         "content": {
           "application/json": {
             "schema": {

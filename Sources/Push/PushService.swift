@@ -146,12 +146,13 @@ public final class PushService: @unchecked Sendable {
     /// record to the caller (a call records it with its journey). Transient failures are sent
     /// again until `deadline` at most (the call's wake window; by default, and never later than,
     /// `expiresAt`).
+    /// `test` marks the operator's test push (`"test": "true"`).
     public func sendRing(
         _ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String? = nil, recordOutcome: Bool = true,
-        deadline: Date? = nil
+        deadline: Date? = nil, test: Bool = false
     ) async -> PushOutcome {
         if channel.family == .webpush {
-            let outcome = await sendWebPush(.ring(call, test: false), to: channel, expiresAt: expiresAt)
+            let outcome = await sendWebPush(.ring(call, test: test), to: channel, expiresAt: expiresAt)
             return await finish(outcome, channel: channel, app: nil, aor: aor, callID: call.callID, record: recordOutcome)
         }
         guard let app = app(for: channel) else {
@@ -160,8 +161,28 @@ public final class PushService: @unchecked Sendable {
                 record: recordOutcome)
         }
         return await send(
-            .ring(call, test: false), kind: .ring, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID,
+            .ring(call, test: test), kind: .ring, channel: channel, app: app, expiresAt: expiresAt, aor: aor, callID: call.callID,
             record: recordOutcome, deadline: deadline)
+    }
+
+    /// The operator's test push to one device exactly as a call rings it: the push app the
+    /// selector picks for `channel`, the APNs host its provider names (`apns`, `apns.dev`), a web
+    /// push through Rouse's VAPID key, and the ring payload marked `test`. A dead token the
+    /// provider names is marked dead (when this service has a recorder).
+    public func sendTest(
+        to channel: PushChannel, calleeNumber: String = "test", aor: String? = nil, recordOutcome: Bool = true, ringTimeoutSeconds: Int = 30
+    ) async -> PushOutcome {
+        let call = Self.testCall(calleeNumber: calleeNumber, ringTimeoutSeconds: ringTimeoutSeconds)
+        return await sendRing(
+            call, to: channel, expiresAt: call.timestamp.addingTimeInterval(TimeInterval(ringTimeoutSeconds)), aor: aor,
+            recordOutcome: recordOutcome, test: true)
+    }
+
+    /// The call a test push announces: caller "Rouse test push", a Call-ID of its own.
+    static func testCall(calleeNumber: String, ringTimeoutSeconds: Int) -> CallPushContent {
+        CallPushContent(
+            callID: "test-" + UUID().uuidString.lowercased(), callerNumber: "test", callerName: "Rouse test push",
+            calleeNumber: calleeNumber, ringTimeoutSeconds: ringTimeoutSeconds, timestamp: Date())
     }
 
     /// The cancel push (`call.canceled`/`call.ended`): FCM data with the ring's collapse key; APNs a
@@ -195,12 +216,9 @@ public final class PushService: @unchecked Sendable {
         guard chosen.family == app.family else {
             return PushOutcome(result: .failed(.noApp, message: "app #\(app.id ?? 0) is an \(app.kind) app, not \(chosen.rawValue)"), latency: .zero)
         }
-        let now = Date()
-        let call = CallPushContent(
-            callID: "test-" + UUID().uuidString.lowercased(), callerNumber: "test", callerName: "Rouse test push",
-            calleeNumber: "test", ringTimeoutSeconds: ringTimeoutSeconds, timestamp: now)
+        let call = Self.testCall(calleeNumber: "test", ringTimeoutSeconds: ringTimeoutSeconds)
         return await send(.ring(call, test: true), kind: .ring, channel: channel, app: app,
-                          expiresAt: now.addingTimeInterval(TimeInterval(ringTimeoutSeconds)), aor: nil, callID: nil)
+                          expiresAt: call.timestamp.addingTimeInterval(TimeInterval(ringTimeoutSeconds)), aor: nil, callID: nil)
     }
 
     /// The missed-call notice (`call.missed`) to a channel that can show one: FCM data the app

@@ -13,11 +13,11 @@ extension CommandLineInterface {
         Command(
             name: "admin add",
             summary: "add an administrator of the admin API; the password comes from --password or standard input, or is generated",
-            usage: "rouse admin add NAME [--password PASSWORD | --generate-password] [--if-none] [--database-url URL]",
+            usage: "rouse admin add NAME [--password PASSWORD | --generate-password] [--if-none] [--json] [--database-url URL]",
             run: { cli, arguments in
                 cli.runDirectoryCommand(
-                    arguments, usage: "rouse admin add NAME [--password PASSWORD | --generate-password] [--if-none]", positional: 1...1,
-                    acceptsPassword: true, switches: ["--generate-password", "--if-none"]
+                    arguments, usage: "rouse admin add NAME [--password PASSWORD | --generate-password] [--if-none] [--json]", positional: 1...1,
+                    acceptsPassword: true, switches: ["--generate-password", "--if-none", "--json"]
                 ) { context in
                     let connection = try adminConnection(context)
                     let name = context.positional[0]
@@ -30,11 +30,16 @@ extension CommandLineInterface {
                     if generated { password = generatePassword() }
                     if context.switches.contains("--if-none") {
                         guard try PostgresAdmins.addFirst(name: name, password: password, on: connection) else {
+                            if context.json { return printJSON(["name": name, "added": false]) }
                             print("an administrator exists already; added none")
                             return
                         }
                     } else {
                         try PostgresAdmins.add(name: name, password: password, on: connection)
+                    }
+                    if context.json {
+                        // The one secret --json prints: a password Rouse made, which is shown once and nowhere else.
+                        return printJSON(["name": name, "added": true, "generatedPassword": generated ? password : NSNull()])
                     }
                     print("added admin \(name)")
                     if generated { print("generated password (shown once): \(password)") }
@@ -79,12 +84,15 @@ extension CommandLineInterface {
             }),
         Command(
             name: "admin list", summary: "list the administrators of the admin API",
-            usage: "rouse admin list [--database-url URL]",
+            usage: "rouse admin list [--json] [--database-url URL]",
             run: { cli, arguments in
-                cli.runDirectoryCommand(arguments, usage: "rouse admin list", positional: 0...0) { context in
+                cli.runDirectoryCommand(arguments, usage: "rouse admin list [--json]", positional: 0...0, switches: ["--json"]) { context in
                     let admins = try PostgresAdmins.list(on: try adminConnection(context))
-                    if admins.isEmpty { print("no admins") }
                     let format = ISO8601DateFormatter()
+                    if context.json {
+                        return printJSON(["items": admins.map { ["name": $0.name, "createdAt": format.string(from: $0.createdAt)] }, "total": admins.count])
+                    }
+                    if admins.isEmpty { print("no admins") }
                     for admin in admins { print("\(admin.name)  added \(format.string(from: admin.createdAt))") }
                 }
             }),

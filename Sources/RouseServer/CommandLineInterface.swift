@@ -181,3 +181,9 @@ public struct CommandLineInterface: Sendable {
 func printError(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
 }
+
+/// Prints `object` as one JSON document on one line (keys sorted): what `--json` gives a script.
+func printJSON(_ object: [String: Any]) {
+    let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+    FileHandle.standardOutput.write(data + Data("\n".utf8))
+}

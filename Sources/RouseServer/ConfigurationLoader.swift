@@ -155,6 +155,7 @@ public enum ConfigurationLoader {
         withCalls.adminSessionLifetime = reader.duration("admin_session_lifetime")
         withCalls.digestAlgorithms = reader.digestAlgorithms("digest_algorithms")
         withCalls.flowTimer = reader.integer("flow_timer", 0...86_400)
+        withCalls.testPushInterval = reader.duration("test_push_interval")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

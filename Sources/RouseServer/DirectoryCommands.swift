@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import HTTPAPI
 import Registrar
 import Storage
 
@@ -11,19 +12,21 @@ extension CommandLineInterface {
     static let directoryCommands: [Command] = [
         Command(
             name: "domain add", summary: "add an organisation (SIP domain)",
-            usage: "rouse domain add DOMAIN [--database-url URL]",
+            usage: "rouse domain add DOMAIN [--json] [--database-url URL]",
             run: { cli, arguments in
-                cli.runDirectoryCommand(arguments, usage: "rouse domain add DOMAIN", positional: 1...1) { context in
+                cli.runDirectoryCommand(arguments, usage: "rouse domain add DOMAIN [--json]", positional: 1...1, switches: ["--json"]) { context in
                     let domain = try context.directory.addDomain(context.positional[0])
+                    if context.json { return printJSON(["domain": domain]) }
                     print("added domain \(domain)")
                 }
             }),
         Command(
             name: "domain list", summary: "list the organisations",
-            usage: "rouse domain list [--database-url URL]",
+            usage: "rouse domain list [--json] [--database-url URL]",
             run: { cli, arguments in
-                cli.runDirectoryCommand(arguments, usage: "rouse domain list", positional: 0...0) { context in
+                cli.runDirectoryCommand(arguments, usage: "rouse domain list [--json]", positional: 0...0, switches: ["--json"]) { context in
                     let domains = try context.directory.listDomains()
+                    if context.json { return printJSON(["items": domains.map(AdminAPI.item), "total": domains.count]) }
                     if domains.isEmpty { print("no domains") }
                     for domain in domains {
                         print("\(domain.domain)  \(domain.extensionCount) extension\(domain.extensionCount == 1 ? "" : "s")")
@@ -42,24 +45,26 @@ extension CommandLineInterface {
         Command(
             name: "extension add",
             summary: "add an extension; the password comes from --password or one line on standard input",
-            usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--database-url URL]",
+            usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--json] [--database-url URL]",
             run: { cli, arguments in
                 cli.runDirectoryCommand(
-                    arguments, usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD]", positional: 1...1,
-                    acceptsPassword: true
+                    arguments, usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--json]", positional: 1...1,
+                    acceptsPassword: true, switches: ["--json"]
                 ) { context in
                     let aor = try DirectoryError.parseAddress(context.positional[0])
                     let password = try context.password(for: aor)
                     try context.directory.addExtension(aor, password: password)
+                    if context.json { return printJSON(["address": aor.description]) }
                     print("added extension \(aor)")
                 }
             }),
         Command(
             name: "extension list", summary: "list the extensions, of one organisation or all",
-            usage: "rouse extension list [DOMAIN] [--database-url URL]",
+            usage: "rouse extension list [DOMAIN] [--json] [--database-url URL]",
             run: { cli, arguments in
-                cli.runDirectoryCommand(arguments, usage: "rouse extension list [DOMAIN]", positional: 0...1) { context in
+                cli.runDirectoryCommand(arguments, usage: "rouse extension list [DOMAIN] [--json]", positional: 0...1, switches: ["--json"]) { context in
                     let extensions = try context.directory.listExtensions(domain: context.positional.first)
+                    if context.json { return printJSON(["items": extensions.map(AdminAPI.item), "total": extensions.count]) }
                     if extensions.isEmpty { print("no extensions") }
                     for item in extensions {
                         let count = item.liveBindingCount
@@ -93,10 +98,12 @@ extension CommandLineInterface {
                 }
             }),
         Command(
-            name: "registrations", summary: "show live registrations and their push channels",
-            usage: "rouse registrations [NUMBER@DOMAIN] [--database-url URL]",
+            name: "registrations", summary: "show live registrations and their push channels (--tokens: whole tokens)",
+            usage: "rouse registrations [NUMBER@DOMAIN] [--tokens] [--json] [--database-url URL]",
             run: { cli, arguments in
-                cli.runDirectoryCommand(arguments, usage: "rouse registrations [NUMBER@DOMAIN]", positional: 0...1) { context in
+                cli.runDirectoryCommand(
+                    arguments, usage: "rouse registrations [NUMBER@DOMAIN] [--tokens] [--json]", positional: 0...1, switches: ["--tokens", "--json"]
+                ) { context in
                     try context.showRegistrations()
                 }
             }),
@@ -120,6 +127,11 @@ extension CommandLineInterface {
             return line
         }
 
+        /// `--json`: one JSON document on standard output instead of lines for people.
+        var json: Bool { switches.contains("--json") }
+
+        /// Bindings, then posted tokens (`POST /api/v1/push/register`); tokens shortened, whole
+        /// with `--tokens`.
         func showRegistrations() throws {
             let aor = try positional.first.map { text throws(DirectoryError) in try DirectoryError.parseAddress(text) }
             if let aor, try !directory.hasExtension(aor) { throw DirectoryError.noSuchExtension(aor) }
@@ -127,33 +139,42 @@ extension CommandLineInterface {
             let now = Date()
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
             let posted = try PostedPushTokens.list(for: aor, on: connection)
-            defer { Self.printPosted(posted) }
+            let dead = try PostgresLocationStore.deadTokens(on: connection, among: bindings.flatMap(\.pushChannels) + posted.map(\.channel))
+            let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
+            let isDead = { (channel: PushChannel) in deadKeys.contains("\(channel.family.rawValue) \(channel.token)") }
+            let whole = switches.contains("--tokens")
+            let shown = { (token: String) in whole ? token : Binding.shortenedToken(token) }
+            if json {
+                func addressed(_ item: [String: Any], _ aor: AddressOfRecord) -> [String: Any] { item.merging(["address": aor.description]) { $1 } }
+                return printJSON([
+                    "bindings": bindings.map { addressed(AdminAPI.item($0, now: now, isDead: isDead, wholeTokens: whole), $0.aor) },
+                    "postedTokens": posted.map { addressed(AdminAPI.item($0, isDead: isDead, wholeTokens: whole), $0.aor) },
+                ])
+            }
+            defer { Self.printPosted(posted, shown: shown) }
             if bindings.isEmpty {
                 print(aor.map { "no registrations for \($0)" } ?? "no registrations")
                 return
             }
-            let dead = try PostgresLocationStore.deadTokens(on: connection, among: bindings.flatMap(\.pushChannels))
-            let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
             for binding in bindings {
                 print(
                     "\(binding.aor)  \(binding.contactForDisplay)  user agent: \(binding.userAgent ?? "-")  "
                         + "\(binding.flow.transport) from \(binding.flow.source)  expires in \(binding.remainingSeconds(at: now)) s")
                 for channel in binding.pushChannels {
-                    let isDead = deadKeys.contains("\(channel.family.rawValue) \(channel.token)")
                     print(
-                        "    push \(channel.provider.rawValue) / \(Binding.shortenedToken(channel.token)) / \(channel.param ?? "-") / "
-                            + "\(channel.kind.rawValue)\(isDead ? " DEAD" : "")")
+                        "    push \(channel.provider.rawValue) / \(shown(channel.token)) / \(channel.param ?? "-") / "
+                            + "\(channel.kind.rawValue)\(isDead(channel) ? " DEAD" : "")")
                 }
             }
         }
 
-        /// Posted tokens (`POST /api/v1/push/register`), tokens shortened as for bindings.
-        static func printPosted(_ posted: [PostedPushToken]) {
+        /// Posted tokens, shown as for bindings.
+        static func printPosted(_ posted: [PostedPushToken], shown: (String) -> String) {
             guard !posted.isEmpty else { return }
             print("can be woken by push (posted):")
             for token in posted {
                 print(
-                    "    \(token.aor)  push \(token.channel.provider.rawValue) / \(Binding.shortenedToken(token.channel.token)) / "
+                    "    \(token.aor)  push \(token.channel.provider.rawValue) / \(shown(token.channel.token)) / "
                         + "\(token.channel.param ?? "-") / \(token.channel.kind.rawValue)  device: \(token.deviceID ?? "-")")
             }
         }

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPAPI
 import Push
 import Registrar
 import Storage
@@ -10,11 +11,12 @@ extension CommandLineInterface {
     static let pushCommands: [Command] = [
         Command(
             name: "push-app add apns", summary: "add an APNs app (token auth with a .p8 key)",
-            usage: "rouse push-app add apns --team-id T --key-id K --topic BUNDLE --key-file F.p8 [--environment production|sandbox] [--param P]",
+            usage: "rouse push-app add apns --team-id T --key-id K --topic BUNDLE --key-file F.p8 [--environment production|sandbox] [--param P] [--json]",
             run: { cli, arguments in
                 cli.runPushCommand(
-                    arguments, usage: "rouse push-app add apns --team-id T --key-id K --topic BUNDLE --key-file F.p8 [--environment production|sandbox] [--param P]",
-                    options: ["--team-id", "--key-id", "--topic", "--key-file", "--environment", "--param"], positional: 0...0
+                    arguments,
+                    usage: "rouse push-app add apns --team-id T --key-id K --topic BUNDLE --key-file F.p8 [--environment production|sandbox] [--param P] [--json]",
+                    options: ["--team-id", "--key-id", "--topic", "--key-file", "--environment", "--param"], switches: ["--json"], positional: 0...0
                 ) { context in
                     for required in ["--team-id", "--key-id", "--topic", "--key-file"] where context.options[required] == nil {
                         throw CommandLineProblem("\(required) is required")
@@ -32,18 +34,16 @@ extension CommandLineInterface {
                             teamID: context.options["--team-id"]!, keyID: context.options["--key-id"]!,
                             topic: context.options["--topic"]!, privateKeyPEM: key, environment: environment)),
                         param: context.options["--param"] ?? "")
-                    let (id, notes) = try PostgresPushApps(connection: context.connection).add(app)
-                    print("added push app #\(id): \(PushApp(id: id, credentials: app.credentials, param: app.param))")
-                    for note in notes { print("  \(note)") }
+                    try context.add(app)
                 }
             }),
         Command(
             name: "push-app add fcm", summary: "add an FCM app (a Google service account JSON file)",
-            usage: "rouse push-app add fcm --service-account F.json [--param P]",
+            usage: "rouse push-app add fcm --service-account F.json [--param P] [--json]",
             run: { cli, arguments in
                 cli.runPushCommand(
-                    arguments, usage: "rouse push-app add fcm --service-account F.json [--param P]",
-                    options: ["--service-account", "--param"], positional: 0...0
+                    arguments, usage: "rouse push-app add fcm --service-account F.json [--param P] [--json]",
+                    options: ["--service-account", "--param"], switches: ["--json"], positional: 0...0
                 ) { context in
                     guard let path = context.options["--service-account"] else {
                         throw CommandLineProblem("--service-account is required")
@@ -51,17 +51,16 @@ extension CommandLineInterface {
                     let text = try Self.readKeyFile(path, field: "service-account")
                     let account = try FCMServiceAccount(json: Array(text.utf8))
                     let app = PushApp(credentials: .fcm(account), param: context.options["--param"] ?? "")
-                    let (id, notes) = try PostgresPushApps(connection: context.connection).add(app)
-                    print("added push app #\(id): \(PushApp(id: id, credentials: app.credentials, param: app.param))")
-                    for note in notes { print("  \(note)") }
+                    try context.add(app)
                 }
             }),
         Command(
             name: "push-app list", summary: "list the push apps (keys are never shown)",
-            usage: "rouse push-app list",
+            usage: "rouse push-app list [--json]",
             run: { cli, arguments in
-                cli.runPushCommand(arguments, usage: "rouse push-app list", options: [], positional: 0...0) { context in
+                cli.runPushCommand(arguments, usage: "rouse push-app list [--json]", options: [], switches: ["--json"], positional: 0...0) { context in
                     let apps = try PostgresPushApps(connection: context.connection).summaries()
+                    if context.json { return printJSON(["items": apps.map(AdminAPI.item), "total": apps.count]) }
                     if apps.isEmpty { print("no push apps") }
                     for app in apps {
                         let answers = app.param.isEmpty ? "default \(app.kind == "apns" ? "iPhone" : "Android") app" : "param \(app.param)"
@@ -87,11 +86,11 @@ extension CommandLineInterface {
         Command(
             name: "push test",
             summary: "send one test ring push (the app wakes, nothing rings) and print the provider's answer",
-            usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm]",
+            usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm] [--json]",
             run: { cli, arguments in
                 cli.runPushCommand(
-                    arguments, usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm]",
-                    options: ["--app", "--token", "--provider"], positional: 0...0
+                    arguments, usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm] [--json]",
+                    options: ["--app", "--token", "--provider"], switches: ["--json"], positional: 0...0
                 ) { context in
                     guard let appText = context.options["--app"], let id = Int64(appText.trimmingCharacters(in: CharacterSet(charactersIn: "#"))) else {
                         throw CommandLineProblem("--app ID is required (see rouse push-app list)")
@@ -107,9 +106,16 @@ extension CommandLineInterface {
                     guard let app = try PostgresPushApps(connection: context.connection).app(id: id) else {
                         throw CommandLineProblem("there is no push app #\(id)")
                     }
-                    let outcome = PushTestRun.send(app: app, token: token, provider: provider, settings: context.pushSettings)
                     let family = app.family
+                    let claim = try TestPushClaims.claim(
+                        family: family, token: token, interval: context.testPushInterval, on: context.connection)
+                    if case .limited(let seconds) = claim {
+                        throw CommandLineProblem(
+                            "a test push went to this token less than \(Int(context.testPushInterval.rounded(.up))) s ago (test_push_interval); try again in \(seconds) s")
+                    }
+                    let outcome = PushTestRun.send(app: app, token: token, provider: provider, settings: context.pushSettings)
                     let channelToken = family == .apns ? token.lowercased() : token
+                    if !outcome.isAccepted { try TestPushClaims.release(claim, on: context.connection) }
                     if outcome.isDeadToken {
                         try PostgresPushStores.markDead(on: context.connection, family: family, token: channelToken, reason: outcome.reason ?? "dead")
                     }
@@ -120,7 +126,15 @@ extension CommandLineInterface {
                             appID: id, outcome: outcome.word, status: outcome.status, reason: outcome.reason,
                             explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds),
                         on: context.connection)
-                    print("test push through app #\(id): \(outcome)")
+                    if context.json {
+                        printJSON([
+                            "appId": id, "outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds,
+                            "status": outcome.status ?? NSNull(), "reason": outcome.reason ?? NSNull(), "explanation": outcome.explanation,
+                            "deadToken": outcome.isDeadToken,
+                        ])
+                    } else {
+                        print("test push through app #\(id): \(outcome)")
+                    }
                     guard outcome.isAccepted else { throw PushTestRun.NotAccepted() }
                 }
             }),
@@ -130,8 +144,27 @@ extension CommandLineInterface {
     struct PushCommandContext {
         let positional: [String]
         let options: [String: String]
+        /// The command's own on/off options that were given (`--json`).
+        let switches: Set<String>
         let connection: PostgresConnection
         let pushSettings: PushSettings
+        /// Seconds between two test pushes to one token (`test_push_interval`).
+        let testPushInterval: TimeInterval
+
+        /// `--json`: one JSON document on standard output instead of lines for people.
+        var json: Bool { switches.contains("--json") }
+
+        /// Stores a new app and prints it with its id and the validation notes.
+        func add(_ app: PushApp) throws {
+            let (id, notes) = try PostgresPushApps(connection: connection).add(app)
+            guard json else {
+                print("added push app #\(id): \(PushApp(id: id, credentials: app.credentials, param: app.param))")
+                for note in notes { print("  \(note)") }
+                return
+            }
+            let summary = try PostgresPushApps(connection: connection).summaries().first { $0.id == id }
+            printJSON((summary.map(AdminAPI.item) ?? ["id": id, "kind": app.kind, "param": app.param]).merging(["notes": notes]) { $1 })
+        }
     }
 
     /// A key or service account file's text; errors name the file, never its content.
@@ -146,17 +179,23 @@ extension CommandLineInterface {
     /// database (migrated to the push tables) and runs `body`; any error is one line on standard
     /// error and status 1.
     func runPushCommand(
-        _ arguments: [String], usage: String, options allowed: Set<String>, positional range: ClosedRange<Int>,
-        _ body: (PushCommandContext) throws -> Void
+        _ arguments: [String], usage: String, options allowed: Set<String>, switches allowedSwitches: Set<String> = [],
+        positional range: ClosedRange<Int>, _ body: (PushCommandContext) throws -> Void
     ) -> Int32 {
         var positional: [String] = []
         var options: [String: String] = [:]
+        var switches: Set<String> = []
         var settingFlags: [String] = []
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
             guard argument.hasPrefix("--") else {
                 positional.append(argument)
+                index += 1
+                continue
+            }
+            if allowedSwitches.contains(argument) {
+                switches.insert(argument)
                 index += 1
                 continue
             }
@@ -193,7 +232,8 @@ extension CommandLineInterface {
                 throw CommandLineProblem("the database has no push tables yet: run rouse migrate first")
             }
             try body(PushCommandContext(
-                positional: positional, options: options, connection: connection, pushSettings: configuration.pushSettings))
+                positional: positional, options: options, switches: switches, connection: connection, pushSettings: configuration.pushSettings,
+                testPushInterval: configuration.testPushInterval.timeInterval))
             return 0
         } catch is PushTestRun.NotAccepted {
             return 1

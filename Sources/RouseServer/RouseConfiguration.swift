@@ -91,6 +91,8 @@ public struct RouseConfiguration: Sendable {
     public var adminSessionLifetime: Duration = .seconds(12 * 3600)
     /// The `Flow-Timer` (seconds) of a 2xx that registers an RFC 5626 TCP/TLS flow; 0: none.
     public var flowTimer: Int = 120
+    /// Least time between two test pushes to one device token (admin pages, admin API, `rouse push test`).
+    public var testPushInterval: Duration = .seconds(30)
 }
 
 extension RouseConfiguration {
@@ -215,5 +217,7 @@ extension RouseConfiguration {
               meaning: "how long an admin pages session lasts from sign-in; then the admin signs in again"),
         .init(key: "flow_timer", defaultValue: "120",
               meaning: "seconds between keep-alives a phone registering an RFC 5626 TCP/TLS flow is told to send (Flow-Timer); never more than four fifths of tcp_idle_timeout; 0 sends no Flow-Timer"),
+        .init(key: "test_push_interval", defaultValue: "30",
+              meaning: "seconds that must pass between two test pushes to one device token (admin pages, admin API, rouse push test); only pushes the provider accepted count, across every instance"),
     ]
 }

@@ -149,7 +149,8 @@ public final class RouseService: @unchecked Sendable {
             authFailureThrottle: authFailureThrottle, metrics: metrics,
             trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies),
             calls: CallAPIParts(signer: callTokens, control: coordinator, instanceID: instanceID),
-            healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores)
+            healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores),
+            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval
         ) { [logger] event in
             RouseService.log(event, to: logger)
         }
@@ -169,6 +170,10 @@ public final class RouseService: @unchecked Sendable {
                  "http.remote": request.remoteAddress, "http.ms": String(format: "%.1f", request.milliseconds)])
         case .directoryLoadFailed(let reason):
             logger.warning("http.directory_load_failed", ["error": reason])
+        case .testPush(let admin, let target, let token, let outcome):
+            logger.info("admin.test_push", ["admin": admin, "target": target, "token": token, "outcome": outcome])
+        case .tokensShown(let admin, let target):
+            logger.info("admin.token_shown", ["admin": admin, "target": target])
         }
     }
 

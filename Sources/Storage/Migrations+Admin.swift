@@ -1,5 +1,6 @@
 extension Migrator {
-    /// Versions 200–299: the administrators of the admin API and the sessions of the admin pages.
+    /// Versions 200–299: the administrators of the admin API, the sessions of the admin pages, and
+    /// the last test push to each device token (`test_push_interval`).
     static let adminMigrations: [Migration] = [
         Migration(
             version: 200, name: "administrators",
@@ -21,6 +22,15 @@ extension Migrator {
                     expires_at timestamptz NOT NULL
                 );
                 CREATE INDEX admin_sessions_expires_at ON admin_sessions (expires_at);
+                """),
+        Migration(
+            version: 202, name: "test pushes per device token",
+            sql: """
+                CREATE TABLE test_push_claims (
+                    token_hash text PRIMARY KEY,
+                    sent_at timestamptz NOT NULL
+                );
+                CREATE INDEX test_push_claims_sent_at ON test_push_claims (sent_at);
                 """),
     ]
 }

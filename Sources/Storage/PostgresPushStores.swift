@@ -60,33 +60,30 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
 
     /// Stores one push's outcome on `connection`; a record with an id already stored stays as it
     /// is (a retried write), and an app removed meanwhile leaves `app_id` empty. A record without an
-    /// id is written as before migration 300 (which added `record_uuid`) knew it.
+    /// id or device is written as before migration 300 (which added `record_uuid` and `device`) knew it.
     public static func insert(_ record: PushRecord, on connection: PostgresConnection) throws {
         var parameters: [String?] = [
             String(record.createdAt.timeIntervalSince1970), record.aor, record.callID, record.provider.rawValue, record.tokenShort,
             record.appID.map(String.init), record.outcome, record.status.map(String.init), record.reason, record.explanation,
             String(record.latencyMilliseconds),
         ]
-        guard let id = record.id else {
-            try connection.query(
-                """
-                INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation, latency_ms)
-                VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7,
-                    $8::integer, $9, $10, $11::integer)
-                """,
-                parameters)
-            return
-        }
-        parameters.append(id.uuidString)
-        try connection.query(
+        var columns = "created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation, latency_ms"
+        var values = """
+            to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7, $8::integer, $9,
+                $10, $11::integer
             """
-            INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason, explanation,
-                latency_ms, record_uuid)
-            VALUES (to_timestamp($1::double precision), $2, $3, $4, $5, (SELECT id FROM push_apps WHERE id = $6::bigint), $7,
-                $8::integer, $9, $10, $11::integer, $12::uuid)
-            ON CONFLICT (record_uuid) DO NOTHING
-            """,
-            parameters)
+        if let device = record.device {
+            parameters.append(device)
+            columns += ", device"
+            values += ", $\(parameters.count)"
+        }
+        if let id = record.id {
+            parameters.append(id.uuidString)
+            columns += ", record_uuid"
+            values += ", $\(parameters.count)::uuid"
+        }
+        let conflict = record.id == nil ? "" : " ON CONFLICT (record_uuid) DO NOTHING"
+        try connection.query("INSERT INTO push_records (\(columns)) VALUES (\(values))\(conflict)", parameters)
     }
 
     /// The latest records, newest first (of one AOR when given), with the device and wake result

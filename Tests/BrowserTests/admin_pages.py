@@ -228,6 +228,36 @@ class AdminPagesRobot:
         answer = self.text_of(f"#test-result-{app_id}", *args.get("expect", []))
         return {"app": app_id, "answer": answer, "shot": self.screenshot(args.get("shot", "test-push"))}
 
+    def device_id(self, address, user_agent):
+        """The id of the device on `address`'s page whose box names `user_agent`."""
+        self.open("/admin/extensions/" + address)
+        self.text_of("#devices", user_agent)
+        for device in self.driver.find_elements(By.CSS_SELECTOR, "#devices div.device"):
+            if user_agent in device.text:
+                return device.get_attribute("id").removeprefix("device-")
+        raise StepFailed(f"no device of {address} shows {user_agent!r}")
+
+    def step_test_device(self, args):
+        """Presses Test push on the device of `address` that shows `user_agent`; the answer beside it."""
+        device = self.device_id(args["address"], args["user_agent"])
+        self.submit(f"#test-device-{device}")
+        answer = self.text_of(f"#device-result-{device}", *args.get("expect", []))
+        pushes = self.text_of("#recent-pushes", *args.get("expect_pushes", []))
+        return {"device": device, "answer": answer, "pushes": pushes, "shot": self.screenshot(args.get("shot", "test-device"))}
+
+    def step_show_token(self, args):
+        """Presses Show token on the device of `address` that shows `user_agent`; the whole tokens shown."""
+        device = self.device_id(args["address"], args["user_agent"])
+        self.submit(f"#show-token-{device}")
+        self.text_of("h1", "Token of")
+        boxes = self.driver.find_elements(By.CSS_SELECTOR, "#whole-tokens textarea.whole-token")
+        tokens = [box.get_attribute("value") for box in boxes]
+        readonly = all(box.get_attribute("readonly") is not None for box in boxes)
+        shot = self.screenshot("show-token")
+        self.submit("#back-to-extension")
+        self.text_of("#devices", args["user_agent"])
+        return {"device": device, "tokens": tokens, "readonly": readonly, "shot": shot}
+
     def step_sign_out(self, _):
         self.submit("#sign-out")
         notice = self.text_of("#notice", "You have signed out.")

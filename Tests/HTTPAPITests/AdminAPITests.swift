@@ -53,7 +53,7 @@ final class AdminAPITests: XCTestCase {
     func text(_ response: TestHTTPClient.Response) -> String { String(decoding: response.body, as: UTF8.self) }
 
     func testEveryAdminRouteRequiresAdminCredentials() throws {
-        XCTAssertEqual(AdminAPI.routes.count, 15)
+        XCTAssertEqual(AdminAPI.routes.count, 16)
         for (method, template) in AdminAPI.routes {
             let path = template.replacingOccurrences(of: "{domain}", with: "example.com")
                 .replacingOccurrences(of: "{address}", with: "1001@example.com").replacingOccurrences(of: "{id}", with: "1")

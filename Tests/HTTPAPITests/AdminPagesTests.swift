@@ -181,6 +181,8 @@ final class AdminPagesTests: XCTestCase {
             ("/admin/push/new", ["kind": "fcm", "serviceAccount": "{}"]),
             ("/admin/push/1/remove", ["confirm": "yes"]),
             ("/admin/push/1/test", ["token": "abcd"]),
+            ("/admin/extensions/1001@example.com/devices/0123456789abcdef/test", [:]),
+            ("/admin/extensions/1001@example.com/devices/0123456789abcdef/token", [:]),
             ("/admin/sign-out", [:]),
         ]
         for (path, fields) in forms {

@@ -11,7 +11,8 @@ import XCTest
 /// stand-ins, and headless Chromium driven through Selenium by Tests/BrowserTests/admin_pages.py
 /// (in the venv scripts/browser-venv.sh makes). An administrator signs in, adds an extension,
 /// sees the phone that registered for it with its pn-* values, sees the push and the journey of
-/// a call that woke the phone through the stand-in, sends a Test push and reads the answer, and
+/// a call that woke the phone through the stand-in, sends a Test push from Settings and reads the
+/// answer, presses Test push on the phone's own row (accepted, then spaced) and Show token, and
 /// signs out. Screenshots of every step land in .build/test-artifacts/admin-pages/.
 ///
 /// Every wait has a deadline: the browser waits for elements (60 s a step), this test waits for
@@ -198,12 +199,33 @@ final class AdminPagesBrowserTests: XCTestCase {
         let refused = try robot.step("test_push", ["kind": "apns", "token": deadToken, "expect": ["refused", "410", "Unregistered"], "shot": "test-push-refused"])
         XCTAssertTrue((refused["answer"] as? String)?.contains("marked dead") == true, "\(refused)")
 
+        // Test push on the phone's own row: the same ring push a call sends, marked test, answered in words.
+        let before = try pushes(apns, token: Self.apnsToken).count
+        let device = try robot.step(
+            "test_device",
+            ["address": "1002@example.com", "user_agent": "RouseTestApp/1 (iPhone)", "expect": ["accepted", "by the provider", "through push app #1"],
+             "expect_pushes": ["RouseTestApp/1 (iPhone) (test push)"], "shot": "test-device-accepted"])
+        XCTAssertTrue((device["answer"] as? String)?.contains("Apple's production host") == true, "\(device)")
+        let devicePush = try XCTUnwrap(try pushes(apns, token: Self.apnsToken, count: before + 1).last)
+        XCTAssertEqual(devicePush.headers["apns-push-type"], "voip")
+        XCTAssertEqual(devicePush.headers["apns-topic"], "com.example.app.voip")
+        XCTAssertEqual(devicePush.jsonBody?["test"]?.stringValue, "true")
+        // Again at once: spaced, in words, and nothing more sent.
+        let spaced = try robot.step(
+            "test_device", ["address": "1002@example.com", "user_agent": "RouseTestApp/1 (iPhone)", "expect": ["not sent", "Try again in"], "shot": "test-device-spaced"])
+        XCTAssertTrue((spaced["answer"] as? String)?.contains("less than 30 s ago") == true, "\(spaced)")
+        XCTAssertEqual(try apns.requests().filter { $0.path.hasSuffix(Self.apnsToken) }.count, before + 1)
+        // Show token: the whole token, read-only, to copy.
+        let shown = try robot.step("show_token", ["address": "1002@example.com", "user_agent": "RouseTestApp/1 (iPhone)"])
+        XCTAssertEqual(shown["tokens"] as? [String], [Self.apnsToken])
+        XCTAssertEqual(shown["readonly"] as? Bool, true)
+
         let signedOut = try robot.step("sign_out")
         XCTAssertTrue((signedOut["url_after"] as? String)?.contains("/admin/sign-in") == true, "\(signedOut)")
 
         XCTAssertEqual(robot.stop(), 0, robot.errorText)
         let shots = try FileManager.default.contentsOfDirectory(atPath: Self.artifacts).filter { $0.hasSuffix(".png") && !$0.hasPrefix("failed-") }
-        XCTAssertGreaterThanOrEqual(shots.count, 9, "\(shots)")
+        XCTAssertGreaterThanOrEqual(shots.count, 12, "\(shots)")
     }
 }
 

@@ -70,8 +70,8 @@ final class DirectoryCommandsTests: XCTestCase {
         try assertRefused(["domain", "add", "bad domain"], "'bad domain' is not a valid domain")
         try assertRefused(["domain", "remove", "example.org"], "no such domain example.org")
         try assertRefused(["domain", "remove", "example.com"], "domain example.com still has 1 extension; remove it first")
-        try assertRefused(["domain", "add"], "usage: rouse domain add DOMAIN")
-        try assertRefused(["domain", "list", "extra"], "usage: rouse domain list")
+        try assertRefused(["domain", "add"], "usage: rouse domain add DOMAIN [--json]")
+        try assertRefused(["domain", "list", "extra"], "usage: rouse domain list [--json]")
     }
 
     func testExtensionAddReadsThePasswordFromStandardInputAndStoresOnlyHashes() throws {
@@ -111,7 +111,7 @@ final class DirectoryCommandsTests: XCTestCase {
         try assertRefused(["extension", "add", "1002@example.com", "--password"], "option '--password' needs a value")
         try assertRefused(
             ["extension", "add", "1002@example.com", "--pasword", "a"],
-            "unknown option '--pasword'; usage: rouse extension add NUMBER@DOMAIN [--password PASSWORD]")
+            "unknown option '--pasword'; usage: rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--json]")
 
         XCTAssertEqual(
             try rouse(["extension", "list"]).output, "1001@example.com  0 registrations\n2001@example.org  0 registrations\n")
@@ -170,9 +170,110 @@ final class DirectoryCommandsTests: XCTestCase {
             XCTAssertEqual(lines[2], "    push fcm / fcm-toke…WXYZ / - / standard DEAD")
             XCTAssertFalse(outcome.output.contains(voipToken) || outcome.output.contains(fcmToken))
         }
+        // --tokens: the same lines with the whole tokens.
+        let whole = try rouse(["registrations", "1001@example.com", "--tokens"])
+        XCTAssertEqual(whole.status, 0, whole.errors)
+        let wholeLines = whole.output.split(separator: "\n").map(String.init)
+        XCTAssertEqual(wholeLines.count, 3, whole.output)
+        XCTAssertEqual(wholeLines[1], "    push apns / \(voipToken) / TEAM.com.example.app.voip / voip")
+        XCTAssertEqual(wholeLines[2], "    push fcm / \(fcmToken) / - / standard DEAD")
         XCTAssertEqual(try rouse(["registrations", "1002@example.com"]).output, "no registrations for 1002@example.com\n")
         try assertRefused(["registrations", "1003@example.com"], "no such extension 1003@example.com")
         try assertRefused(["registrations", "not-an-address"], "'not-an-address' is not an extension address (NUMBER@DOMAIN)")
+    }
+
+    /// What `--json` printed: one JSON object on one line of standard output.
+    func json(_ arguments: [String], input: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws -> [String: Any] {
+        let outcome = try rouse(arguments + ["--json"], input: input)
+        XCTAssertEqual(outcome.status, 0, outcome.errors, file: file, line: line)
+        XCTAssertEqual(outcome.output.filter { $0 == "\n" }.count, 1, "one line: \(outcome.output)", file: file, line: line)
+        let object = try JSONSerialization.jsonObject(with: Data(outcome.output.utf8)) as? [String: Any]
+        return try XCTUnwrap(object, outcome.output, file: file, line: line)
+    }
+
+    func testListAndAddCommandsPrintOneJSONDocumentWithJSON() throws {
+        XCTAssertEqual(try json(["domain", "add", "Example.COM"])["domain"] as? String, "example.com")
+        XCTAssertEqual(try json(["domain", "add", "example.org"])["domain"] as? String, "example.org")
+        let added = try json(["extension", "add", "1001@example.com"], input: "sip-secret-1001\n")
+        XCTAssertEqual(added as NSDictionary, ["address": "1001@example.com"] as NSDictionary, "the address, never the password")
+        XCTAssertEqual(try json(["extension", "add", "2001@example.org", "--password", "sip-secret-2001"])["address"] as? String, "2001@example.org")
+
+        let domains = try json(["domain", "list"])
+        XCTAssertEqual(domains["total"] as? Int, 2)
+        let items = try XCTUnwrap(domains["items"] as? [[String: Any]])
+        XCTAssertEqual(items.map { $0["domain"] as? String }, ["example.com", "example.org"])
+        XCTAssertEqual(items.map { $0["extensionCount"] as? Int }, [1, 1])
+        XCTAssertNotNil(ISO8601DateFormatter().date(from: items[0]["createdAt"] as? String ?? ""), "\(items[0])")
+
+        let extensions = try json(["extension", "list", "example.org"])
+        XCTAssertEqual(extensions["total"] as? Int, 1)
+        let item = try XCTUnwrap((extensions["items"] as? [[String: Any]])?.first)
+        XCTAssertEqual(item["address"] as? String, "2001@example.org")
+        XCTAssertEqual(item["liveBindings"] as? Int, 0)
+        XCTAssertEqual(Set(item.keys), ["address", "liveBindings", "createdAt", "updatedAt"])
+
+        // Registrations: bindings and posted tokens, tokens shortened unless --tokens.
+        let aor = AddressOfRecord(number: "1001", domain: "example.com")
+        let voipToken = String(repeating: "5e", count: 32)
+        let binding = Binding(
+            aor: aor, contact: "<sip:1001@192.0.2.7:5060;transport=tcp>", callID: "c1", cseq: 1, registeredAt: Date(),
+            expiresAt: Date().addingTimeInterval(600), userAgent: "Linphone/5.2",
+            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+            pushChannels: [PushChannel(provider: .apns, token: voipToken, param: "TEAM.com.example.app.voip", kind: .voip)])
+        let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
+        defer { store.shutdown() }
+        let done = DispatchSemaphore(value: 0)
+        store.apply([.save(binding)]) { _ in done.signal() }
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        let postedToken = "posted-token-for-json-0123456789"
+        _ = try PostedPushTokens.store(
+            PushChannel(provider: .fcm, token: postedToken, param: "rouse-test", kind: .standard), deviceID: "pixel", for: aor,
+            on: try database.connect())
+        let registrations = try json(["registrations"])
+        let bindings = try XCTUnwrap(registrations["bindings"] as? [[String: Any]])
+        XCTAssertEqual(bindings.count, 1)
+        XCTAssertEqual(bindings[0]["address"] as? String, "1001@example.com")
+        XCTAssertEqual(bindings[0]["id"] as? String, binding.id.uuidString.lowercased())
+        XCTAssertEqual(bindings[0]["userAgent"] as? String, "Linphone/5.2")
+        XCTAssertEqual((bindings[0]["flow"] as? [String: Any])?["transport"] as? String, "tcp")
+        let channel = try XCTUnwrap((bindings[0]["pushChannels"] as? [[String: Any]])?.first)
+        XCTAssertEqual(channel["token"] as? String, Binding.shortenedToken(voipToken))
+        XCTAssertEqual(channel["provider"] as? String, "apns")
+        XCTAssertEqual(channel["dead"] as? Bool, false)
+        let posted = try XCTUnwrap((registrations["postedTokens"] as? [[String: Any]])?.first)
+        XCTAssertEqual(posted["address"] as? String, "1001@example.com")
+        XCTAssertEqual(posted["token"] as? String, Binding.shortenedToken(postedToken))
+        XCTAssertEqual(posted["deviceId"] as? String, "pixel")
+        XCTAssertEqual(posted["platform"] as? String, "android")
+        let whole = try json(["registrations", "1001@example.com", "--tokens"])
+        XCTAssertEqual(((whole["bindings"] as? [[String: Any]])?.first?["pushChannels"] as? [[String: Any]])?.first?["token"] as? String, voipToken)
+        XCTAssertEqual((whole["postedTokens"] as? [[String: Any]])?.first?["token"] as? String, postedToken)
+        let none = try json(["registrations", "2001@example.org"])
+        XCTAssertEqual((none["bindings"] as? [Any])?.count, 0)
+        XCTAssertEqual((none["postedTokens"] as? [Any])?.count, 0)
+
+        // Administrators: a given password is never printed; a generated one once, as in the lines for people.
+        let ops = try json(["admin", "add", "ops", "--password", "ops-given-password"])
+        XCTAssertEqual(ops["name"] as? String, "ops")
+        XCTAssertEqual(ops["added"] as? Bool, true)
+        XCTAssertTrue(ops["generatedPassword"] is NSNull, "\(ops)")
+        let bob = try json(["admin", "add", "bob", "--generate-password"])
+        let generated = try XCTUnwrap(bob["generatedPassword"] as? String)
+        XCTAssertEqual(generated.count, 20)
+        XCTAssertTrue(try PostgresAdmins.verify(name: "bob", password: generated, on: try database.connect()))
+        XCTAssertEqual(try json(["admin", "add", "first", "--if-none", "--generate-password"]) as NSDictionary, ["name": "first", "added": false] as NSDictionary)
+        let admins = try json(["admin", "list"])
+        XCTAssertEqual((admins["items"] as? [[String: Any]])?.compactMap { $0["name"] as? String }.sorted(), ["bob", "ops"])
+        XCTAssertEqual(admins["total"] as? Int, 2)
+        XCTAssertNotNil(ISO8601DateFormatter().date(from: (admins["items"] as? [[String: Any]])?.first?["createdAt"] as? String ?? ""))
+
+        // A refusal is still one line on standard error, with nothing on standard output.
+        let refused = try rouse(["domain", "add", "example.com", "--json"])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertEqual(refused.output, "")
+        XCTAssertEqual(refused.errorLines, ["rouse: domain example.com already exists"])
+        // The lines for people are as they were.
+        XCTAssertEqual(try rouse(["domain", "list"]).output, "example.com  1 extension\nexample.org  1 extension\n")
     }
 
     func testAnUnmigratedDatabaseIsNamedInOneLine() throws {

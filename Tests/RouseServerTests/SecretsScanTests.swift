@@ -11,7 +11,10 @@ import XCTest
 /// phones registering with pn-prid tokens, a token posted over HTTP, a call that pushes and wakes
 /// the app, test pushes, the admin API and pages, `rouse registrations` and `rouse push-app list`),
 /// then every log line of the server and every answer seen is scanned for the SIP and admin
-/// passwords, the key lines, JWTs and whole push tokens. Tokens may appear shortened only.
+/// passwords, the key lines, JWTs and whole push tokens. Tokens may appear shortened only, except
+/// in exactly the answers that reveal them on an administrator's request (issue 16): the Show token
+/// page, the admin API's `?tokens=true` and `rouse registrations --tokens`; those must hold the
+/// tokens asked for, no other, and no other secret, and the HTTP ones are sent `no-store`.
 ///
 /// The Contact header of SIP answers is left out of the scan: a registrar's 200 lists the
 /// extension's own Contacts as the phones sent them (RFC 3261 §10.3 step 8, RFC 8599), and a
@@ -31,6 +34,8 @@ final class SecretsScanTests: XCTestCase {
     var agents: [TestUserAgent] = []
     /// Every answer the test saw (HTTP bodies and headers, SIP answers, CLI output).
     var seen: [String] = []
+    /// The answers that reveal whole tokens on request: what asked, the answer, the tokens it may hold.
+    var revealed: [(what: String, text: String, tokens: Set<String>)] = []
 
     override func setUpWithError() throws {
         database = try TestDatabase()
@@ -153,13 +158,35 @@ final class SecretsScanTests: XCTestCase {
         }
         try readAdminPages(port: try httpPort(process))
 
+        // The admin API: a device's test push, and its whole tokens on request (revealed, no-store).
+        let detail = try send(http, "GET", "/api/v1/admin/extensions/1002@example.com", [admin])
+        let androidID = try XCTUnwrap((detail.json["bindings"] as? [[String: Any]])?.first { ($0["userAgent"] as? String)?.contains("Android") == true }?["id"] as? String)
+        let deviceTest = try send(http, "POST", "/api/v1/admin/extensions/1002@example.com/devices/\(androidID)/test", [admin])
+        XCTAssertEqual(deviceTest.status, 200, String(decoding: deviceTest.body, as: UTF8.self))
+        XCTAssertEqual(deviceTest.json["outcome"] as? String, "accepted")
+        let whole = try http.send("GET", "/api/v1/admin/extensions/1002@example.com?tokens=true", headers: [admin])
+        XCTAssertEqual(whole.status, 200)
+        XCTAssertEqual(whole.header("Cache-Control"), "no-store")
+        revealed.append(("GET …?tokens=true", String(decoding: whole.body, as: UTF8.self), [Self.apnsToken, Self.fcmToken]))
+
         // The command line.
-        for arguments in [["registrations", "1002@example.com"], ["registrations", "1001@example.com"], ["push-app", "list"]] {
+        for arguments in [
+            ["registrations", "1002@example.com"], ["registrations", "1001@example.com"], ["registrations", "--json"], ["extension", "list", "--json"],
+            ["push-app", "list"], ["push-app", "list", "--json"],
+        ] {
             let command = try RouseProcess(arguments: arguments, environment: ["ROUSE_DATABASE_URL": database.conninfo])
             XCTAssertEqual(command.waitForExit(), 0, command.outputText)
             seen.append(command.outputText)
         }
         XCTAssertTrue(seen.last?.contains("DEF123GHIJ") == true, "push-app list shows the apps: \(seen.last ?? "")")
+        for (arguments, tokens) in [
+            (["registrations", "1002@example.com", "--tokens"], [Self.apnsToken, Self.fcmToken]),
+            (["registrations", "1001@example.com", "--tokens", "--json"], [Self.postedToken]),
+        ] {
+            let command = try RouseProcess(arguments: arguments, environment: ["ROUSE_DATABASE_URL": database.conninfo])
+            XCTAssertEqual(command.waitForExit(), 0, command.outputText)
+            revealed.append((arguments.joined(separator: " "), command.outputText, Set(tokens)))
+        }
 
         XCTAssertEqual(process.stop(), 0)
         let log = process.outputText
@@ -175,9 +202,14 @@ final class SecretsScanTests: XCTestCase {
         secrets += Self.keyLines(key.privateKeyPEM).map { ("a .p8 key line", $0) }
         secrets += Self.keyLines(accountKey).map { ("a service account key line", $0) }
         secrets += [Self.apnsToken, Self.fcmToken, Self.postedToken, Self.testPushToken].map { ("a whole push token", $0) }
-        let sources = [("the server's log", log)] + seen.enumerated().map { ("answer \($0.offset)", $0.element) }
-        for (source, text) in sources {
-            for (what, secret) in secrets where text.contains(secret) {
+        let sources = [("the server's log", log, Set<String>())] + seen.enumerated().map { ("answer \($0.offset)", $0.element, Set<String>()) }
+            + revealed.map { ("the revealing answer of \($0.what)", $0.text, $0.tokens) }
+        XCTAssertEqual(revealed.count, 4, "the Show token page, ?tokens=true and rouse registrations --tokens twice")
+        for (source, text, allowed) in sources {
+            for token in allowed where !text.contains(token) {
+                XCTFail("\(source) does not hold the whole token it was asked for (\(token.prefix(6))…)")
+            }
+            for (what, secret) in secrets where text.contains(secret) && !allowed.contains(secret) {
                 XCTFail("\(source) holds \(what) (\(secret.prefix(6))…): \(Self.around(secret, in: text))")
             }
             // The APNs token is also checked in upper case (Rouse compares APNs tokens in lower case).
@@ -188,6 +220,9 @@ final class SecretsScanTests: XCTestCase {
                 XCTFail("\(source) holds a JWT: \(text[jwt].prefix(24))…")
             }
         }
+        // Who asked for them is logged, and the test pushes with their tokens shortened.
+        XCTAssertTrue(log.contains("event=admin.token_shown") && log.contains("admin=ops"), log)
+        XCTAssertTrue(log.contains("event=admin.test_push"), log)
     }
 
     // MARK: - Helpers
@@ -209,9 +244,11 @@ final class SecretsScanTests: XCTestCase {
         seen.append((["SIP/2.0 \(response.statusCode) \(response.reasonPhrase)"] + headers).joined(separator: "\r\n") + "\r\n\r\n" + String(decoding: response.body, as: UTF8.self))
     }
 
-    /// Sends a request (a JSON body when `object` is given) and keeps its answer for the scan.
-    func send(_ http: TestHTTPClient, _ method: String, _ path: String, _ headers: [(String, String)], _ object: [String: Any]? = nil) throws -> TestHTTPClient.Response {
-        let body = try object.map { try JSONSerialization.data(withJSONObject: $0) }
+    /// Sends a request (a JSON body when `object` is given, else `body`) and keeps its answer for the scan.
+    func send(
+        _ http: TestHTTPClient, _ method: String, _ path: String, _ headers: [(String, String)], _ object: [String: Any]? = nil, body text: String? = nil
+    ) throws -> TestHTTPClient.Response {
+        let body = try object.map { try JSONSerialization.data(withJSONObject: $0) } ?? text.map { Data($0.utf8) } ?? (method == "POST" ? Data() : nil)
         let response = try http.send(method, path, headers: headers, body: body)
         seen.append(response.headers.map { "\($0.0): \($0.1)" }.joined(separator: "\n") + "\n\n" + String(decoding: response.body, as: UTF8.self))
         return response
@@ -225,7 +262,6 @@ final class SecretsScanTests: XCTestCase {
         let csrfStart = try XCTUnwrap(formText.range(of: "name=\"csrf\" value=\""))
         let csrf = String(formText[csrfStart.upperBound...].prefix { $0 != "\"" })
         var cookies = form.headers.filter { $0.0.lowercased() == "set-cookie" }.map { String($0.1.split(separator: ";")[0]) }
-        let encode = { (text: String) in text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "" }
         let fields = "csrf=\(encode(csrf))&name=ops&password=\(encode(Self.adminPassword))"
         let signedIn = try http.send(
             "POST", "/admin/sign-in",
@@ -238,7 +274,26 @@ final class SecretsScanTests: XCTestCase {
             let page = try send(http, "GET", path, [cookie])
             XCTAssertEqual(page.status, 200, path)
         }
+
+        // The iPhone's Test push, then its Show token (the one page that reveals a token, sent no-store).
+        let page = String(decoding: try send(http, "GET", "/admin/extensions/1002@example.com", [cookie]).body, as: UTF8.self)
+        let session = try XCTUnwrap(page.range(of: "name=\"csrf\" value=\""))
+        let sessionCSRF = String(page[session.upperBound...].prefix { $0 != "\"" })
+        let iPhoneDevice = try XCTUnwrap(
+            page.components(separatedBy: "<div class=\"device\" id=\"device-").dropFirst().first { $0.contains("RouseTestApp/1 (iPhone)") })
+        let iPhoneID = String(iPhoneDevice.prefix { $0 != "\"" })
+        let posting = [("Content-Type", "application/x-www-form-urlencoded"), cookie]
+        let tested = try send(http, "POST", "/admin/extensions/1002@example.com/devices/\(iPhoneID)/test", posting, body: "csrf=\(encode(sessionCSRF))")
+        XCTAssertEqual(tested.status, 200, String(decoding: tested.body, as: UTF8.self))
+        XCTAssertTrue(String(decoding: tested.body, as: UTF8.self).contains("accepted</span> by the provider"))
+        let shown = try http.send(
+            "POST", "/admin/extensions/1002@example.com/devices/\(iPhoneID)/token", headers: posting, body: Data("csrf=\(encode(sessionCSRF))".utf8))
+        XCTAssertEqual(shown.status, 200)
+        XCTAssertEqual(shown.header("Cache-Control"), "no-store")
+        revealed.append(("the Show token page", String(decoding: shown.body, as: UTF8.self), [Self.apnsToken]))
     }
+
+    func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "" }
 
     func sipPoints(_ process: RouseProcess) throws -> [ListenPoint] {
         let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
