@@ -426,12 +426,14 @@ private struct MessageScanner {
     }
 
     /// The lines an error response copies (RFC 3261 §8.2.6.2): every Via, and the first From, To,
-    /// Call-ID and CSeq as received, whichever are there (a request missing some still gets its
-    /// 400, RFC 4475 §3.1.2.19). Nil when the response cannot be routed (no usable top Via) and
-    /// for an ACK, which is never answered.
+    /// Call-ID and CSeq as received, whichever are there (a request missing From, To or Call-ID
+    /// still gets its 400, RFC 4475 §3.3.1). Nil when the response cannot be routed back to the
+    /// client transaction: no usable top Via, or no CSeq (the client matches a response by its
+    /// branch and CSeq method, RFC 3261 §17.1.3); and nil for an ACK, which is never answered.
     private static func replyHeaders(_ fields: [SIPHeader], _ index: KeyIndex, method: String?) -> SIPHeaders? {
-        guard let topVia = index.topVia, isTopViaUsable(fields[topVia].value), method != "ACK" else { return nil }
-        if let cseqAt = index.cseq, isACK(cseqMethodOf: fields[cseqAt].value) { return nil }
+        guard let topVia = index.topVia, isTopViaUsable(fields[topVia].value), method != "ACK", let cseqAt = index.cseq,
+            !fields[cseqAt].value.isEmpty, !isACK(cseqMethodOf: fields[cseqAt].value)
+        else { return nil }
         var headers = SIPHeaders()
         for field in fields where field.key == .via { headers.add(field) }
         for position in [index.from, index.to, index.callID, index.cseq] {

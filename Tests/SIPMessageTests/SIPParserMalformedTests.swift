@@ -1,4 +1,5 @@
 import Foundation
+import SIPDifferential
 import SIPMessage
 import XCTest
 
@@ -67,7 +68,7 @@ final class SIPParserMalformedTests: XCTestCase {
         ("missing Via", invite(remove: ["Via"]), .drop(400, "Missing Via header")),
         ("missing From", invite(remove: ["From"]), .answer(400, "Missing From header")),
         ("missing To", invite(remove: ["To"]), .answer(400, "Missing To header")),
-        ("missing CSeq", invite(remove: ["CSeq"]), .answer(400, "Missing CSeq header")),
+        ("missing CSeq", invite(remove: ["CSeq"]), .drop(400, "Missing CSeq header")),
         ("two Call-IDs", invite(add: ["Call-ID: other@192.0.2.1"]), .answer(400, "Multiple Call-ID headers")),
         (
             "Max-Forwards not a number", invite(replace: ["Max-Forwards": "seventy"]),
@@ -205,12 +206,12 @@ final class SIPParserMalformedTests: XCTestCase {
                 XCTAssertEqual(answer.headers[.to], taggable ? to.map { $0 + ";tag=t" } : to, name)
                 let wireAnswer = SIPSerializer.serialize(answer)
                 XCTAssertEqual(try frame(wireAnswer, chunkSizes: [1]), [.message(wireAnswer)], name)
-                if let again = try? SIPParser.parse(wireAnswer) {
+                switch Result(catching: { () throws(SIPParseError) in try SIPParser.parse(wireAnswer) }) {
+                case .success(let again):
                     XCTAssertEqual(SIPSerializer.serialize(again), wireAnswer, name)
-                } else {
+                case .failure(let own):
                     // Only a line the request itself had wrong (or lacked) keeps the answer from parsing.
-                    let copied = ["Via", "From", "To", "Call-ID", "CSeq"].map { $0 + " header" }
-                    XCTAssertTrue(copied.contains { error.reason.hasSuffix($0) }, "\(name): the answer does not parse")
+                    XCTAssertTrue(SIPDifferentialCheck.isAboutCopiedLine(own), "\(name): the answer does not parse: \(own)")
                 }
             }
         }
