@@ -81,7 +81,7 @@ var products: [Product] = [
 // the package when `make fuzz` asks for them (ROUSE_FUZZ=1) and builds them with -sanitize=fuzzer.
 if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
     let harnesses: [(String, [Target.Dependency])] = [
-        ("SIPParserFuzz", ["SIPMessage"]),
+        ("SIPParserFuzz", ["SIPMessage", "SIPDifferential"]),
         ("SIPDifferentialFuzz", ["SIPDifferential", "SIPMessage"]),
         ("DigestFuzz", ["Registrar", "Crypto"]),
         ("PushParametersFuzz", ["Registrar", "SIPMessage"]),

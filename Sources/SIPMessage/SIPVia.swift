@@ -31,7 +31,7 @@ public struct SIPVia: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// True when the branch carries the RFC 3261 magic cookie and something after it: a branch of
-    /// the cookie alone identifies no transaction (RFC 4475 §3.1.2.20), so such a request is
+    /// the cookie alone identifies no transaction (RFC 4475 §3.2.1), so such a request is
     /// matched the RFC 2543 way.
     public var hasRFC3261Branch: Bool {
         guard let branch else { return false }

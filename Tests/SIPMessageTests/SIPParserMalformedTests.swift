@@ -5,8 +5,8 @@ import XCTest
 
 /// A corpus of malformed messages, each with what Rouse must do with it: answer with a status and
 /// reason, or drop it silently (RFC 3261 §8.2, §16.3, §18.1.2). A request is answered whenever
-/// its top Via can route the answer, even when it lacks From, To, Call-ID or CSeq (RFC 4475
-/// §3.1.2.19); it is dropped when it has no usable top Via, and an ACK is never answered.
+/// the answer can reach its client transaction (a usable top Via and a CSeq), even when it lacks
+/// From, To or Call-ID (RFC 4475 §3.3.1); otherwise it is dropped, and an ACK is never answered.
 final class SIPParserMalformedTests: XCTestCase {
     enum Outcome: Equatable {
         /// Answer with this status and reason phrase.
