@@ -61,6 +61,15 @@ extension HostileInputTests {
             XCTAssertTrue(missing.contains("\r\nCSeq: 1 OPTIONS\r\n"), "\(label): \(missing)")
             XCTAssertFalse(missing.lowercased().contains("\r\ncall-id:"), "\(label): \(missing)")
 
+            // Refused before the registrar or the call router sees it: no challenge, no 100 Trying.
+            for (method, uri) in [("REGISTER", "sip:example.com"), ("INVITE", "sip:1002@example.com")] {
+                let bytes = Self.request(method, uri: uri, transport: label, port: port).replacingOccurrences(
+                    of: "Call-ID: [^\r]*\r\n", with: "", options: .regularExpression)
+                try peer.send(Array(bytes.utf8))
+                let answer = try XCTUnwrap(try peer.receiveText(timeout: .seconds(10)), "\(label): no answer to \(method) without Call-ID")
+                XCTAssertTrue(answer.hasPrefix("SIP/2.0 400 Missing Call-ID header\r\n"), "\(label) \(method): \(answer)")
+            }
+
             // No Via: no answer can be routed, so none comes; the flow still serves the next request.
             let noVia = Self.request("OPTIONS", transport: label, port: port).replacingOccurrences(
                 of: "Via: [^\r]*\r\n", with: "", options: .regularExpression)
