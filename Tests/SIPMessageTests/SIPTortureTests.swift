@@ -203,6 +203,12 @@ final class SIPTortureTests: XCTestCase {
         XCTAssertTrue(uriParam.uri.parameters.contains("unknownparam"))
         XCTAssertEqual(escaped.uri.headers, [SIPParameter("Route", "%3Csip:sip.example.com%3E")])
         XCTAssertNil(try request(valid("rfc4475-3.4.1-inv2543")).topVia?.branch)
+        // Parsed; what to answer is the handlers' (420, 415, a challenge, a response for no transaction, 406).
+        XCTAssertEqual(try request(valid("rfc4475-3.3.5-bext01")).headers.values(.require), ["nothingSupportsThis", "nothingSupportsThisEither"])
+        XCTAssertEqual(try request(valid("rfc4475-3.3.6-invut")).headers[.contentType], "application/unknownformat")
+        XCTAssertEqual(try request(valid("rfc4475-3.3.7-regaut01")).headers[.authorization], "NoOneKnowsThisScheme opaque-data=here")
+        XCTAssertEqual(try response(valid("rfc4475-3.3.10-bcast")).vias.last?.host, "255.255.255.255")
+        XCTAssertEqual(try request(valid("rfc4475-3.3.15-sdp01")).headers[.accept], "text/nobodyKnowsThis")
     }
 
     func testRFC5118IPv6Messages() throws {
