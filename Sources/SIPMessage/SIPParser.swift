@@ -374,9 +374,8 @@ private struct MessageScanner {
         if index.callIDCount > 1 { return .failure("Multiple Call-ID headers") }
         if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
-        if !MessageScanner.isTopViaUsable(fields[topVia].value) { return .failure("Malformed Via header") }
-        // Every Via a response will travel back through, not only the top one (RFC 4475 §3.1.2.1).
-        for field in fields where field.key == .via {
+        // Every Via a response will travel back through, the top one first (RFC 4475 §3.1.2.1).
+        for field in fields[topVia...] where field.key == .via {
             if !MessageScanner.isViaList(field.value) { return .failure("Malformed Via header") }
         }
         if !MessageScanner.isAddress(fields[from].value) { return .failure("Malformed From header") }
