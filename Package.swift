@@ -26,6 +26,8 @@ var targets: [Target] = [
     // The SIP core: pure Swift, no I/O.
     .target(name: "SIPMessage"),
     .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
+    // The datagram-versus-stream check shared by the differential fuzz harness and its replay test.
+    .target(name: "SIPDifferential", dependencies: ["SIPMessage"]),
     // REGISTER, digest authentication, bindings and their push channels.
     .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto"]),
     // Sockets, the event loop, flows and TLS.
@@ -53,7 +55,7 @@ var targets: [Target] = [
     .executableTarget(
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push"]),
-    .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage"]),
+    .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
@@ -79,7 +81,8 @@ var products: [Product] = [
 // the package when `make fuzz` asks for them (ROUSE_FUZZ=1) and builds them with -sanitize=fuzzer.
 if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
     let harnesses: [(String, [Target.Dependency])] = [
-        ("SIPParserFuzz", ["SIPMessage"]),
+        ("SIPParserFuzz", ["SIPMessage", "SIPDifferential"]),
+        ("SIPDifferentialFuzz", ["SIPDifferential", "SIPMessage"]),
         ("DigestFuzz", ["Registrar", "Crypto"]),
         ("PushParametersFuzz", ["Registrar", "SIPMessage"]),
         ("HTTPBodyFuzz", ["HTTPAPI", "Push", "Registrar", "Crypto"]),

@@ -13,6 +13,7 @@ mkdir -p "$artifacts"
 # harness product : seed corpus
 harnesses=(
   "SIPParserFuzz:Tests/Fuzz/sip-corpus"
+  "SIPDifferentialFuzz:Tests/Fuzz/sip-differential-corpus"
   "DigestFuzz:Tests/Fuzz/digest-corpus"
   "PushParametersFuzz:Tests/Fuzz/push-parameters-corpus"
   "HTTPBodyFuzz:Tests/Fuzz/http-body-corpus"

@@ -124,18 +124,144 @@ public enum SIPHeaderValueScanner {
         throw SIPValueError("unterminated quoted string")
     }
 
-    /// Writes `text` as a quoted-string, escaping `"` and `\` (RFC 3261 §25.1). CR, LF and NUL
-    /// are dropped so that no value can inject a header line.
+    /// Writes `text` as a quoted-string (RFC 3261 §25.1): `"`, `\` and the control characters
+    /// qdtext cannot hold (NUL included) become quoted-pairs; CR and LF, which no quoted-pair may
+    /// carry, are dropped so that no value can inject a header line.
     public static func quote(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
+            case "\r", "\n": continue
             case "\"", "\\": out += "\\" + String(scalar)
-            case "\r", "\n", "\0": continue
+            case "\t": out.unicodeScalars.append(scalar)
+            case "\u{0}"..."\u{1F}", "\u{7F}": out += "\\" + String(scalar)
             default: out.unicodeScalars.append(scalar)
             }
         }
         return out + "\""
+    }
+
+    /// True when every NUL byte in the range is the second byte of a quoted-pair inside a
+    /// quoted-string or a comment (RFC 3261 §25.1: quoted-pair = "\" %x00-09 / %x0B-0C / %x0E-7F),
+    /// the only place SIP lets a header carry one.
+    static func nulBytesAreQuotedPairs(_ bytes: Bytes, _ range: Range<Int>) -> Bool {
+        var inQuotes = false
+        var commentDepth = 0
+        var i = range.lowerBound
+        while i < range.upperBound {
+            let c = bytes[i]
+            if c == 0 { return false }
+            if inQuotes || commentDepth > 0 {
+                if c == UInt8(ascii: "\\") {
+                    i += 2
+                    continue
+                }
+                if inQuotes {
+                    if c == UInt8(ascii: "\"") { inQuotes = false }
+                } else if c == UInt8(ascii: "(") {
+                    commentDepth += 1
+                } else if c == UInt8(ascii: ")") {
+                    commentDepth -= 1
+                }
+            } else if c == UInt8(ascii: "\"") {
+                inQuotes = true
+            } else if c == UInt8(ascii: "(") {
+                commentDepth = 1
+            }
+            i += 1
+        }
+        return true
+    }
+
+    /// A SIP integer (`1*DIGIT`, RFC 3261 §25.1) in the range, white space around it ignored:
+    /// leading zeros do not count (`000070` is 70), and a value too large for 64 bits is
+    /// `UInt64.max`, never a wrap. Nil when the range holds anything but digits, or none.
+    static func decimal(_ bytes: Bytes, _ range: Range<Int>) -> UInt64? {
+        let digits = trim(bytes, range)
+        guard !digits.isEmpty else { return nil }
+        var value: UInt64 = 0
+        var overflow = false
+        for k in digits {
+            let c = bytes[k]
+            guard c >= 0x30, c <= 0x39 else { return nil }
+            if overflow { continue }
+            let (times10, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times10.addingReportingOverflow(UInt64(c - 0x30))
+            if o1 || o2 { overflow = true } else { value = sum }
+        }
+        return overflow ? UInt64.max : value
+    }
+
+    /// `decimal` over a header value or parameter text.
+    public static func decimal(_ text: String) -> UInt64? {
+        text.withSIPBytes { bytes in decimal(bytes, 0..<bytes.count) }
+    }
+
+    /// A Content-Length value (RFC 3261 §20.14: `1*DIGIT`, leading zeros allowed), read the same way
+    /// by the stream framer and the parser so that they agree on every length: white space (a
+    /// folded line's CRLF included) only around the digits. Overlarge values saturate.
+    static func contentLength(_ bytes: Bytes, _ range: Range<Int>) -> Int? {
+        decimal(bytes, range).map { Int(clamping: $0) }
+    }
+
+    /// The header name a line starts with when it is `token *(SP / HTAB) ":"` (RFC 3261 §7.3.1),
+    /// with the index of the colon; nil for a line that is no header line. The parser and the
+    /// stream framer both recognise header lines with it.
+    static func headerName(_ bytes: Bytes, _ line: Range<Int>) -> (name: Range<Int>, colon: Int)? {
+        var nameEnd = line.lowerBound
+        while nameEnd < line.upperBound, isTokenByte(bytes[nameEnd]) { nameEnd += 1 }
+        var colon = nameEnd
+        while colon < line.upperBound, bytes[colon] == 0x20 || bytes[colon] == 0x09 { colon += 1 }
+        guard nameEnd > line.lowerBound, colon < line.upperBound, bytes[colon] == UInt8(ascii: ":") else { return nil }
+        return (line.lowerBound..<nameEnd, colon)
+    }
+
+    /// `unreserved` (RFC 3261 §25.1): alphanumerics and `-_.!~*'()`, the characters a `%HH`
+    /// escape stands for interchangeably with itself anywhere in a SIP URI (§19.1.4).
+    @inline(__always)
+    static func isUnreserved(_ c: UInt8) -> Bool {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"):
+            return true
+        case UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "!"), UInt8(ascii: "~"),
+            UInt8(ascii: "*"), UInt8(ascii: "'"), UInt8(ascii: "("), UInt8(ascii: ")"):
+            return true
+        default:
+            return false
+        }
+    }
+
+    @inline(__always)
+    static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        default: return nil
+        }
+    }
+
+    /// The range as text with every `%HH` escape of an unreserved character replaced by the
+    /// character (RFC 3986 §6.2.2.2 normalisation: `%55DP` is `UDP`, `%6C%72` is `lr`). Escapes of
+    /// other octets (`%40`, `%00`, `%25`) stay as written, so nothing changes meaning.
+    /// With `tokenOnly`, only characters that are also token characters are decoded.
+    static func decodingUnreserved(_ bytes: Bytes, _ range: Range<Int>, tokenOnly: Bool = false) -> String {
+        guard firstIndex(of: UInt8(ascii: "%"), in: bytes, range) != nil else { return text(bytes, range) }
+        var out: [UInt8] = []
+        out.reserveCapacity(range.count)
+        var i = range.lowerBound
+        while i < range.upperBound {
+            if bytes[i] == UInt8(ascii: "%"), i + 2 < range.upperBound, let high = hexValue(bytes[i + 1]),
+                let low = hexValue(bytes[i + 2]), isUnreserved(high << 4 | low), !tokenOnly || isTokenByte(high << 4 | low)
+            {
+                out.append(high << 4 | low)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Removes the quotes and escapes of a quoted-string; returns other text unchanged.

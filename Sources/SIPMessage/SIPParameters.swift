@@ -49,6 +49,24 @@ public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLit
         items.removeAll { $0.name.caseInsensitiveEquals(name) }
     }
 
+    /// The parameters with `%HH` escapes of unreserved characters in names and values read as the
+    /// characters (`%6C%72` is `lr`), as URI parameters compare (RFC 3261 §19.1.4).
+    func decodingUnreservedEscapes() -> SIPParameters {
+        guard items.contains(where: { $0.name.utf8.contains(0x25) || $0.value?.utf8.contains(0x25) == true }) else { return self }
+        return SIPParameters(
+            items.map { item in
+                SIPParameter(
+                    SIPParameters.decodingUnreserved(item.name, tokenOnly: true),
+                    item.value.map { SIPParameters.decodingUnreserved($0, tokenOnly: false) })
+            })
+    }
+
+    /// Names stay tokens: `%28` and `%29` (`(`, `)`) are left escaped there.
+    private static func decodingUnreserved(_ text: String, tokenOnly: Bool) -> String {
+        guard text.utf8.contains(0x25) else { return text }
+        return text.withSIPBytes { bytes in SIPHeaderValueScanner.decodingUnreserved(bytes, 0..<bytes.count, tokenOnly: tokenOnly) }
+    }
+
     /// `;a=b;c` as written on the wire (empty when there are none).
     public var serialized: String {
         var out = ""

@@ -17,7 +17,8 @@ public struct SIPParseError: Error, Hashable, Sendable, CustomStringConvertible 
     /// line too long), 513 (message, header line or header count beyond the limits).
     public let statusCode: Int
     public let kind: Kind
-    /// The request's Via, From, To, Call-ID and CSeq lines, when all could be read and parsed and
+    /// The request's Via lines and those of its From, To, Call-ID and CSeq lines that were there, as
+    /// received, when an answer can reach the client transaction (a usable top Via and a CSeq) and
     /// the request is not an ACK (which is never answered, RFC 3261 §17.1.1.3); nil otherwise.
     public let replyHeaders: SIPHeaders?
 
@@ -28,8 +29,8 @@ public struct SIPParseError: Error, Hashable, Sendable, CustomStringConvertible 
         self.replyHeaders = replyHeaders
     }
 
-    /// True when RFC 3261 says answer (a request whose Via, From, To, Call-ID and CSeq are usable);
-    /// false when the bytes must be dropped silently.
+    /// True when RFC 3261 says answer (a request whose answer can be routed back); false when the
+    /// bytes must be dropped silently.
     public var canReply: Bool { replyHeaders != nil }
 
     /// The error response to send back (status and this reason phrase, Via/From/To/Call-ID/CSeq

@@ -155,11 +155,7 @@ private struct MessageScanner {
             }
             let lineStart = pos
             pos = lineEnd + 2
-            var nameEnd = lineStart
-            while nameEnd < lineEnd, Scanner.isTokenByte(bytes[nameEnd]) { nameEnd += 1 }
-            var colon = nameEnd
-            while colon < lineEnd, bytes[colon] == 0x20 || bytes[colon] == 0x09 { colon += 1 }
-            guard nameEnd > lineStart, colon < lineEnd, bytes[colon] == UInt8(ascii: ":") else {
+            guard let (nameRange, colon) = Scanner.headerName(bytes, lineStart..<lineEnd) else {
                 note(400, "Malformed header line")
                 break
             }
@@ -185,11 +181,11 @@ private struct MessageScanner {
                 note(400, "Malformed header line ending")
                 break
             }
-            if hasNUL {
+            // A NUL is allowed only as a quoted-pair's octet (RFC 3261 §25.1, RFC 4475 §3.1.1.2).
+            if hasNUL, !Scanner.nulBytesAreQuotedPairs(bytes, lineStart..<(pos - 2)) {
                 note(400, "NUL byte in header")
                 continue
             }
-            let nameRange = lineStart..<nameEnd
             let valueLength = folded?.count ?? firstValue.count
             if tooLong || nameRange.count + 2 + valueLength > limits.maxLineBytes {
                 note(513, "Header line too long")
@@ -232,7 +228,9 @@ private struct MessageScanner {
         }
         guard let problem else { throw SIPParseError(reason: "Malformed Request-Line") }
         if isResponse { throw SIPParseError(reason: problem.reason, statusCode: problem.status, kind: .response) }
-        let method = request.map { Scanner.text(bytes, $0.method) }
+        let method = request.map { Scanner.text(bytes, $0.method) } ?? Scanner.firstIndex(of: 0x20, in: bytes, startLine).map {
+            Scanner.text(bytes, startLine.lowerBound..<$0)
+        }
         throw SIPParseError(
             reason: problem.reason, statusCode: problem.status, kind: .request,
             replyHeaders: MessageScanner.replyHeaders(fields, index, method: method))
@@ -344,6 +342,8 @@ private struct MessageScanner {
         let uri: SIPURI
         do throws(SIPValueError) {
             uri = try SIPURI(bytes, request.uri)
+            // RFC 3261 §19.1.1: a Request-URI carries no headers (RFC 4475 §3.1.2.11).
+            guard uri.headers.isEmpty else { throw SIPValueError("headers in the Request-URI") }
         } catch {
             // RFC 3261 §8.2.2.1: a scheme the server does not understand is answered with 416.
             if error.isUnsupportedScheme {
@@ -374,7 +374,10 @@ private struct MessageScanner {
         if index.callIDCount > 1 { return .failure("Multiple Call-ID headers") }
         if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
-        if !MessageScanner.isTopViaUsable(fields[topVia].value) { return .failure("Malformed Via header") }
+        // Every Via a response will travel back through, the top one first (RFC 4475 §3.1.2.1).
+        for field in fields[topVia...] where field.key == .via {
+            if !MessageScanner.isViaList(field.value) { return .failure("Malformed Via header") }
+        }
         if !MessageScanner.isAddress(fields[from].value) { return .failure("Malformed From header") }
         if !MessageScanner.isAddress(fields[to].value) { return .failure("Malformed To header") }
         if !MessageScanner.isCallID(fields[callID].value) { return .failure("Malformed Call-ID header") }
@@ -403,7 +406,7 @@ private struct MessageScanner {
                 throw error("Content-Length exceeds body", fields, index, kind)
             }
             end = start + length
-            if fields[at].value.utf8.count > 1, fields[at].value.utf8.first == UInt8(ascii: "0") {
+            if fields[at].value != String(length) {
                 // Leading zeros: state the length as the serializer will write it.
                 fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
             }
@@ -421,22 +424,48 @@ private struct MessageScanner {
             reason: reason, kind: kind, replyHeaders: MessageScanner.replyHeaders(fields, index, method: nil))
     }
 
-    /// The lines an error response copies (RFC 3261 §8.2.6.2), when they are all there once and
-    /// well formed; nil for an ACK, which is never answered.
+    /// The lines an error response copies (RFC 3261 §8.2.6.2): every Via, and the first From, To,
+    /// Call-ID and CSeq as received, whichever are there (a request missing From, To or Call-ID
+    /// still gets its 400, RFC 4475 §3.3.1). Nil when the response cannot be routed back to the
+    /// client transaction: no usable top Via, or no CSeq (the client matches a response by its
+    /// branch and CSeq method, RFC 3261 §17.1.3); and nil for an ACK, which is never answered.
     private static func replyHeaders(_ fields: [SIPHeader], _ index: KeyIndex, method: String?) -> SIPHeaders? {
-        guard let topVia = index.topVia, let from = index.from, let to = index.to, let callID = index.callID,
-            let cseqAt = index.cseq, index.fromCount == 1, index.toCount == 1, index.callIDCount == 1,
-            index.cseqCount == 1, isTopViaUsable(fields[topVia].value),
-            isAddress(fields[from].value), isAddress(fields[to].value), isCallID(fields[callID].value),
-            let cseq = try? SIPCSeq(parsing: fields[cseqAt].value), cseq.method != .ack, method != "ACK"
+        guard let topVia = index.topVia, isTopViaUsable(fields[topVia].value), method != "ACK", let cseqAt = index.cseq,
+            !fields[cseqAt].value.isEmpty, !isACK(cseqMethodOf: fields[cseqAt].value)
         else { return nil }
         var headers = SIPHeaders()
         for field in fields where field.key == .via { headers.add(field) }
-        headers.add(fields[from])
-        headers.add(fields[to])
-        headers.add(fields[callID])
-        headers.add(fields[cseqAt])
+        for position in [index.from, index.to, index.callID, index.cseq] {
+            if let position { headers.add(fields[position]) }
+        }
         return headers
+    }
+
+    /// True when the last word of a CSeq value is `ACK`, however malformed its number.
+    private static func isACK(cseqMethodOf value: String) -> Bool {
+        value.withSIPBytes { bytes in
+            let range = Scanner.trim(bytes, 0..<bytes.count)
+            var start = range.upperBound
+            while start > range.lowerBound, !Scanner.isWhitespace(bytes[start - 1]) { start -= 1 }
+            return Scanner.equalsLiteral(bytes, start..<range.upperBound, "ACK")
+        }
+    }
+
+    /// Every element of a Via line is a well-formed via-parm, with no empty elements.
+    private static func isViaList(_ value: String) -> Bool {
+        value.withSIPBytes { bytes in
+            var start = 0
+            while start <= bytes.count {
+                let end = Scanner.listElementEnd(bytes, start..<bytes.count)
+                do throws(SIPValueError) {
+                    _ = try SIPVia.scan(bytes, start..<end, build: false)
+                } catch {
+                    return false
+                }
+                start = end + 1
+            }
+            return true
+        }
     }
 
     private static func isTopViaUsable(_ value: String) -> Bool {
@@ -471,31 +500,20 @@ private struct MessageScanner {
         }
     }
 
-    /// RFC 3261 §20.22: an integer from 0 to 255 (leading zeros allowed, as RFC 4475 §3.1.1.1 sends).
+    /// `Max-Forwards = 1*DIGIT` (RFC 3261 §20.22), leading zeros allowed (RFC 4475 §3.1.1.1). A
+    /// value above 255 is taken as absent (RFC 4475 §3.1.2.4): `maxForwards` reads nil.
     private static func isMaxForwards(_ value: String) -> Bool {
-        guard let number = decimal(value, maxDigits: 9) else { return false }
-        return number <= 255
+        Scanner.decimal(value) != nil
     }
 
-    /// `delta-seconds = 1*DIGIT` (RFC 3261 §20.19).
+    /// `delta-seconds = 1*DIGIT` (RFC 3261 §20.19); an overlarge value is read as the largest.
     private static func isDeltaSeconds(_ value: String) -> Bool {
-        decimal(value, maxDigits: 10) != nil
+        Scanner.decimal(value) != nil
     }
 
-    /// `Content-Length = 1*DIGIT` (RFC 3261 §20.14), at most 9 digits as the stream framer reads it.
+    /// `Content-Length = 1*DIGIT` (RFC 3261 §20.14), read as the stream framer reads it.
     private static func contentLength(_ value: String) -> Int? {
-        decimal(value, maxDigits: 9)
-    }
-
-    private static func decimal(_ value: String, maxDigits: Int) -> Int? {
-        let utf8 = value.utf8
-        guard !utf8.isEmpty, utf8.count <= maxDigits else { return nil }
-        var number = 0
-        for c in utf8 {
-            guard c >= 0x30, c <= 0x39 else { return nil }
-            number = number * 10 + Int(c - 0x30)
-        }
-        return number
+        value.withSIPBytes { bytes in Scanner.contentLength(bytes, 0..<bytes.count) }
     }
 
 }

@@ -117,7 +117,12 @@ extension SIPMessageHeaders {
     public var cseq: SIPCSeq? { headers[.cseq].flatMap { try? SIPCSeq(parsing: $0) } }
     public var from: SIPNameAddress? { headers[.from].flatMap { try? SIPNameAddress(parsing: $0) } }
     public var to: SIPNameAddress? { headers[.to].flatMap { try? SIPNameAddress(parsing: $0) } }
-    public var maxForwards: Int? { headers[.maxForwards].flatMap { Int($0) } }
+    /// Max-Forwards (leading zeros allowed); nil when absent or above 255, which RFC 4475 §3.1.2.4
+    /// lets a proxy take as absent (it then sends 70 on, RFC 3261 §16.6 step 3).
+    public var maxForwards: Int? {
+        guard let value = headers[.maxForwards].flatMap(SIPHeaderValueScanner.decimal), value <= 255 else { return nil }
+        return Int(value)
+    }
     /// Contact elements; nil when there is no Contact header or one is malformed.
     public var contacts: [SIPContact]? {
         guard headers.contains(.contact) else { return nil }
@@ -128,7 +133,9 @@ extension SIPMessageHeaders {
         }
         return result
     }
-    public var expires: Int? { headers[.expires].flatMap { Int($0.trimmingSIPWhitespace) } }
+    /// Expires in seconds (leading zeros allowed); a value beyond 2^32-1 reads as 2^32-1, so an
+    /// overlarge request is granted the registrar's maximum, never wrapped (RFC 4475 §3.1.2.4).
+    public var expires: Int? { headers[.expires].flatMap(SIPNameAddress.deltaSeconds) }
 }
 
 extension String {

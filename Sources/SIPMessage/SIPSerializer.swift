@@ -63,7 +63,8 @@ public enum SIPSerializer {
         out.append(contentsOf: crlf)
     }
 
-    /// Appends text with CR, LF and NUL replaced by spaces.
+    /// Appends text with CR, LF and NUL replaced by spaces; a NUL escaped as a quoted-pair (`\`
+    /// then NUL, RFC 3261 §25.1) is kept, so a display name that carries one is forwarded intact.
     private static func appendClean(_ text: String, to out: inout [UInt8]) {
         text.withSIPBytes { bytes in
             var clean = true
@@ -73,8 +74,17 @@ public enum SIPSerializer {
             }
             if clean {
                 out.append(contentsOf: bytes)
-            } else {
-                for byte in bytes { out.append(byte == 0x0D || byte == 0x0A || byte == 0x00 ? 0x20 : byte) }
+                return
+            }
+            var escaping = false
+            for byte in bytes {
+                if byte == 0x0D || byte == 0x0A || (byte == 0x00 && !escaping) {
+                    out.append(0x20)
+                    escaping = false
+                    continue
+                }
+                out.append(byte)
+                escaping = !escaping && byte == UInt8(ascii: "\\")
             }
         }
     }

@@ -72,7 +72,7 @@ public struct SIPStreamFramer: Sendable {
         }
         let bodyStart = headerEnd + 4
         let contentLength = try contentLength(in: start..<headerEnd)
-        if bodyStart - start + contentLength > limits.maxMessageBytes { return try fail(.messageTooLarge) }
+        if contentLength > limits.maxMessageBytes - (bodyStart - start) { return try fail(.messageTooLarge) }
         guard buffer.count >= bodyStart + contentLength else { return nil }
         let message = Array(buffer[start..<(bodyStart + contentLength)])
         start = bodyStart + contentLength
@@ -111,54 +111,38 @@ public struct SIPStreamFramer: Sendable {
 
     /// The Content-Length of the header block (0 when absent); several differing values are an
     /// error. `range` runs from the start line to the CR of the blank line; a value folded onto
-    /// continuation lines (RFC 3261 §7.3.1) is read across them.
+    /// continuation lines (RFC 3261 §7.3.1) is read across them. Header lines are recognised and
+    /// values read by the functions the parser uses, so the two agree on every length.
     private func contentLength(in range: Range<Int>) throws(FramingError) -> Int {
+        let result = buffer.withUnsafeBufferPointer { bytes in SIPStreamFramer.contentLength(bytes, range) }
+        guard let length = result else { throw .badContentLength }
+        return length
+    }
+
+    /// The length, 0 without a Content-Length line, nil when a value is malformed or two differ.
+    private static func contentLength(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int? {
+        typealias Scanner = SIPHeaderValueScanner
         var found: Int? = nil
-        guard var lineStart = buffer[range].firstIndex(of: 0x0A).map({ $0 + 1 }) else { return 0 }
+        guard var lineStart = Scanner.firstIndex(of: 0x0A, in: bytes, range).map({ $0 + 1 }) else { return 0 }
         while lineStart < range.upperBound {
             var lineEnd = lineStart
             while true {
-                while lineEnd < range.upperBound, buffer[lineEnd] != 0x0A { lineEnd += 1 }
-                if lineEnd + 1 < range.upperBound, buffer[lineEnd + 1] == 0x20 || buffer[lineEnd + 1] == 0x09 {
+                while lineEnd < range.upperBound, bytes[lineEnd] != 0x0A { lineEnd += 1 }
+                if lineEnd + 1 < range.upperBound, bytes[lineEnd + 1] == 0x20 || bytes[lineEnd + 1] == 0x09 {
                     lineEnd += 1
                     continue
                 }
                 break
             }
-            if let value = try contentLengthValue(lineStart..<lineEnd) {
-                if let found, found != value { throw .badContentLength }
+            if let (name, colon) = Scanner.headerName(bytes, lineStart..<lineEnd),
+                SIPHeaderName.recognise(bytes, name).checked == .contentLength
+            {
+                guard let value = Scanner.contentLength(bytes, (colon + 1)..<lineEnd) else { return nil }
+                if let found, found != value { return nil }
                 found = value
             }
             lineStart = lineEnd + 1
         }
         return found ?? 0
-    }
-
-    private func contentLengthValue(_ line: Range<Int>) throws(FramingError) -> Int? {
-        guard let colon = buffer[line].firstIndex(of: UInt8(ascii: ":")) else { return nil }
-        var nameEnd = colon
-        while nameEnd > line.lowerBound, buffer[nameEnd - 1] == 0x20 || buffer[nameEnd - 1] == 0x09 {
-            nameEnd -= 1
-        }
-        let name = buffer[line.lowerBound..<nameEnd]
-        let isContentLength: Bool
-        if name.count == 1 {
-            isContentLength = name.first! | 0x20 == UInt8(ascii: "l")
-        } else if name.count == 14 {
-            isContentLength = zip(name, "content-length".utf8).allSatisfy { ($0 | 0x20) == $1 || $0 == $1 }
-        } else {
-            isContentLength = false
-        }
-        guard isContentLength else { return nil }
-        var value = 0
-        var digits = 0
-        for byte in buffer[(colon + 1)..<line.upperBound] {
-            if byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A { continue }
-            guard byte >= 0x30, byte <= 0x39, digits < 9 else { throw .badContentLength }
-            value = value * 10 + Int(byte - 0x30)
-            digits += 1
-        }
-        guard digits > 0 else { throw .badContentLength }
-        return value
     }
 }

@@ -35,8 +35,11 @@ extension SIPURI {
         var lower = colon + 1
         var upper = range.upperBound
         guard lower < upper else { throw SIPValueError("empty URI") }
-        // One pass: reject white space and controls, find the first '?' and the '@' before it.
-        var question: Int? = nil
+        // One pass: reject white space and controls, find the first '@' and the first '?'. The
+        // userinfo may hold '?' (user-unreserved, RFC 4475 §3.1.1.2) but no '@', and neither
+        // parameters nor headers may hold an '@' unescaped, so the first '@' ends the userinfo
+        // and headers begin at the first '?' after it (RFC 3261 §25.1).
+        var firstQuestion: Int? = nil
         var at: Int? = nil
         for k in lower..<upper {
             let c = bytes[k]
@@ -47,8 +50,12 @@ extension SIPURI {
             if c <= 0x20 || c == UInt8(ascii: "<") || c == UInt8(ascii: ">") || c == UInt8(ascii: "\"") {
                 throw SIPValueError("white space or control character in URI")
             }
-            if c == UInt8(ascii: "?"), question == nil { question = k }
-            if c == UInt8(ascii: "@"), at == nil, question == nil { at = k }
+            if c == UInt8(ascii: "?"), firstQuestion == nil { firstQuestion = k }
+            if c == UInt8(ascii: "@"), at == nil { at = k }
+        }
+        var question = firstQuestion
+        if let at, let first = firstQuestion, first < at {
+            question = Scanner.firstIndex(of: UInt8(ascii: "?"), in: bytes, (at + 1)..<upper)
         }
 
         // Headers (?a=b&c=d) come last (RFC 3261 §19.1.1).
@@ -97,6 +104,7 @@ extension SIPURI {
 
         var i = lower
         let hostRange: Range<Int>
+        var decodedHost: String? = nil
         if i < upper, bytes[i] == UInt8(ascii: "[") {
             guard let close = Scanner.firstIndex(of: UInt8(ascii: "]"), in: bytes, i..<upper) else {
                 throw SIPValueError("unterminated IPv6 reference in URI")
@@ -108,12 +116,16 @@ extension SIPURI {
             i = close + 1
         } else {
             let start = i
+            var escaped = false
             while i < upper, bytes[i] != UInt8(ascii: ":"), bytes[i] != UInt8(ascii: ";") {
-                guard SIPURI.isHostByte(bytes[i]) else { throw SIPValueError("bad host in URI") }
+                if bytes[i] == UInt8(ascii: "%") { escaped = true } else if !SIPURI.isHostByte(bytes[i]) {
+                    throw SIPValueError("bad host in URI")
+                }
                 i += 1
             }
             guard i > start else { throw SIPValueError("URI without host") }
             hostRange = start..<i
+            if escaped { decodedHost = try SIPURI.decodeHost(bytes, hostRange) }
         }
         var port: Int? = nil
         if i < upper, bytes[i] == UInt8(ascii: ":") {
@@ -127,10 +139,34 @@ extension SIPURI {
         }
         let parameters = try Scanner.parseParameters(bytes, i..<upper, build: build)
         guard build else { return nil }
+        // Escapes of unreserved characters are read as the characters (RFC 3261 §19.1.4), so that
+        // `sip:%31001@` is 1001's and `;transport=%55DP` is UDP wherever the URI is used.
         return SIPURI(
-            scheme: scheme, user: userRange.map { Scanner.text(bytes, $0) },
-            password: passwordRange.map { Scanner.text(bytes, $0) }, host: Scanner.text(bytes, hostRange), port: port,
-            parameters: parameters, headers: headers)
+            scheme: scheme, user: userRange.map { Scanner.decodingUnreserved(bytes, $0) },
+            password: passwordRange.map { Scanner.decodingUnreserved(bytes, $0) },
+            host: decodedHost ?? Scanner.text(bytes, hostRange), port: port,
+            parameters: parameters.decodingUnreservedEscapes(), headers: headers)
+    }
+
+    /// A host name written with `%HH` escapes (RFC 3986 reg-name), decoded; each escaped octet must
+    /// itself be a host character, so no escape can smuggle a NUL, a space or a delimiter in.
+    static func decodeHost(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) throws(SIPValueError) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(range.count)
+        var i = range.lowerBound
+        while i < range.upperBound {
+            var c = bytes[i]
+            if c == UInt8(ascii: "%") {
+                guard i + 2 < range.upperBound, let high = Scanner.hexValue(bytes[i + 1]), let low = Scanner.hexValue(bytes[i + 2])
+                else { throw SIPValueError("bad escape in URI host") }
+                c = high << 4 | low
+                i += 2
+            }
+            guard isHostByte(c) else { throw SIPValueError("bad host in URI") }
+            out.append(c)
+            i += 1
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )` (RFC 3986 §3.1).
@@ -237,6 +273,10 @@ extension SIPNameAddress {
             }
             guard let close = Scanner.firstIndex(of: UInt8(ascii: ">"), in: bytes, open..<end) else {
                 throw SIPValueError("unterminated <URI>")
+            }
+            // LAQUOT and RAQUOT allow no white space inside the brackets (RFC 4475 §3.1.2.14).
+            guard close > open + 1, !Scanner.isWhitespace(bytes[open + 1]), !Scanner.isWhitespace(bytes[close - 1]) else {
+                throw SIPValueError("white space inside <URI>")
             }
             let uri = try SIPURI.scan(bytes, (open + 1)..<close, build: build)
             let after = Scanner.trim(bytes, (close + 1)..<end)
@@ -359,7 +399,8 @@ extension SIPVia {
 }
 
 extension SIPCSeq {
-    /// Parses `1 INVITE` (RFC 3261 §20.16: a sequence number below 2^32 and a method token).
+    /// Parses `1 INVITE` (RFC 3261 §20.16: a sequence number below 2^32, leading zeros allowed,
+    /// and a method token). A number that overflows 32 bits is an error (RFC 4475 §3.1.2.4).
     public init(parsing text: String) throws(SIPValueError) {
         self = try text.parsingSIPBytes { bytes throws(SIPValueError) in try SIPCSeq(bytes, 0..<bytes.count) }
     }
@@ -367,12 +408,9 @@ extension SIPCSeq {
     init(_ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>) throws(SIPValueError) {
         let range = Scanner.trim(bytes, whole)
         var i = range.lowerBound
-        var number: UInt64 = 0
-        while i < range.upperBound, bytes[i] >= 0x30, bytes[i] <= 0x39, i - range.lowerBound < 11 {
-            number = number * 10 + UInt64(bytes[i] - 0x30)
-            i += 1
-        }
-        guard i > range.lowerBound, number <= UInt64(UInt32.max) else { throw SIPValueError("bad CSeq") }
+        while i < range.upperBound, bytes[i] >= 0x30, bytes[i] <= 0x39 { i += 1 }
+        guard let number = Scanner.decimal(bytes, range.lowerBound..<i) else { throw SIPValueError("bad CSeq") }
+        guard number <= UInt64(UInt32.max) else { throw SIPValueError("CSeq number out of range") }
         let numberEnd = i
         while i < range.upperBound, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 }
         guard i > numberEnd, i < range.upperBound else { throw SIPValueError("bad CSeq") }

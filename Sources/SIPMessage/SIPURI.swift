@@ -106,8 +106,14 @@ public enum SIPContact: Hashable, Sendable, CustomStringConvertible {
 extension SIPNameAddress {
     /// Contact `q` (0...1), when present and well formed.
     public var q: Double? { parameters.value("q").flatMap(Double.init) }
-    /// Contact `expires` in seconds, when present and well formed.
-    public var expires: Int? { parameters.value("expires").flatMap { Int($0) } }
+    /// Contact `expires` in seconds, when present and well formed; like the Expires header, a
+    /// value beyond 2^32-1 reads as 2^32-1.
+    public var expires: Int? { parameters.value("expires").flatMap(SIPNameAddress.deltaSeconds) }
+
+    /// `delta-seconds` (RFC 3261 §20.19) saturated at 2^32-1; nil when not digits.
+    static func deltaSeconds(_ text: String) -> Int? {
+        SIPHeaderValueScanner.decimal(text).map { Int(min($0, UInt64(UInt32.max))) }
+    }
     /// `+sip.instance` (RFC 5626 §4.1) without its quotes: `<urn:uuid:...>`.
     public var instance: String? {
         parameters.value("+sip.instance").map(SIPHeaderValueScanner.unquote)

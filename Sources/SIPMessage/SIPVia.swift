@@ -30,8 +30,13 @@ public struct SIPVia: Hashable, Sendable, CustomStringConvertible {
         return .some(present.flatMap { Int($0) })
     }
 
-    /// True when the branch carries the RFC 3261 magic cookie.
-    public var hasRFC3261Branch: Bool { branch?.hasPrefix(SIPVia.magicCookie) ?? false }
+    /// True when the branch carries the RFC 3261 magic cookie and something after it: a branch of
+    /// the cookie alone identifies no transaction (RFC 4475 §3.2.1), so such a request is
+    /// matched the RFC 2543 way.
+    public var hasRFC3261Branch: Bool {
+        guard let branch else { return false }
+        return branch.utf8.count > SIPVia.magicCookie.utf8.count && branch.hasPrefix(SIPVia.magicCookie)
+    }
 
     /// `host:port` as sent-by (port omitted when absent).
     public var sentBy: String { port.map { "\(host):\($0)" } ?? host }

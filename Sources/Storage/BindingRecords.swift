@@ -48,14 +48,15 @@ enum BindingRecords {
     }
 
     /// The first NUL character in the changes' texts (PostgreSQL text cannot hold one), as an error.
+    /// The texts a quoted-pair may give a NUL (instance, Path, User-Agent) are stored escaped instead.
     static func unstorable(_ changes: [BindingChange]) -> LocationStoreError? {
         for change in changes {
             guard case .save(let binding) = change else { continue }
             let fields: [(String, String?)] = [
-                ("contact", binding.contact), ("call-id", binding.callID), ("instance", binding.instance),
-                ("user agent", binding.userAgent), ("flow", binding.flow.transport), ("flow", binding.flow.source),
-                ("flow", binding.flow.connectionID), ("flow", binding.flow.localPoint), ("flow", binding.flow.instanceID),
-            ] + binding.path.map { ("path", $0) } + binding.pushChannels.flatMap { [("push token", $0.token), ("push param", $0.param)] }
+                ("contact", binding.contact), ("call-id", binding.callID), ("flow", binding.flow.transport),
+                ("flow", binding.flow.source), ("flow", binding.flow.connectionID), ("flow", binding.flow.localPoint),
+                ("flow", binding.flow.instanceID),
+            ] + binding.pushChannels.flatMap { [("push token", $0.token), ("push param", $0.param)] }
             for (name, value) in fields where value?.utf8.contains(0) == true {
                 return .unstorableText(field: name, aor: binding.aor)
             }
@@ -181,15 +182,15 @@ enum BindingRecords {
             json.field("id", binding.id.uuidString)
             json.field("aor", binding.aor.description)
             json.field("contact", binding.contact)
-            json.field("instance", binding.instance)
+            json.field("instance", binding.instance.map(StorableText.escapingNUL))
             json.field("reg_id", binding.regID)
             json.field("q", binding.q)
             json.field("call_id", binding.callID)
             json.field("cseq", Int(binding.cseq))
             json.field("registered_at", binding.registeredAt.timeIntervalSince1970)
             json.field("expires_at", binding.expiresAt.timeIntervalSince1970)
-            json.field("path", strings: binding.path)
-            json.field("user_agent", binding.userAgent)
+            json.field("path", strings: binding.path.map(StorableText.escapingNUL))
+            json.field("user_agent", binding.userAgent.map(StorableText.escapingNUL))
             json.field("flow_transport", binding.flow.transport)
             json.field("flow_source", binding.flow.source)
             json.field("flow_connection", binding.flow.connectionID)

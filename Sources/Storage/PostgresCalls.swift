@@ -212,9 +212,9 @@ enum JourneyJSON {
         (value as? String).flatMap(MillisecondTime.date)
     }
 
-    /// Text PostgreSQL can hold: `jsonb` refuses `\u0000`, so NUL characters are left out.
+    /// Text PostgreSQL can hold: `jsonb` refuses `\u0000`, so NUL characters are written `%00`.
     static func storable(_ text: String) -> String {
-        text.utf8.contains(0) ? String(text.unicodeScalars.filter { $0 != "\0" }) : text
+        StorableText.escapingNUL(text)
     }
 }
 

@@ -125,14 +125,15 @@ final class HostileInputTests: XCTestCase {
     /// A REGISTER for 1001 with `extra` bytes spliced in as header lines (they may be anything), answered
     /// with digest credentials after the 401. Returns the final response's bytes and the response.
     func registerWithDigest(
-        _ client: TestSIPClient, contact: String, extra: [UInt8] = []
+        _ client: TestSIPClient, contact: String, extra: [UInt8] = [], transport: String = "UDP",
+        to: String = "<sip:1001@example.com>", expires: String = "600"
     ) throws -> (bytes: [UInt8], response: SIPResponse) {
         let callID = UUID().uuidString
         func register(cseq: Int, authorization: String?) -> [UInt8] {
             var head = "REGISTER sip:example.com SIP/2.0\r\n"
-            head += "Via: SIP/2.0/UDP 127.0.0.1:\(client.localPort);branch=z9hG4bK\(UUID().uuidString);rport\r\n"
-            head += "Max-Forwards: 70\r\nFrom: <sip:1001@example.com>;tag=reg\(cseq)\r\nTo: <sip:1001@example.com>\r\n"
-            head += "Call-ID: \(callID)\r\nCSeq: \(cseq) REGISTER\r\nContact: \(contact)\r\nExpires: 600\r\n"
+            head += "Via: SIP/2.0/\(transport) 127.0.0.1:\(client.localPort);branch=z9hG4bK\(UUID().uuidString);rport\r\n"
+            head += "Max-Forwards: 70\r\nFrom: <sip:1001@example.com>;tag=reg\(cseq)\r\nTo: \(to)\r\n"
+            head += "Call-ID: \(callID)\r\nCSeq: \(cseq) REGISTER\r\nContact: \(contact)\r\nExpires: \(expires)\r\n"
             if let authorization { head += "Authorization: \(authorization)\r\n" }
             return Array(head.utf8) + extra + Array("Content-Length: 0\r\n\r\n".utf8)
         }

@@ -386,6 +386,39 @@ final class SIPParserTests: XCTestCase {
         XCTAssertEqual(SIPHeaderValueScanner.splitList(#""a,b" <sip:x@y>, <sip:q@r;p=1,2>;x="c,d", ,last"#).count, 3)
     }
 
+    /// RFC 3261 §19.1.4: an escaped unreserved character is the character, in the user part, the
+    /// password, the host and URI parameters; other escapes, and URI headers, stay as written.
+    func testEscapesOfUnreservedCharactersAreReadAsTheCharacters() throws {
+        let uri = try SIPURI(parsing: "sip:%61lice:p%61ss@%65xample.com:5060;%74ransport=%54CP;x=%28%29;%28y=1;v=%25%34%31?h=%61")
+        XCTAssertEqual(uri.user, "alice")
+        XCTAssertEqual(uri.password, "pass")
+        XCTAssertEqual(uri.host, "example.com")
+        XCTAssertEqual(uri.transportParameter, "tcp")
+        XCTAssertEqual(uri.parameters.value("x"), "()")
+        XCTAssertTrue(uri.parameters.contains("%28y"), "a parameter name stays a token")
+        XCTAssertEqual(uri.parameters.value("v"), "%2541", "%25 stays escaped, so the value still means %41")
+        XCTAssertEqual(uri.headers, [SIPParameter("h", "%61")])
+        XCTAssertEqual(try SIPURI(parsing: uri.description), uri)
+        XCTAssertEqual(try SIPURI(parsing: "sip:a%40b%3Ac%00@example.com").user, "a%40b%3Ac%00")
+        for bad in ["sip:ex%2Fample.com", "sip:example%2.com", "sip:example%00.com", "sip:%20@ex ample.com"] {
+            XCTAssertThrowsError(try SIPURI(parsing: bad), bad)
+        }
+    }
+
+    /// quote() writes what qdtext cannot hold as quoted-pairs (NUL included) and drops CR and LF; the
+    /// serializer keeps a NUL a quoted-pair carries and blanks any other.
+    func testQuotedPairsCarryControlCharactersOut() throws {
+        XCTAssertEqual(SIPHeaderValueScanner.quote("Bob\u{0}s\r\n \"x\"\t\u{7F}"), "\"Bob\\\u{0}s \\\"x\\\"\t\\\u{7F}\"")
+        let address = SIPNameAddress(displayName: "a\u{0}b\u{7}", uri: SIPURI(host: "example.com"))
+        XCTAssertEqual(try SIPNameAddress(parsing: address.description), address)
+        var headers = SIPHeaders()
+        headers.add(SIPHeader(name: "Subject", value: "\"a\\\u{0}b\""))
+        headers.add(SIPHeader(name: "X-Bare", value: "a\u{0}b"))
+        let wire = String(decoding: SIPSerializer.serialize(SIPResponse(statusCode: 200, headers: headers)), as: UTF8.self)
+        XCTAssertTrue(wire.contains("Subject: \"a\\\u{0}b\"\r\n"), wire)
+        XCTAssertTrue(wire.contains("X-Bare: a b\r\n"), wire)
+    }
+
     func testValueParsersRejectWhatTheGrammarForbids() {
         for bad in ["sip:", "sip:@example.com", "sip:alice@", "sip:[2001:db8::1", "sip:[zz::1]", "sip:host:99999",
             "sip:al ice@example.com", "example.com", "tel:", "sip:host;=x"]

@@ -114,6 +114,36 @@ final class SIPStreamFramerTests: XCTestCase {
         ) { XCTAssertEqual($0 as? SIPStreamFramer.FramingError, .messageTooLarge) }
     }
 
+    /// The framer reads Content-Length as the parser does (RFC 3261 §20.14): leading zeros are the
+    /// value, white space only around the digits, a folded value read across its lines; what one
+    /// refuses the other refuses too.
+    func testContentLengthIsReadAsTheParserReadsIt() throws {
+        func message(_ value: String, _ body: String) -> [UInt8] {
+            Array("MESSAGE sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/TCP 192.0.2.9;branch=z9hG4bKcl\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\nCall-ID: cl\r\nCSeq: 1 MESSAGE\r\nContent-Length: \(value)\r\n\r\n\(body)".utf8)
+        }
+        for value in [String(repeating: "0", count: 40) + "5", "\r\n 5", "5 ", "\t5"] {
+            let bytes = message(value, "hello")
+            XCTAssertEqual(try frame(bytes, chunkSizes: [1]), [.message(bytes)], value.debugDescription)
+            XCTAssertEqual(try request(SIPParser.parse(bytes)).body, Array("hello".utf8), value.debugDescription)
+        }
+        for value in ["1 2", "1\r\n 2", "+5", "5a", "-5", "0x5"] {
+            let bytes = message(value, "hello world!")
+            XCTAssertThrowsError(try frame(bytes, chunkSizes: [bytes.count]), value.debugDescription) {
+                XCTAssertEqual($0 as? SIPStreamFramer.FramingError, .badContentLength, value.debugDescription)
+            }
+            XCTAssertEqual(parseError(bytes)?.reason, "Malformed Content-Length header", value.debugDescription)
+        }
+        let overlarge = message(String(repeating: "9", count: 30), "hello")
+        XCTAssertThrowsError(try frame(overlarge, chunkSizes: [1])) {
+            XCTAssertEqual($0 as? SIPStreamFramer.FramingError, .messageTooLarge)
+        }
+        XCTAssertEqual(parseError(overlarge)?.reason, "Content-Length exceeds body")
+        // A line that is no header line (no colon after the name) is no Content-Length to either.
+        let notAHeader = Array("OPTIONS sip:a@b SIP/2.0\r\nContent-Length 5\r\n\r\n".utf8)
+        XCTAssertEqual(try frame(notAHeader, chunkSizes: [1]), [.message(notAHeader)])
+        XCTAssertEqual(parseError(notAHeader)?.reason, "Malformed header line")
+    }
+
     func testPartialMessageWaitsForMoreBytes() throws {
         var framer = SIPStreamFramer()
         framer.append(Self.message.dropLast(3))

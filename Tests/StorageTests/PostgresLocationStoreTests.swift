@@ -267,12 +267,26 @@ final class PostgresLocationStoreTests: XCTestCase {
 
     func testTextWithANulCharacterIsRefusedForItsBatchOnly() throws {
         var bad = makeBinding(alice)
-        bad.userAgent = "evil\u{0}agent"
+        bad.callID = "evil\u{0}call"
         XCTAssertThrowsError(try store.applyAndWait([.save(bad)])) { error in
-            XCTAssertEqual(String(describing: error), "binding of 1000@example.com: user agent holds a NUL character")
+            XCTAssertEqual(String(describing: error), "binding of 1000@example.com: call-id holds a NUL character")
         }
         try store.applyAndWait([.save(makeBinding(bob))])
         XCTAssertEqual(try store.loadBindings(now: Date()).map(\.aor), [bob])
+    }
+
+    /// A quoted-pair may carry a NUL into a User-Agent comment, a Path display name or a quoted
+    /// `+sip.instance` (RFC 3261 §25.1): stored with the NUL written `%00`.
+    func testNulCarriedByAQuotedPairIsStoredEscaped() throws {
+        var binding = makeBinding(alice)
+        binding.userAgent = "Phone/1.0 (build \\\u{0} 7)"
+        binding.instance = "\"<urn:uuid:\u{0}>\""
+        binding.path = ["\"Edge\\\u{0}\" <sip:edge.example.com;lr>"]
+        try store.applyAndWait([.save(binding)])
+        let stored = try XCTUnwrap(try store.loadBindings(for: alice, now: Date()).first)
+        XCTAssertEqual(stored.userAgent, "Phone/1.0 (build \\%00 7)")
+        XCTAssertEqual(stored.instance, "\"<urn:uuid:%00>\"")
+        XCTAssertEqual(stored.path, ["\"Edge\\%00\" <sip:edge.example.com;lr>"])
     }
 
     func testApplyAfterShutdownFailsWithoutBlocking() throws {
