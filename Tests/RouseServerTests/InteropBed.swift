@@ -61,10 +61,13 @@ final class InteropBed {
         try XCTUnwrap(points.first { $0.transport == transport }).port
     }
 
-    /// Starts a third-party program in the workspace; it is stopped at `tearDown` if still running.
-    func launch(_ path: String, _ arguments: [String]) throws -> RouseProcess {
+    /// Starts a third-party program in the workspace, with `environment` added to the test's; it is
+    /// stopped at `tearDown` if still running. With `keepsInputOpen`, its standard input stays open
+    /// for `send(_:)`.
+    func launch(_ path: String, _ arguments: [String], environment: [String: String] = [:], keepsInputOpen: Bool = false) throws -> RouseProcess {
         let process = try RouseProcess(
-            arguments: arguments, environment: [:], executable: URL(fileURLWithPath: path), workingDirectory: workspace)
+            arguments: arguments, environment: environment, keepsInputOpen: keepsInputOpen, executable: URL(fileURLWithPath: path),
+            workingDirectory: workspace)
         tools.append(process)
         return process
     }
