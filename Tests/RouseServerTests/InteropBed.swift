@@ -92,6 +92,29 @@ final class InteropBed {
             ] + arguments + ["127.0.0.1:\(try port(transport))"])
     }
 
+    /// A SIPp phone registered as 1002 over `transport` that takes calls with the out-of-call
+    /// scenario `scenario` (`callee-answer` or `callee-cancel`), logging each step to `callee.log`;
+    /// returns once its binding is in PostgreSQL.
+    func sippCallee(over transport: SIPTransportKind, scenario: String = "callee-answer") throws -> RouseProcess {
+        let callee = try sipp(
+            "callee", scenario: "register", number: "1002", transport: transport,
+            arguments: ["-oocsf", Self.scenario(scenario), "-d", "120000"])
+        XCTAssertTrue(try waitUntil { try !self.bindings("1002").isEmpty }, report("SIPp callee", callee, file: "callee-errors.log"))
+        return callee
+    }
+
+    /// SIPp as 1001 calls 1002 over `transport` and hangs up the `hangup` way (`answer`: BYE after
+    /// `pause` ms; `cancel`: CANCEL once it rings); its scenario must end well. `callee` names the
+    /// phone called, for the failure's report.
+    func assertSIPpCall(over transport: SIPTransportKind, hangup: String = "answer", pause: Int = 500, callee: (String, RouseProcess)) throws {
+        let caller = try sipp(
+            "caller", scenario: "caller", number: "1001", transport: transport,
+            arguments: ["-s", "1002", "-set", "hangup", hangup, "-d", String(pause)])
+        XCTAssertEqual(
+            caller.waitForExit(timeout: 90), 0,
+            report("SIPp caller", caller, file: "caller-errors.log") + "\n" + report(callee.0, callee.1, file: "callee-errors.log"))
+    }
+
     /// What a tool run left to read when it went wrong: its output, a file of its in the workspace
     /// and Rouse's log.
     func report(_ name: String, _ process: RouseProcess, file: String? = nil) -> String {

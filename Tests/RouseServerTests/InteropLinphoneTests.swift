@@ -157,11 +157,7 @@ final class InteropLinphoneTests: XCTestCase {
     func assertLinphoneAnswers(over transport: SIPTransportKind) throws {
         let phone = try linphone("1002", over: transport, answers: true)
         XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("linphonec", phone, file: "linphone-1002.log"))
-        let caller = try bed.sipp(
-            "caller", scenario: "caller", number: "1001", transport: transport, arguments: ["-s", "1002", "-set", "hangup", "answer", "-d", "500"])
-        XCTAssertEqual(
-            caller.waitForExit(timeout: 90), 0,
-            bed.report("SIPp caller", caller, file: "caller-errors.log") + "\n" + bed.report("linphonec", phone))
+        try bed.assertSIPpCall(over: transport, callee: ("linphonec", phone))
         XCTAssertTrue(phone.waitForOutput(containing: "Call 1 with sip:1001@\(InteropBed.domain) ended"), bed.report("linphonec", phone))
         let journey = try XCTUnwrap(try bed.endedCall())
         XCTAssertEqual(journey.outcome, .answered)
@@ -173,10 +169,7 @@ final class InteropLinphoneTests: XCTestCase {
     /// with digest, the SIPp phone answers, and Linphone hangs up with BYE when told to.
     func testLinphoneCallsASIPpPhoneThroughRouse() throws {
         try bed.startRouse()
-        let callee = try bed.sipp(
-            "callee", scenario: "register", number: "1002", transport: .udp,
-            arguments: ["-oocsf", InteropBed.scenario("callee-answer"), "-d", "120000"])
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("SIPp callee", callee, file: "callee-errors.log"))
+        _ = try bed.sippCallee(over: .udp)
         let phone = try linphone("1001", over: .udp)
         XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1001").isEmpty }, bed.report("linphonec", phone, file: "linphone-1001.log"))
         phone.send("call sip:1002@\(InteropBed.domain)\n")
