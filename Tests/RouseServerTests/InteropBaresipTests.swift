@@ -64,8 +64,7 @@ final class InteropBaresipTests: XCTestCase {
     func assertBaresipAnswers(over transport: SIPTransportKind) throws {
         try bed.startRouse()
         let phone = try baresip("1002", over: transport, answers: true)
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("baresip", phone))
-        let binding = try XCTUnwrap(try bed.bindings("1002").first)
+        let binding = try bed.registered("1002", by: "baresip", phone)
         XCTAssertTrue(binding.userAgent?.hasPrefix("baresip") == true, "\(binding.userAgent ?? "no user agent")")
         XCTAssertEqual(binding.flow.transport, transport.rawValue)
 

@@ -92,6 +92,14 @@ final class InteropBed {
             ] + arguments + ["127.0.0.1:\(try port(transport))"])
     }
 
+    /// The first binding of extension `number`, once `tool` (named `name` in the failure's report,
+    /// with its file `file`) has registered it.
+    @discardableResult
+    func registered(_ number: String, by name: String, _ tool: RouseProcess, file: String? = nil) throws -> Binding {
+        XCTAssertTrue(try waitUntil { try !self.bindings(number).isEmpty }, report(name, tool, file: file))
+        return try XCTUnwrap(try bindings(number).first)
+    }
+
     /// A SIPp phone registered as 1002 over `transport` that takes calls with the out-of-call
     /// scenario `scenario` (`callee-answer` or `callee-cancel`), logging each step to `callee.log`;
     /// returns once its binding is in PostgreSQL.
@@ -99,7 +107,7 @@ final class InteropBed {
         let callee = try sipp(
             "callee", scenario: "register", number: "1002", transport: transport,
             arguments: ["-oocsf", Self.scenario(scenario), "-d", "120000"])
-        XCTAssertTrue(try waitUntil { try !self.bindings("1002").isEmpty }, report("SIPp callee", callee, file: "callee-errors.log"))
+        try registered("1002", by: "SIPp callee", callee, file: "callee-errors.log")
         return callee
     }
 

@@ -60,7 +60,8 @@ final class InteropLinphoneTests: XCTestCase {
         let rc = home.appendingPathComponent("linphonerc")
         try (config.joined(separator: "\n") + "\n").write(to: rc, atomically: true, encoding: .utf8)
         let log = bed.workspace.appendingPathComponent("linphone-\(number).log")
-        let command = "/usr/bin/linphonec -c \(rc.path) -d 6 -l \(log.path)" + (answers ? " -a" : "")
+        // `script` hands its command to the shell: the paths are quoted.
+        let command = "/usr/bin/linphonec -c '\(rc.path)' -d 6 -l '\(log.path)'" + (answers ? " -a" : "")
         return try bed.launch(
             "/usr/bin/script", ["-q", "-f", "-e", "-c", command, "/dev/null"],
             environment: ["HOME": home.path, "XDG_DATA_HOME": home.appendingPathComponent(".local/share").path,
@@ -68,7 +69,7 @@ final class InteropLinphoneTests: XCTestCase {
             keepsInputOpen: true)
     }
 
-    /// What linphonec `number` logged (read once it has quit: its log is buffered).
+    /// What linphonec `number` logged (read once it has quit, when all of it is written).
     func log(_ number: String) -> String {
         (try? String(contentsOf: bed.workspace.appendingPathComponent("linphone-\(number).log"), encoding: .utf8)) ?? ""
     }
@@ -127,8 +128,7 @@ final class InteropLinphoneTests: XCTestCase {
     /// binding is gone).
     func assertRegisters(over transport: SIPTransportKind, answering algorithm: String) throws {
         let phone = try linphone("1002", over: transport)
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("linphonec", phone, file: "linphone-1002.log"))
-        let binding = try XCTUnwrap(try bed.bindings("1002").first)
+        let binding = try bed.registered("1002", by: "linphonec", phone, file: "linphone-1002.log")
         XCTAssertTrue(binding.userAgent?.hasPrefix("Linphonec/5.1") == true, "\(binding.userAgent ?? "no user agent")")
         XCTAssertEqual(binding.flow.transport, transport.rawValue)
 
@@ -156,7 +156,7 @@ final class InteropLinphoneTests: XCTestCase {
     /// answered.
     func assertLinphoneAnswers(over transport: SIPTransportKind) throws {
         let phone = try linphone("1002", over: transport, answers: true)
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("linphonec", phone, file: "linphone-1002.log"))
+        try bed.registered("1002", by: "linphonec", phone, file: "linphone-1002.log")
         try bed.assertSIPpCall(over: transport, callee: ("linphonec", phone))
         XCTAssertTrue(phone.waitForOutput(containing: "Call 1 with sip:1001@\(InteropBed.domain) ended"), bed.report("linphonec", phone))
         let journey = try XCTUnwrap(try bed.endedCall())
@@ -171,7 +171,7 @@ final class InteropLinphoneTests: XCTestCase {
         try bed.startRouse()
         _ = try bed.sippCallee(over: .udp)
         let phone = try linphone("1001", over: .udp)
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1001").isEmpty }, bed.report("linphonec", phone, file: "linphone-1001.log"))
+        try bed.registered("1001", by: "linphonec", phone, file: "linphone-1001.log")
         phone.send("call sip:1002@\(InteropBed.domain)\n")
         XCTAssertTrue(
             phone.waitForOutput(containing: "Call 1 with sip:1002@\(InteropBed.domain) connected."),
@@ -196,9 +196,8 @@ final class InteropLinphoneTests: XCTestCase {
         try bed.startRouse(["ROUSE_DIGEST_ALGORITHMS": "SHA-256"])
         let callee = try linphone("1002", over: .udp, answers: true)
         let caller = try linphone("1001", over: .udp)
-        XCTAssertTrue(
-            try bed.waitUntil { try !self.bed.bindings("1002").isEmpty && !self.bed.bindings("1001").isEmpty },
-            bed.report("linphonec 1001", caller, file: "linphone-1001.log") + "\n" + bed.report("linphonec 1002", callee, file: "linphone-1002.log"))
+        try bed.registered("1002", by: "linphonec 1002", callee, file: "linphone-1002.log")
+        try bed.registered("1001", by: "linphonec 1001", caller, file: "linphone-1001.log")
         caller.send("call sip:1002@\(InteropBed.domain)\n")
         XCTAssertTrue(
             caller.waitForOutput(containing: "Call 1 with sip:1002@\(InteropBed.domain) connected."),
