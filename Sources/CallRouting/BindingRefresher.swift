@@ -91,9 +91,14 @@ public final class BindingRefresher: @unchecked Sendable {
     public func tick(now: Date, completion: (@Sendable ([BindingRefreshPush]) -> Void)? = nil) {
         source.pushBindings(expiringBefore: now.addingTimeInterval(lead)) { [self] bindings in
             queue.async { [self] in
-                let due = Self.due(bindings, now: now)
-                    .filter { lastPushByToken[CallTargets.tokenKey($0.channel)].map { now.timeIntervalSince($0) >= minimumInterval } ?? true }
-                for item in due { lastPushByToken[CallTargets.tokenKey(item.channel)] = now }
+                // Once per token: the flows (reg-ids) of one device share it, and one push wakes it.
+                var due: [(binding: Binding, channel: PushChannel)] = []
+                for item in Self.due(bindings, now: now) {
+                    let key = CallTargets.tokenKey(item.channel)
+                    guard lastPushByToken[key].map({ now.timeIntervalSince($0) >= minimumInterval }) ?? true else { continue }
+                    lastPushByToken[key] = now
+                    due.append(item)
+                }
                 lastPushByToken = lastPushByToken.filter { now.timeIntervalSince($0.value) < minimumInterval }
                 guard !due.isEmpty else {
                     completion?([])

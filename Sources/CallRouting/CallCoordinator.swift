@@ -407,19 +407,36 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         finishIfNothingRings(call, nothingText: call.pushFailures.first ?? "no device woke in time")
     }
 
-    /// Forks to every binding of the callee reachable now (product.md step 4), except those
-    /// already ringing over the same flow.
+    /// Forks to every device of the callee reachable now (product.md step 4), over one flow each
+    /// (RFC 5626 §5.3), except those already ringing.
     private func forkToEveryoneRegistered(_ call: Call, late: Bool) {
         guard let signaling else { return }
-        for binding in directory.bindings(for: call.callee) where signaling.reach(binding) != .gone && !declinedDevice(call, has: binding) {
-            fork(call, to: binding, late: late)
+        for flows in CallTargets.flowsByDevice(directory.bindings(for: call.callee), reach: signaling.reach) {
+            guard let flow = untriedFlow(call, among: flows), !declinedDevice(call, has: flow) else { continue }
+            fork(call, to: flow, late: late)
         }
     }
 
-    private func fork(_ call: Call, to binding: Binding, late: Bool) {
+    /// The first of a device's flows (best first) that is reachable and has no branch yet.
+    private func untriedFlow(_ call: Call, among flows: [(binding: Binding, reach: BindingReach)]) -> Binding? {
+        flows.first { flow in flow.reach != .gone && !call.branches.contains { $0.key == BranchKey(flow.binding) } }?.binding
+    }
+
+    /// Sends the call to `binding` as a new branch, unless a branch already goes over that flow or,
+    /// for a device with `+sip.instance`, over another flow of it (RFC 5626 §5.3: one flow per
+    /// device at a time; a flow that failed does not count). With `supersedingFlowsBefore`, only
+    /// branches to flows registered since then count: a device's fresh REGISTER after its push
+    /// gets the call even while an INVITE to one of its older flows is out.
+    private func fork(_ call: Call, to binding: Binding, late: Bool, supersedingFlowsBefore: Date? = nil) {
         guard let signaling, call.phase != .ended, !call.answered else { return }
-        let key = BranchKey(bindingID: binding.id, flow: binding.flow.connectionID, instance: binding.flow.instanceID)
+        let key = BranchKey(binding)
         guard !call.branches.contains(where: { $0.key == key }) else { return }
+        if let instance = binding.instance, call.branches.contains(where: { branch in
+            branch.binding.instance == instance && !branch.flowFailed
+                && supersedingFlowsBefore.map { branch.binding.registeredAt >= $0 } ?? true
+        }) {
+            return
+        }
         guard let target = try? SIPURI(parsing: binding.contact) else { return }
         let request = ProxyRules.branchRequest(from: call.invite, to: target)
         let branch = Branch(key: key, binding: binding, isLate: late)
@@ -439,8 +456,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             line.responses.append(JourneyResponse(status: 503, reason: "unreachable", at: Date()))
             line.endedAt = Date()
             branch.final = 503
+            branch.flowFailed = true
             call.journey.branches.append(line)
-            call.selector.consider(SIPResponse(replyingTo: call.invite, statusCode: 480, reasonPhrase: "Temporarily Unavailable"))
+            considerFlowFailure(call)
+            tryNextFlow(call, after: branch)
             return
         }
         branch.sent = sentRequest
@@ -448,6 +467,26 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         branch.journeyIndex = call.journey.branches.count
         call.journey.branches.append(line)
         log("call.fork", ["call": call.journey.callID, "binding": binding.id.uuidString, "late": late ? "yes" : "no"])
+    }
+
+    /// A branch that reached no device counts as a 408: below every answer a device gave, and
+    /// never sent upstream as it is (`finishIfNothingRings` makes it a 480 saying why).
+    private func considerFlowFailure(_ call: Call) {
+        call.selector.consider(SIPResponse(replyingTo: call.invite, statusCode: 408, reasonPhrase: "Request Timeout"))
+    }
+
+    /// RFC 5626 §5.3: a branch whose flow failed (the connection closed under it, no answer at all,
+    /// 408, 430 Flow Failed) is replaced by one over the device's next flow, when it has one; the
+    /// failed flow is only left out, its binding and push channels stay.
+    private func tryNextFlow(_ call: Call, after failed: Branch) {
+        guard let signaling, let instance = failed.binding.instance else { return }
+        let flows = CallTargets.flowsByDevice(directory.bindings(for: call.callee), reach: signaling.reach)
+            .first { $0.first?.binding.instance == instance } ?? []
+        guard let next = untriedFlow(call, among: flows) else { return }
+        call.journey.events.append(JourneyEvent(
+            at: Date(), text: "the flow to \(failed.binding.userAgent ?? "the device") failed; trying its next flow (\(next.flow.transport))"))
+        // A next flow that fails at once tries the one after it (`fork` calls back here).
+        fork(call, to: next, late: failed.isLate)
     }
 
     private func branchEvent(_ id: UUID, _ index: Int, _ event: ClientTransactionEvent) {
@@ -482,9 +521,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             return
         }
         guard isFirstFinal, call.phase != .ended, !call.answered else { return }
+        // RFC 5626 §5.3: the flow failed, not the device's answer (430, 408, or the transport).
+        let flowFailed = status == 430 || status == 408 || { if case .transportError = event { return true } else { return false } }()
         if let declined = branch.declinedAs {
             // Cancelled because its device declined over HTTP: it counts as that answer, not 487.
             call.selector.consider(SIPResponse(replyingTo: call.invite, statusCode: declined.status, reasonPhrase: declined.phrase))
+        } else if flowFailed {
+            considerFlowFailure(call)
         } else {
             call.selector.consider(ProxyRules.upstream(response))
         }
@@ -493,6 +536,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             end(call, response: Self.stripped(call.selector.chosen, call: call), outcome: .failed,
                 reason: "\(branch.binding.userAgent ?? "a device") answered \(status) \(response.reasonPhrase)", cancelReason: nil, pushReason: "declined")
             return
+        }
+        if flowFailed, branch.cancelWanted == nil {
+            branch.flowFailed = true
+            tryNextFlow(call, after: branch)
         }
         if call.phase == .ringing { finishIfNothingRings(call, nothingText: call.pushFailures.first ?? "no device woke in time") }
     }
@@ -559,8 +606,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 }
                 anyBack = true
                 // While the call waits, the woken app ends the wait and rings with the others; once
-                // the call rings elsewhere, the late-comer joins the fork at once (late fork).
-                fork(call, to: binding, late: call.phase == .ringing)
+                // the call rings elsewhere, the late-comer joins the fork at once (late fork). Its
+                // first fresh flow does; a second reg-id registering just after it does not.
+                fork(call, to: binding, late: call.phase == .ringing, supersedingFlowsBefore: sentAt.addingTimeInterval(-0.05))
             }
         }
         if anyBack, call.phase == .waiting { waitEnded(call, because: nil) }
@@ -955,10 +1003,18 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         }
     }
 
+    /// A branch's binding and the flow it went over (a binding that registered again from a new
+    /// connection is a new branch).
     struct BranchKey: Hashable {
         var bindingID: UUID
         var flow: String
         var instance: String
+
+        init(_ binding: Binding) {
+            bindingID = binding.id
+            flow = binding.flow.connectionID
+            instance = binding.flow.instanceID
+        }
     }
 
     /// One branch of the fork. @unchecked Sendable: only touched on `queue`.
@@ -975,6 +1031,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var cancelSent = false
         /// Cancelled because its device declined: the answer it stands for.
         var declinedAs: (status: Int, phrase: String)?
+        /// Its flow failed (RFC 5626 §5.3): it does not keep the device's other flows from the call.
+        var flowFailed = false
 
         init(key: BranchKey, binding: Binding, isLate: Bool) {
             self.key = key

@@ -101,36 +101,45 @@ public struct CallTargets: Sendable {
         var hasDeskPhone = false
         func live(_ channel: PushChannel) -> Bool { !deadTokens.contains(Self.tokenKey(channel)) }
 
-        for binding in bindings {
-            let channels = binding.pushChannels.filter(live)
-            let reachNow = reach(binding)
-            guard let ring = channels.first(where: { $0.kind != .remote }) else {
-                if reachNow != .gone {
-                    deskPhones.append(binding)
+        // RFC 5626 §5.3: one flow per device. The bindings of one `+sip.instance` are its flows
+        // (reg-ids); the call uses the best of them, and the device is pushed when none is left.
+        for flows in Self.flowsByDevice(bindings, reach: reach) {
+            let best = flows[0]
+            // The newest registration that can ring by push says the device's channels.
+            let pushing = flows.sorted { $0.binding.registeredAt > $1.binding.registeredAt }.lazy
+                .compactMap { flow -> (binding: Binding, channels: [PushChannel], ring: PushChannel)? in
+                    let channels = flow.binding.pushChannels.filter(live)
+                    return channels.first { $0.kind != .remote }.map { (flow.binding, channels, $0) }
+                }.first
+            guard let (pushing, channels, ring) = pushing else {
+                if best.reach != .gone {
+                    deskPhones.append(best.binding)
                     // A binding with push channels, all dead or unusable, is still a device that
                     // needs a push: only one without any push channel is a desk phone.
-                    if binding.pushChannels.isEmpty { hasDeskPhone = true }
+                    if flows.allSatisfy({ $0.binding.pushChannels.isEmpty }) { hasDeskPhone = true }
                 }
                 continue
             }
-            switch reachNow {
-            case .connected: awake.append(binding)
-            case .datagram: atWaitEnd.append(binding)
+            switch best.reach {
+            case .connected: awake.append(best.binding)
+            case .datagram: atWaitEnd.append(best.binding)
             case .gone: break
             }
             let cancel = ring.family != .apns ? ring : channels.first { $0.kind == .remote }
-            let tokens = Set(channels.map(Self.tokenKey))
+            let tokens = Set(flows.flatMap { $0.binding.pushChannels.filter(live) }.map(Self.tokenKey))
+            let members = Set(flows.map(\.binding.id))
+            let ids = bindings.map(\.id).filter(members.contains)
             if let index = devices.firstIndex(where: { device in
-                device.key == Self.tokenKey(ring) || (device.instance != nil && device.instance == binding.instance)
+                device.key == Self.tokenKey(ring) || (device.instance != nil && device.instance == pushing.instance)
             }) {
-                devices[index].bindingIDs.append(binding.id)
+                devices[index].bindingIDs.append(contentsOf: ids)
                 devices[index].tokens.formUnion(tokens)
                 if devices[index].cancelChannel == nil { devices[index].cancelChannel = cancel }
                 continue
             }
             devices.append(WakeDevice(
-                key: Self.tokenKey(ring), ringChannel: ring, cancelChannel: cancel, instance: binding.instance, tokens: tokens,
-                bindingIDs: [binding.id], isPostedOnly: false, name: Self.name(of: binding, ring: ring)))
+                key: Self.tokenKey(ring), ringChannel: ring, cancelChannel: cancel, instance: pushing.instance, tokens: tokens,
+                bindingIDs: ids, isPostedOnly: false, name: Self.name(of: pushing, ring: ring)))
         }
 
         let livePosted = posted.filter { live($0.channel) }
@@ -155,6 +164,34 @@ public struct CallTargets: Sendable {
         self.deskPhones = deskPhones
         self.atWaitEnd = atWaitEnd
         self.hasDeskPhone = hasDeskPhone
+    }
+
+    /// The callee's bindings as devices, each with its flows best first (RFC 5626 §5.3): the
+    /// bindings of one `+sip.instance` are the flows of one device, a binding without one is a
+    /// device of its own. Best first: an open connection, then UDP, then a flow that is gone; among
+    /// equals the most recently registered. Devices keep the order of `bindings` (highest q first).
+    public static func flowsByDevice(_ bindings: [Binding], reach: (Binding) -> BindingReach) -> [[(binding: Binding, reach: BindingReach)]] {
+        var groups: [[(binding: Binding, reach: BindingReach)]] = []
+        var groupOfInstance: [String: Int] = [:]
+        for binding in bindings {
+            let flow = (binding: binding, reach: reach(binding))
+            if let instance = binding.instance, let index = groupOfInstance[instance] {
+                groups[index].append(flow)
+            } else {
+                if let instance = binding.instance { groupOfInstance[instance] = groups.count }
+                groups.append([flow])
+            }
+        }
+        func rank(_ reach: BindingReach) -> Int {
+            switch reach {
+            case .connected: return 0
+            case .datagram: return 1
+            case .gone: return 2
+            }
+        }
+        return groups.map { flows in
+            flows.sorted { rank($0.reach) != rank($1.reach) ? rank($0.reach) < rank($1.reach) : $0.binding.registeredAt > $1.binding.registeredAt }
+        }
     }
 
     /// decisions.md: an iPhone's VoIP and regular tokens pair by device id when given, else by

@@ -32,8 +32,9 @@ public struct RegistrarCore: Sendable {
 
     /// Live bindings by extension.
     public private(set) var bindings: [AddressOfRecord: [Binding]] = [:]
-    /// Which binding holds each push token (decisions.md: a token lives on one extension only).
-    private var tokenOwners: [TokenKey: UUID] = [:]
+    /// Which bindings hold each push token (decisions.md: a token lives on one device of one
+    /// extension; the flows of one RFC 5626 instance share it).
+    private var tokenOwners: [TokenKey: Set<UUID>] = [:]
     private var bindingAOR: [UUID: AddressOfRecord] = [:]
 
     struct TokenKey: Hashable, Sendable {
@@ -80,7 +81,7 @@ public struct RegistrarCore: Sendable {
         bindings[binding.aor, default: []].append(binding)
         bindingAOR[binding.id] = binding.aor
         for channel in binding.pushChannels {
-            tokenOwners[TokenKey(family: channel.family, token: channel.token)] = binding.id
+            tokenOwners[TokenKey(family: channel.family, token: channel.token), default: []].insert(binding.id)
         }
     }
 
@@ -90,7 +91,8 @@ public struct RegistrarCore: Sendable {
         bindingAOR[binding.id] = nil
         for channel in binding.pushChannels {
             let key = TokenKey(family: channel.family, token: channel.token)
-            if tokenOwners[key] == binding.id { tokenOwners[key] = nil }
+            tokenOwners[key]?.remove(binding.id)
+            if tokenOwners[key]?.isEmpty == true { tokenOwners[key] = nil }
         }
     }
 
@@ -149,7 +151,7 @@ public struct RegistrarCore: Sendable {
         }
 
         guard request.headers.contains(.contact) else {
-            return .respond(okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false))
+            return .respond(okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil))
         }
         guard let contacts = request.contacts else { return .respond(reply(request, 400, "Invalid Contact header")) }
         let headerExpires = request.expires
@@ -170,7 +172,7 @@ public struct RegistrarCore: Sendable {
                 changes.append(.delete(binding, .removed))
                 events.append(BindingEvent(kind: .removed, binding: binding))
             }
-            let response = okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false)
+            let response = okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil)
             return changes.isEmpty ? .respond(response) : .commit(changes: changes, events: events, response: response, previous: previous)
         }
 
@@ -179,7 +181,11 @@ public struct RegistrarCore: Sendable {
             let address: SIPNameAddress
             let expires: Int
             let push: PushParameters?
+            /// The reg-id of an RFC 5626 flow; nil when outbound does not apply to the Contact.
+            let regID: Int?
         }
+        // Read only when a Contact names a flow: most REGISTERs do not.
+        lazy var outbound = OutboundRequest(request)
         var planned: [Planned] = []
         var pushProviders: [PushProvider] = []
         var wantsRefresh = false
@@ -215,12 +221,26 @@ public struct RegistrarCore: Sendable {
                 }
                 expires = min(expires, hasChannels ? policy.pushMaxExpires : policy.maxExpires)
             }
-            if let existing = match(address, in: target), existing.callID == request.callID,
+            // RFC 5626 §6: a Contact with +sip.instance and reg-id, in a REGISTER that supports
+            // outbound, is a flow of its own; without outbound support its reg-id is ignored.
+            var regID: Int?
+            if address.instance != nil, address.parameters.contains("reg-id"), outbound.isSupported {
+                guard let value = address.regID, (1...Int(Int32.max)).contains(value) else {
+                    return .respond(reply(request, 400, "Invalid reg-id"))
+                }
+                guard outbound.edgeSupportsOutbound else { return .respond(reply(request, 439, nil)) }
+                regID = value
+            }
+            if let existing = match(address, regID: regID, in: target), existing.callID == request.callID,
                 let cseq = request.cseq?.number, cseq <= existing.cseq
             {
                 return .respond(reply(request, 400, "Invalid CSeq number"))
             }
-            planned.append(Planned(address: address, expires: expires, push: push))
+            planned.append(Planned(address: address, expires: expires, push: push, regID: regID))
+        }
+        // RFC 5626 §6: a REGISTER that registers a flow (reg-id) registers only that Contact.
+        if planned.contains(where: { $0.regID != nil && $0.expires > 0 }), planned.count(where: { $0.expires > 0 }) > 1 {
+            return .respond(reply(request, 400, "Only one Contact may register a flow (reg-id)"))
         }
         // More contacts in one REGISTER than an extension may hold: the cap below can only make room
         // among older bindings, so such a request is refused whole (and its 200 would be too long).
@@ -235,7 +255,7 @@ public struct RegistrarCore: Sendable {
         let path = request.headers.values(.path)
         let userAgent = request.headers[.userAgent]
         for item in planned {
-            let existing = match(item.address, in: target)
+            let existing = match(item.address, regID: item.regID, in: target)
             if item.expires == 0 {
                 if let existing {
                     removeFromIndex(existing)
@@ -245,26 +265,30 @@ public struct RegistrarCore: Sendable {
                 continue
             }
             let channels = item.push?.channels ?? []
-            // Tokens live on one binding: a token held elsewhere moves here (decisions.md).
+            // Tokens live on one device: a token held elsewhere moves here (decisions.md). The
+            // other flows of the same instance (RFC 5626 reg-ids) are that device and keep it.
             for channel in channels {
                 let key = TokenKey(family: channel.family, token: channel.token)
-                guard let ownerID = tokenOwners[key], ownerID != existing?.id, var owner = binding(withID: ownerID) else { continue }
-                if previousAll[owner.aor] == nil { previousAll[owner.aor] = bindings[owner.aor] ?? [] }
-                removeFromIndex(owner)
-                if owner.aor == target {
-                    // A reinstall: the same token on a new binding replaces the older one.
-                    changes.append(.delete(owner, .removed))
-                    events.append(BindingEvent(kind: .removed, binding: owner))
-                } else {
-                    owner.pushChannels.removeAll { $0.family == channel.family && $0.token == channel.token }
-                    insert(owner)
-                    changes.append(.save(owner))
-                    events.append(BindingEvent(kind: .refreshed, binding: owner))
+                for ownerID in tokenOwners[key] ?? [] where ownerID != existing?.id {
+                    guard var owner = binding(withID: ownerID) else { continue }
+                    if owner.aor == target, let instance = item.address.instance, owner.instance == instance { continue }
+                    if previousAll[owner.aor] == nil { previousAll[owner.aor] = bindings[owner.aor] ?? [] }
+                    removeFromIndex(owner)
+                    if owner.aor == target {
+                        // A reinstall: the same token on a new binding replaces the older one.
+                        changes.append(.delete(owner, .removed))
+                        events.append(BindingEvent(kind: .removed, binding: owner))
+                    } else {
+                        owner.pushChannels.removeAll { $0.family == channel.family && $0.token == channel.token }
+                        insert(owner)
+                        changes.append(.save(owner))
+                        events.append(BindingEvent(kind: .refreshed, binding: owner))
+                    }
                 }
             }
             let binding = Binding(
                 id: existing?.id ?? UUID(), aor: target, contact: item.address.uri.description,
-                instance: item.address.instance, regID: item.address.regID, q: item.address.q,
+                instance: item.address.instance, regID: item.regID, q: item.address.q,
                 callID: request.callID ?? "", cseq: request.cseq?.number ?? 0, registeredAt: now,
                 expiresAt: now.addingTimeInterval(TimeInterval(item.expires)), path: path, userAgent: userAgent,
                 flow: flow, pushChannels: channels,
@@ -287,17 +311,19 @@ public struct RegistrarCore: Sendable {
             events.append(BindingEvent(kind: .removed, binding: oldest))
         }
 
-        let response = okResponse(request, aor: target, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh)
+        let flowUse = planned.contains { $0.regID != nil } ? OutboundAnswer(isEdge: outbound.isFirstHop, transport: flow.transport) : nil
+        let response = okResponse(request, aor: target, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh, outbound: flowUse)
         if changes.isEmpty { return .respond(response) }
         return .commit(changes: changes, events: events, response: response, previous: previousAll)
     }
 
-    /// The existing binding a Contact refers to: same `+sip.instance` (RFC 5626 §6: one binding per
-    /// instance, whatever the Call-ID or source port), else the same URI (RFC 3261 §19.1.4).
-    func match(_ address: SIPNameAddress, in aor: AddressOfRecord) -> Binding? {
+    /// The existing binding a Contact refers to: same `+sip.instance` and reg-id (RFC 5626 §6: one
+    /// binding per flow of an instance, whatever the Call-ID or source port; `regID` nil when
+    /// outbound does not apply, one binding per instance), else the same URI (RFC 3261 §19.1.4).
+    func match(_ address: SIPNameAddress, regID: Int?, in aor: AddressOfRecord) -> Binding? {
         let list = bindings[aor] ?? []
         if let instance = address.instance {
-            return list.first { $0.instance == instance }
+            return list.first { $0.instance == instance && $0.regID == regID }
         }
         let key = RegistrarCore.comparisonKey(address.uri)
         return list.first { $0.instance == nil && (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
@@ -332,9 +358,21 @@ public struct RegistrarCore: Sendable {
     }
 
     /// 200 listing every current binding with its remaining lifetime (RFC 3261 §10.3 step 8), the
-    /// Path received (RFC 3327 §5.3), and Feature-Caps for push (RFC 8599 §5.3).
-    func okResponse(_ request: SIPRequest, aor: AddressOfRecord, now: Date, pushProviders: [PushProvider], wantsRefresh: Bool) -> SIPResponse {
+    /// Path received (RFC 3327 §5.3), Feature-Caps for push (RFC 8599 §5.3), and for a flow
+    /// `Require: outbound` with, when Rouse is the edge proxy of a TCP/TLS flow, `Flow-Timer`
+    /// (RFC 5626 §6, §5.4).
+    func okResponse(
+        _ request: SIPRequest, aor: AddressOfRecord, now: Date, pushProviders: [PushProvider], wantsRefresh: Bool, outbound: OutboundAnswer?
+    ) -> SIPResponse {
         var response = reply(request, 200, "OK")
+        if let outbound {
+            response.headers.add(.require, "outbound")
+            // UDP flows get none: without one a phone keeps a UDP flow alive every 24–29 s (RFC
+            // 5626 §4.4.1), what NATs need; a longer Flow-Timer would let them forget the phone.
+            if outbound.isEdge, outbound.transport != "udp", policy.flowTimer > 0 {
+                response.headers.add(RegistrarCore.flowTimer, String(policy.flowTimer))
+            }
+        }
         for binding in bindings(for: aor) {
             var parameters = SIPParameters([SIPParameter("expires", String(binding.remainingSeconds(at: now)))])
             if let q = binding.q { parameters.set("q", String(q)) }
@@ -399,4 +437,37 @@ public struct RegistrarCore: Sendable {
         return "\(names[weekday]), \(two(day)) \(months[Int(month) - 1]) \(year) "
             + "\(two(remainder / 3600)):\(two(remainder % 3600 / 60)):\(two(remainder % 60)) GMT"
     }
+}
+
+extension RegistrarCore {
+    /// `Flow-Timer` (RFC 5626 §5.4): how often, in seconds, the edge proxy wants a flow kept alive.
+    static let flowTimer = SIPHeaderName("Flow-Timer")
+}
+
+/// What a REGISTER says about RFC 5626 outbound as a whole (§6): whether the UA supports it, and
+/// whether the hop before Rouse does. Pure; a value.
+struct OutboundRequest {
+    /// `outbound` in Supported or Require: the UA does outbound.
+    let isSupported: Bool
+    /// One Via: the UA sent the REGISTER to Rouse directly, so Rouse is its edge proxy.
+    let isFirstHop: Bool
+    /// Rouse is the first hop, or the edge proxy before it marked its Path with `ob` (§5.1): the
+    /// flow can be used. Otherwise a reg-id gets 439 First Hop Lacks Outbound Support.
+    let edgeSupportsOutbound: Bool
+
+    init(_ request: SIPRequest) {
+        let optionTags = (request.headers.values(.supported) + request.headers.values(.require)).map { $0.trimmingSIPWhitespace.lowercased() }
+        isSupported = optionTags.contains("outbound")
+        isFirstHop = request.headers.values(.via).count <= 1
+        let firstPath = request.headers.values(.path).first.flatMap { try? SIPNameAddress(parsing: $0) }
+        edgeSupportsOutbound = isFirstHop || firstPath?.uri.parameters.contains("ob") == true
+    }
+}
+
+/// How a 2xx answers a REGISTER that registered a flow (RFC 5626 §6).
+struct OutboundAnswer {
+    /// Rouse is the UA's edge proxy (the first hop), which is who sends Flow-Timer.
+    let isEdge: Bool
+    /// The flow's transport: `udp`, `tcp` or `tls`.
+    let transport: String
 }

@@ -154,6 +154,7 @@ public enum ConfigurationLoader {
         withCalls.shutdownGrace = reader.duration("shutdown_grace")
         withCalls.adminSessionLifetime = reader.duration("admin_session_lifetime")
         withCalls.digestAlgorithms = reader.digestAlgorithms("digest_algorithms")
+        withCalls.flowTimer = reader.integer("flow_timer", 0...86_400)
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

@@ -89,6 +89,19 @@ public struct RouseConfiguration: Sendable {
     public var shutdownGrace: Duration = .seconds(10)
     /// How long an admin pages session lasts from sign-in.
     public var adminSessionLifetime: Duration = .seconds(12 * 3600)
+    /// The `Flow-Timer` (seconds) of a 2xx that registers an RFC 5626 TCP/TLS flow; 0: none.
+    public var flowTimer: Int = 120
+}
+
+extension RouseConfiguration {
+    /// The `Flow-Timer` Rouse sends: `flowTimer`, but never more than four fifths of
+    /// `tcpIdleTimeout` (at least 1 s), so a phone that keeps alive at 80–100 % of it (RFC 5626
+    /// §4.4.1) is never closed as idle. 0 when `flowTimer` is 0.
+    public var effectiveFlowTimer: Int {
+        guard flowTimer > 0 else { return 0 }
+        let idleSeconds = Int(tcpIdleTimeout.components.seconds)
+        return min(flowTimer, max(1, idleSeconds * 4 / 5))
+    }
 }
 
 /// One documented setting: its config-file key (flat snake_case), environment variable
@@ -200,5 +213,7 @@ extension RouseConfiguration {
               meaning: "comma list of IP addresses and CIDR blocks (trunks, peers) whose INVITEs need no digest authentication"),
         .init(key: "admin_session_lifetime", defaultValue: "12h",
               meaning: "how long an admin pages session lasts from sign-in; then the admin signs in again"),
+        .init(key: "flow_timer", defaultValue: "120",
+              meaning: "seconds between keep-alives a phone registering an RFC 5626 TCP/TLS flow is told to send (Flow-Timer); never more than four fifths of tcp_idle_timeout; 0 sends no Flow-Timer"),
     ]
 }

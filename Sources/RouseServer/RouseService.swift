@@ -55,7 +55,8 @@ public final class RouseService: @unchecked Sendable {
         let policy = RegistrationPolicy(
             defaultExpires: configuration.registrationDefaultExpires, minExpires: configuration.registrationMinExpires,
             maxExpires: configuration.registrationMaxExpires, pushMinExpires: configuration.pushBindingMinExpires,
-            pushMaxExpires: configuration.pushBindingMaxExpires, maxBindingsPerExtension: configuration.maxBindingsPerExtension)
+            pushMaxExpires: configuration.pushBindingMaxExpires, maxBindingsPerExtension: configuration.maxBindingsPerExtension,
+            flowTimer: configuration.effectiveFlowTimer)
         let secret = try RouseService.sharedSecret(named: "digest_nonce_secret", connection)
         var core = RegistrarCore(
             policy: policy, directory: try directory.loadDirectory(),

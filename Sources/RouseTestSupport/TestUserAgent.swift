@@ -47,8 +47,11 @@ public final class TestUserAgent {
     public let user: String
     public let domain: String
     public let password: String
-    /// `urn:uuid:…`: sent as `+sip.instance` with `reg-id=1` and the `ob` URI parameter.
+    /// `urn:uuid:…`: sent as `+sip.instance` with `reg-id` and the `ob` URI parameter.
     public let instanceID: String?
+    /// The RFC 5626 `reg-id` of this agent's flow: two agents with one `instanceID` and different
+    /// reg-ids are one phone registered over two flows.
+    public let regID: Int
     /// URI parameters placed inside the `<…>` of the REGISTER Contact (RFC 8599 `pn-*`).
     public let contactURIParameters: String?
     public let userAgent: String
@@ -80,9 +83,10 @@ public final class TestUserAgent {
     /// Opens the socket (for TLS, completes the handshake). Nothing is sent yet.
     public init(
         transport: TestSIPClient.Transport, serverHost: String = "127.0.0.1", serverPort: UInt16,
-        user: String, domain: String, password: String, instanceID: String? = nil,
+        user: String, domain: String, password: String, instanceID: String? = nil, regID: Int = 1,
         contactURIParameters: String? = nil, userAgent: String = "RouseTestPhone/1"
     ) throws {
+        self.regID = regID
         self.transport = transport
         self.serverHost = serverHost
         self.serverPort = serverPort
@@ -117,7 +121,7 @@ public final class TestUserAgent {
     }
 
     /// The Contact of REGISTER: `contactURI`, `ob` and `contactURIParameters` inside the brackets,
-    /// `+sip.instance` and `reg-id=1` after them when there is an instance ID.
+    /// `+sip.instance` and `reg-id` after them when there is an instance ID.
     public var registrationContact: String {
         var uri = contactURI
         if instanceID != nil { uri += ";ob" }
@@ -125,7 +129,7 @@ public final class TestUserAgent {
             uri += contactURIParameters.hasPrefix(";") ? contactURIParameters : ";" + contactURIParameters
         }
         var contact = "<\(uri)>"
-        if let instanceID { contact += ";+sip.instance=\"<\(instanceID)>\";reg-id=1" }
+        if let instanceID { contact += ";+sip.instance=\"<\(instanceID)>\";reg-id=\(regID)" }
         return contact
     }
 

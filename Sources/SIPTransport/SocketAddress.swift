@@ -38,6 +38,18 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     /// `127.0.0.1:5060` or `[::1]:5060`.
     public var description: String { isIPv6 ? "[\(ip)]:\(port)" : "\(ip):\(port)" }
 
+    /// The address in network byte order: 4 bytes for IPv4, 16 for IPv6.
+    public var ipBytes: [UInt8] {
+        if isIPv6 {
+            var address = in6_addr()
+            _ = inet_pton(AF_INET6, ip, &address)
+            return withUnsafeBytes(of: &address) { Array($0) }
+        }
+        var address = in_addr()
+        _ = inet_pton(AF_INET, ip, &address)
+        return withUnsafeBytes(of: &address) { Array($0) }
+    }
+
     var family: Int32 { isIPv6 ? AF_INET6 : AF_INET }
 
     /// The canonical text form of an IP literal, nil when `text` is not one.

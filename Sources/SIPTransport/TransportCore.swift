@@ -150,6 +150,13 @@ final class TransportCore: @unchecked Sendable {
             let bytes = [UInt8](UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
             guard bytes.contains(where: { $0 != 0x0D && $0 != 0x0A }) else { continue }
             guard let source = SocketAddress(storage: storage) else { continue }
+            // RFC 5626 §8: a STUN Binding request on the SIP port is a keep-alive, answered here.
+            if STUNMessage.looksLikeSTUN(bytes) {
+                if let answer = STUNKeepAliveResponder.response(to: bytes, fromIP: source.ipBytes, port: source.port) {
+                    _ = sendDatagram(answer, socket: index, to: source)
+                }
+                continue
+            }
             let flow = FlowID(.datagram(socket: index, peer: source), transport: .udp)
             onPacket(InboundPacket(bytes: bytes, flow: flow, transport: .udp, source: source, local: udp.point))
         }

@@ -53,6 +53,16 @@ final class BindingRefresherTests: XCTestCase {
         XCTAssertEqual(pusher.sent.count, 2)
     }
 
+    func testTheTwoFlowsOfOneDeviceGetOnePush() throws {
+        // RFC 5626: reg-id 1 and 2 of one app, both carrying its token, both due.
+        let first = binding(expiresIn: 100, channels: [fcm])
+        let second = binding(expiresIn: 105, channels: [fcm])
+        let pusher = MemoryRefreshPusher()
+        let refresher = BindingRefresher(source: MemoryCandidates([first, second]), claims: MemoryClaims(), pusher: pusher, lead: 120)
+        XCTAssertEqual(try run(refresher, at: now).count, 1)
+        XCTAssertEqual(pusher.sent.map(\.channel), [fcm])
+    }
+
     func testALeadUnder120SecondsIsRaisedAndAFreshRegistrationCanBePushedAgainButNotAtOnce() throws {
         var app = binding(expiresIn: 110, channels: [fcm])
         let source = MemoryCandidates([app])

@@ -61,6 +61,59 @@ final class CallTargetsTests: XCTestCase {
         XCTAssertEqual(targets.devices[0].cancelChannel, remote)
     }
 
+    func flow(_ regID: Int, instance: String = "<urn:uuid:7>", age: TimeInterval, channels: [PushChannel] = []) -> Binding {
+        var flow = binding(contact: "sip:phone@127.0.0.1:\(40000 + regID);ob", instance: instance, channels: channels)
+        flow.regID = regID
+        flow.registeredAt = Date().addingTimeInterval(-age)
+        flow.flow.connectionID = "tcp#\(regID)"
+        return flow
+    }
+
+    func testTheFlowsOfOneInstanceAreOneDeviceRungOverItsBestFlow() {
+        let older = flow(1, age: 60, channels: [fcm])
+        let newer = flow(2, age: 10, channels: [fcm])
+        let both = CallTargets(bindings: [older, newer], posted: [], deadTokens: [], reach: { _ in .connected })
+        XCTAssertEqual(both.awake.map(\.id), [newer.id], "one flow per instance: the most recently registered")
+        XCTAssertEqual(both.devices.count, 1)
+        XCTAssertEqual(both.devices[0].bindingIDs, [older.id, newer.id])
+
+        let newerGone = CallTargets(bindings: [older, newer], posted: [], deadTokens: []) { $0.id == newer.id ? .gone : .connected }
+        XCTAssertEqual(newerGone.awake.map(\.id), [older.id], "an open connection beats a newer flow that is gone")
+
+        let allGone = CallTargets(bindings: [older, newer], posted: [], deadTokens: [], reach: { _ in .gone })
+        XCTAssertTrue(allGone.awake.isEmpty)
+        XCTAssertEqual(allGone.devices.map(\.key), ["fcm:fcm-token-1"], "no flow left: the device is pushed, once")
+    }
+
+    func testADeskPhoneWithTwoFlowsIsOneDeskPhone() {
+        let older = flow(1, age: 60)
+        let newer = flow(2, age: 10)
+        let targets = CallTargets(bindings: [older, newer], posted: [], deadTokens: []) { $0.id == older.id ? .connected : .datagram }
+        XCTAssertEqual(targets.deskPhones.map(\.id), [older.id], "a connection before UDP, whatever the age")
+        XCTAssertTrue(targets.hasDeskPhone)
+        XCTAssertTrue(targets.devices.isEmpty)
+    }
+
+    func testTheNewestFlowSaysTheDevicesToken() {
+        let rotated = PushChannel(provider: .fcm, token: "fcm-token-2", param: "project-1", kind: .standard)
+        let targets = CallTargets(
+            bindings: [flow(1, age: 60, channels: [fcm]), flow(2, age: 10, channels: [rotated])], posted: [], deadTokens: [], reach: { _ in .gone })
+        XCTAssertEqual(targets.devices.map(\.ringChannel), [rotated])
+        XCTAssertEqual(targets.devices.first?.tokens, ["fcm:fcm-token-1", "fcm:fcm-token-2"])
+    }
+
+    func testFlowsByDeviceKeepsDevicesInOrderAndFlowsBestFirst() {
+        let desk = binding(contact: "sip:desk@127.0.0.1", transport: "udp")
+        let gone = flow(1, age: 5)
+        let udp = flow(2, age: 30)
+        let open = flow(3, age: 90)
+        let devices = CallTargets.flowsByDevice([desk, gone, udp, open]) { binding in
+            binding.id == gone.id ? .gone : binding.id == open.id ? .connected : .datagram
+        }
+        XCTAssertEqual(devices.map { $0.map(\.binding.id) }, [[desk.id], [open.id, udp.id, gone.id]])
+        XCTAssertEqual(devices[1].map(\.reach), [.connected, .datagram, .gone])
+    }
+
     func testMatchingTheWokenDevice() {
         let iphone = binding(contact: "sip:ios@127.0.0.1", instance: "<urn:uuid:1>", channels: [voip])
         let targets = CallTargets(

@@ -217,8 +217,8 @@ final class RegisterTests: XCTestCase {
         XCTAssertEqual(list[0].id, first.id)
         XCTAssertEqual(list[0].flow.transport, "tcp")
         XCTAssertEqual(response.headers.values(.contact), [
-            "<sip:1001@192.0.2.7:40123;transport=tcp;ob>;expires=3600;+sip.instance=\"<urn:uuid:00000000-0000-1000-8000-AABBCCDDEEFF>\";reg-id=1"
-        ])
+            "<sip:1001@192.0.2.7:40123;transport=tcp;ob>;expires=3600;+sip.instance=\"<urn:uuid:00000000-0000-1000-8000-AABBCCDDEEFF>\""
+        ], "without Supported: outbound the reg-id is ignored (RFC 5626 §6)")
     }
 
     func testPathIsStoredAndEchoed() throws {

@@ -19,6 +19,19 @@ final class ConfigurationLoaderTests: XCTestCase {
         XCTAssertEqual(configuration.parserLimits.maxMessageBytes, 65_536)
     }
 
+    func testFlowTimerDefaultsTo120AndStaysWithinTheIdleTimeout() throws {
+        let defaults = try ConfigurationLoader.load(flags: [], environment: [:])
+        XCTAssertEqual(defaults.flowTimer, 120)
+        XCTAssertEqual(defaults.effectiveFlowTimer, 120, "well within the 600 s idle timeout")
+        let short = try ConfigurationLoader.load(flags: ["--tcp-idle-timeout", "30"], environment: [:])
+        XCTAssertEqual(short.effectiveFlowTimer, 24, "a phone keeping alive at 80–100 % of it is never closed as idle")
+        let off = try ConfigurationLoader.load(flags: [], environment: ["ROUSE_FLOW_TIMER": "0"])
+        XCTAssertEqual(off.effectiveFlowTimer, 0)
+        XCTAssertThrowsError(try ConfigurationLoader.load(flags: ["--flow-timer", "-5"], environment: [:])) { error in
+            XCTAssertTrue("\(error)".contains("flow_timer"), "\(error)")
+        }
+    }
+
     func testFileThenEnvironmentThenFlagsWin() throws {
         let path = try writeConfig(
             #"{"log_level": "debug", "http_listen": "127.0.0.1:9000", "sip_listen": ["udp:127.0.0.1:5070"], "tcp_idle_timeout": 30}"#)

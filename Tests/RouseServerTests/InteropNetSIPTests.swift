@@ -13,12 +13,10 @@ import XCTest
 /// Net::SIP answers MD5 challenges only; with `digest_algorithms` set to offer SHA-256 as well it
 /// skips the challenges it cannot answer and answers the MD5 one.
 final class InteropNetSIPTests: XCTestCase {
-    var database: TestDatabase!
-    var rouse: RouseProcess?
-    var points: [ListenPoint] = []
+    var bed: InteropBed!
 
-    static let aor = AddressOfRecord(number: "1001", domain: "example.com")
-    static let password = "interop-1001"
+    static let aor = AddressOfRecord(number: "1001", domain: InteropBed.domain)
+    static let password = InteropBed.passwords["1001"]!
 
     /// The Net::SIP phone, beside this file's folder.
     static var script: String {
@@ -27,28 +25,12 @@ final class InteropNetSIPTests: XCTestCase {
     }
 
     override func setUpWithError() throws {
-        database = try TestDatabase()
-        try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
-        _ = try directory.addDomain(Self.aor.domain)
-        try directory.addExtension(Self.aor, password: Self.password)
-        let process = try RouseProcess(
-            arguments: ["serve"],
-            environment: [
-                "ROUSE_DATABASE_URL": database.conninfo,
-                "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0",
-            ])
-        rouse = process
-        XCTAssertTrue(process.waitForOutput(containing: "serving SIP on"), process.outputText)
-        let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
-        points = try (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ")
-            .map { try ListenPoint(parsing: $0) }
+        bed = try InteropBed()
+        try bed.startRouse()
     }
 
     override func tearDown() {
-        _ = rouse?.stop()
-        rouse = nil
-        database?.drop()
+        bed?.tearDown()
     }
 
     func testNetSIPPhoneRegistersAndUnregistersOverUDP() throws {
@@ -62,11 +44,11 @@ final class InteropNetSIPTests: XCTestCase {
     /// Runs the phone: after its 200 the binding must be in PostgreSQL with the phone's transport
     /// and port; after the unregister's 200 it must be gone.
     func registerAndUnregister(over transport: SIPTransportKind) throws {
-        let point = try XCTUnwrap(points.first { $0.transport == transport })
+        let port = try bed.port(transport)
         let phone = Process()
         phone.executableURL = URL(fileURLWithPath: "/usr/bin/perl")
         phone.arguments = [
-            Self.script, "--registrar", "127.0.0.1:\(point.port)", "--transport", transport.rawValue,
+            Self.script, "--registrar", "127.0.0.1:\(port)", "--transport", transport.rawValue,
             "--user", Self.aor.number, "--domain", Self.aor.domain, "--password", Self.password, "--timeout", "30",
         ]
         let input = Pipe()
@@ -90,15 +72,15 @@ final class InteropNetSIPTests: XCTestCase {
 
         let registered = try XCTUnwrap(
             waitForLine(startingWith: "registered ", in: collected, while: phone, timeout: 60),
-            "Net::SIP did not register; it said:\n\(collected.all)\nrouse said:\n\(rouse?.outputText ?? "")")
+            "Net::SIP did not register; it said:\n\(collected.all)\nrouse said:\n\(bed.rouse?.outputText ?? "")")
         let contact = try XCTUnwrap(registered.components(separatedBy: "contact=").last)
-        let port = try XCTUnwrap(contact.split(separator: ":").last?.split(separator: ";").first)
+        let phonePort = try XCTUnwrap(contact.split(separator: ":").last?.split(separator: ";").first)
 
         // A 200 means the binding is in PostgreSQL already.
-        let stored = try bindings()
+        let stored = try bed.bindings(Self.aor.number)
         XCTAssertEqual(stored.count, 1, "\(stored)")
         XCTAssertEqual(stored.first?.flow.transport, transport.rawValue)
-        XCTAssertTrue(stored.first?.contact.contains("127.0.0.1:\(port)") == true, "\(stored.first?.contact ?? "none") vs \(contact)")
+        XCTAssertTrue(stored.first?.contact.contains("127.0.0.1:\(phonePort)") == true, "\(stored.first?.contact ?? "none") vs \(contact)")
 
         input.fileHandleForWriting.write(Data("go\n".utf8))
         try input.fileHandleForWriting.close()
@@ -108,20 +90,18 @@ final class InteropNetSIPTests: XCTestCase {
         guard !phone.isRunning else { return }
         XCTAssertEqual(phone.terminationStatus, 0, collected.all)
         XCTAssertNotNil(waitForLine(startingWith: "unregistered", in: collected, while: phone, timeout: 5), collected.all)
-        XCTAssertEqual(try bindings().count, 0, "the unregister (Expires: 0) removes the binding from PostgreSQL")
+        XCTAssertEqual(try bed.bindings(Self.aor.number).count, 0, "the unregister (Expires: 0) removes the binding from PostgreSQL")
     }
 
     /// Two Net::SIP phones: 1002 registers and answers, 1001 calls it through Rouse (answering the
     /// 407), the call is answered and hung up with BYE through Rouse's Record-Route.
     func testNetSIPPhonesCallEachOtherThroughRouse() throws {
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
-        try directory.addExtension(AddressOfRecord(number: "1002", domain: "example.com"), password: "interop-1002")
-        let point = try XCTUnwrap(points.first { $0.transport == .udp })
+        let port = try bed.port(.udp)
         let script = URL(fileURLWithPath: Self.script).deletingLastPathComponent().appendingPathComponent("call.pl").path
         func phone(_ arguments: [String]) throws -> (Process, RouseProcess.Collected) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/perl")
-            process.arguments = [script, "--proxy", "127.0.0.1:\(point.port)", "--domain", "example.com", "--timeout", "30"] + arguments
+            process.arguments = [script, "--proxy", "127.0.0.1:\(port)", "--domain", "example.com", "--timeout", "30"] + arguments
             let output = Pipe()
             let collected = RouseProcess.Collected()
             process.standardOutput = output
@@ -133,32 +113,24 @@ final class InteropNetSIPTests: XCTestCase {
             try process.run()
             return (process, collected)
         }
-        let (callee, calleeSaid) = try phone(["--role", "callee", "--user", "1002", "--password", "interop-1002"])
+        let (callee, calleeSaid) = try phone(["--role", "callee", "--user", "1002", "--password", InteropBed.passwords["1002"]!])
         defer { if callee.isRunning { callee.terminate(); callee.waitUntilExit() } }
         XCTAssertNotNil(waitForLine(startingWith: "registered", in: calleeSaid, while: callee, timeout: 60), calleeSaid.all)
         let (caller, callerSaid) = try phone(["--role", "caller", "--user", "1001", "--password", Self.password, "--to", "1002"])
         defer { if caller.isRunning { caller.terminate(); caller.waitUntilExit() } }
         XCTAssertNotNil(
             waitForLine(startingWith: "hung up", in: callerSaid, while: caller, timeout: 60),
-            "caller said:\n\(callerSaid.all)\ncallee said:\n\(calleeSaid.all)\nrouse said:\n\(rouse?.outputText ?? "")")
+            "caller said:\n\(callerSaid.all)\ncallee said:\n\(calleeSaid.all)\nrouse said:\n\(bed.rouse?.outputText ?? "")")
         XCTAssertNotNil(waitForLine(startingWith: "bye received", in: calleeSaid, while: callee, timeout: 30), calleeSaid.all)
         let deadline = Date().addingTimeInterval(30)
         while (caller.isRunning || callee.isRunning) && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         XCTAssertEqual(caller.isRunning ? nil : caller.terminationStatus, 0, callerSaid.all)
         XCTAssertEqual(callee.isRunning ? nil : callee.terminationStatus, 0, calleeSaid.all)
         // The journey says the call was answered, by the Net::SIP phone.
-        let journeyDeadline = Date().addingTimeInterval(20)
-        var journey: CallJourney?
-        while journey == nil && Date() < journeyDeadline {
-            journey = try PostgresCalls.recent(on: try database.connect(), limit: 5).first { $0.outcome == .answered }
-            if journey == nil { Thread.sleep(forTimeInterval: 0.05) }
-        }
+        let journey = try bed.endedCall()
+        XCTAssertEqual(journey?.outcome, .answered)
         XCTAssertEqual(journey?.callee.number, "1002")
         XCTAssertEqual(journey?.branches.first?.finalStatus, 200)
-    }
-
-    func bindings() throws -> [Binding] {
-        try PostgresLocationStore.loadBindings(on: try database.connect(), for: Self.aor, now: Date())
     }
 
     /// The first output line starting with `prefix`, waiting up to `timeout` seconds; nil when it

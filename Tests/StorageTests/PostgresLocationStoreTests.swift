@@ -51,6 +51,25 @@ final class PostgresLocationStoreTests: XCTestCase {
         XCTAssertEqual(try store.loadBindings(now: now).map(\.id), [binding.id])
     }
 
+    func testTheFlowsOfOneInstanceSharingATokenAllComeBack() throws {
+        // RFC 5626: reg-id 1 and 2 of one phone are two bindings with one instance and one token;
+        // a restart (a load from PostgreSQL) must bring back both, each with its reg-id and flow.
+        let token = PushChannel(provider: .fcm, token: "shared-token", param: "project-1", kind: .standard)
+        var first = makeBinding(alice, channels: [token])
+        var second = makeBinding(alice, channels: [token])
+        second.instance = first.instance
+        second.regID = 2
+        second.flow.connectionID = "tcp-18"
+        first.regID = 1
+        try store.applyAndWait([.save(first)])
+        try store.applyAndWait([.save(second)])
+        let loaded = try store.loadBindings(now: Date()).sorted { ($0.regID ?? 0) < ($1.regID ?? 0) }
+        XCTAssertEqual(loaded.map(\.id), [first.id, second.id])
+        XCTAssertEqual(loaded.map(\.regID), [1, 2])
+        XCTAssertEqual(loaded.map(\.flow.connectionID), ["tcp-17", "tcp-18"])
+        XCTAssertEqual(loaded.map(\.pushChannels), [[token], [token]])
+    }
+
     func testRefreshReplacesTheRowAndItsChannelsAndDeleteRemovesBoth() throws {
         let first = PushChannel(provider: .fcm, token: "token-one", param: "project-1", kind: .standard)
         let second = PushChannel(provider: .fcm, token: "token-two", param: nil, kind: .standard)
