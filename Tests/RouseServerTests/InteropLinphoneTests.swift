@@ -32,6 +32,9 @@ final class InteropLinphoneTests: XCTestCase {
     func linphone(_ number: String, over transport: SIPTransportKind, answers: Bool = false) throws -> RouseProcess {
         let home = bed.workspace.appendingPathComponent("linphone-\(number)")
         try FileManager.default.createDirectory(at: home.appendingPathComponent(".local/share/linphone"), withIntermediateDirectories: true)
+        // Without a runtime folder, the PulseAudio client liblinphone tries makes one in /tmp.
+        let runtime = home.appendingPathComponent("run")
+        try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let port = try InteropBed.freePort()
         let proxy = "<sip:127.0.0.1:\(try bed.port(transport));transport=\(transport.rawValue)>"
         let config = [
@@ -64,8 +67,10 @@ final class InteropLinphoneTests: XCTestCase {
         let command = "/usr/bin/linphonec -c '\(rc.path)' -d 6 -l '\(log.path)'" + (answers ? " -a" : "")
         return try bed.launch(
             "/usr/bin/script", ["-q", "-f", "-e", "-c", command, "/dev/null"],
-            environment: ["HOME": home.path, "XDG_DATA_HOME": home.appendingPathComponent(".local/share").path,
-                          "XDG_CONFIG_HOME": home.appendingPathComponent(".config").path],
+            environment: [
+                "HOME": home.path, "XDG_DATA_HOME": home.appendingPathComponent(".local/share").path,
+                "XDG_CONFIG_HOME": home.appendingPathComponent(".config").path, "XDG_RUNTIME_DIR": runtime.path,
+            ],
             keepsInputOpen: true)
     }
 
