@@ -2,8 +2,9 @@
 # Installs what building, testing and running Rouse need on Debian, once: the C libraries Swift
 # links (OpenSSL, libpq, libcurl, libmicrohttpd), the PostgreSQL server the embedded default and the tests run,
 # the openssl command that makes test and first-run certificates, the third-party SIP stacks of
-# the interop tests (Perl's Net::SIP, SIPp 3.6.1 from sip-tester, baresip 1.0 on libre 1.1;
-# Tests/RouseServerTests/Interop*Tests.swift), the curl command of the
+# the interop tests (Perl's Net::SIP, SIPp 3.6.1 from sip-tester, baresip 1.0 on libre 1.1,
+# Linphone's console client linphonec 5.1 from linphone-cli, run under util-linux's `script` from
+# the essential bsdutils; Tests/RouseServerTests/Interop*Tests.swift), the curl command of the
 # docs' examples (DocsExamplesTests runs them), and headless Chromium with its WebDriver for the
 # admin pages' browser test (AdminPagesBrowserTests).
 set -euo pipefail
@@ -20,6 +21,8 @@ packages=(
     libnet-sip-perl
     sip-tester
     baresip-core
+    linphone-cli
+    bsdutils
     chromium
     chromium-driver
     curl

@@ -64,16 +64,11 @@ final class InteropBaresipTests: XCTestCase {
     func assertBaresipAnswers(over transport: SIPTransportKind) throws {
         try bed.startRouse()
         let phone = try baresip("1002", over: transport, answers: true)
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("baresip", phone))
-        let binding = try XCTUnwrap(try bed.bindings("1002").first)
+        let binding = try bed.registered("1002", by: "baresip", phone)
         XCTAssertTrue(binding.userAgent?.hasPrefix("baresip") == true, "\(binding.userAgent ?? "no user agent")")
         XCTAssertEqual(binding.flow.transport, transport.rawValue)
 
-        let caller = try bed.sipp(
-            "caller", scenario: "caller", number: "1001", transport: transport, arguments: ["-s", "1002", "-set", "hangup", "answer", "-d", "500"])
-        XCTAssertEqual(
-            caller.waitForExit(timeout: 90), 0,
-            bed.report("SIPp caller", caller, file: "caller-errors.log") + "\n" + bed.report("baresip", phone))
+        try bed.assertSIPpCall(over: transport, callee: ("baresip", phone))
         let journey = try XCTUnwrap(try bed.endedCall())
         XCTAssertEqual(journey.outcome, .answered)
         XCTAssertTrue(journey.answeredBy?.hasPrefix("baresip") == true, "\(journey.answeredBy ?? "nobody")")
@@ -83,10 +78,7 @@ final class InteropBaresipTests: XCTestCase {
     /// with digest, the SIPp phone answers, and baresip hangs up with BYE when it quits.
     func testBaresipCallsASIPpPhoneThroughRouse() throws {
         try bed.startRouse()
-        let callee = try bed.sipp(
-            "callee", scenario: "register", number: "1002", transport: .udp,
-            arguments: ["-oocsf", InteropBed.scenario("callee-answer"), "-d", "120000"])
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("SIPp callee", callee, file: "callee-errors.log"))
+        _ = try bed.sippCallee(over: .udp)
         let phone = try baresip("1001", over: .udp, answers: false, seconds: 4, commands: ["/dial sip:1002@\(InteropBed.domain)"])
         XCTAssertTrue(
             try bed.waitUntil { self.bed.logged("callee") == ["invite received", "ack received", "bye received"] },

@@ -61,10 +61,13 @@ final class InteropBed {
         try XCTUnwrap(points.first { $0.transport == transport }).port
     }
 
-    /// Starts a third-party program in the workspace; it is stopped at `tearDown` if still running.
-    func launch(_ path: String, _ arguments: [String]) throws -> RouseProcess {
+    /// Starts a third-party program in the workspace, with `environment` added to the test's; it is
+    /// stopped at `tearDown` if still running. With `keepsInputOpen`, its standard input stays open
+    /// for `send(_:)`.
+    func launch(_ path: String, _ arguments: [String], environment: [String: String] = [:], keepsInputOpen: Bool = false) throws -> RouseProcess {
         let process = try RouseProcess(
-            arguments: arguments, environment: [:], executable: URL(fileURLWithPath: path), workingDirectory: workspace)
+            arguments: arguments, environment: environment, keepsInputOpen: keepsInputOpen, executable: URL(fileURLWithPath: path),
+            workingDirectory: workspace)
         tools.append(process)
         return process
     }
@@ -87,6 +90,37 @@ final class InteropBed {
                 "-trace_logs", "-log_file", workspace.appendingPathComponent("\(name).log").path,
                 "-trace_err", "-error_file", workspace.appendingPathComponent("\(name)-errors.log").path,
             ] + arguments + ["127.0.0.1:\(try port(transport))"])
+    }
+
+    /// The first binding of extension `number`, once `tool` (named `name` in the failure's report,
+    /// with its file `file`) has registered it.
+    @discardableResult
+    func registered(_ number: String, by name: String, _ tool: RouseProcess, file: String? = nil) throws -> Binding {
+        XCTAssertTrue(try waitUntil { try !self.bindings(number).isEmpty }, report(name, tool, file: file))
+        return try XCTUnwrap(try bindings(number).first)
+    }
+
+    /// A SIPp phone registered as 1002 over `transport` that takes calls with the out-of-call
+    /// scenario `scenario` (`callee-answer` or `callee-cancel`), logging each step to `callee.log`;
+    /// returns once its binding is in PostgreSQL.
+    func sippCallee(over transport: SIPTransportKind, scenario: String = "callee-answer") throws -> RouseProcess {
+        let callee = try sipp(
+            "callee", scenario: "register", number: "1002", transport: transport,
+            arguments: ["-oocsf", Self.scenario(scenario), "-d", "120000"])
+        try registered("1002", by: "SIPp callee", callee, file: "callee-errors.log")
+        return callee
+    }
+
+    /// SIPp as 1001 calls 1002 over `transport` and hangs up the `hangup` way (`answer`: BYE after
+    /// `pause` ms; `cancel`: CANCEL once it rings); its scenario must end well. `callee` names the
+    /// phone called, for the failure's report.
+    func assertSIPpCall(over transport: SIPTransportKind, hangup: String = "answer", pause: Int = 500, callee: (String, RouseProcess)) throws {
+        let caller = try sipp(
+            "caller", scenario: "caller", number: "1001", transport: transport,
+            arguments: ["-s", "1002", "-set", "hangup", hangup, "-d", String(pause)])
+        XCTAssertEqual(
+            caller.waitForExit(timeout: 90), 0,
+            report("SIPp caller", caller, file: "caller-errors.log") + "\n" + report(callee.0, callee.1, file: "callee-errors.log"))
     }
 
     /// What a tool run left to read when it went wrong: its output, a file of its in the workspace

@@ -69,18 +69,8 @@ final class InteropSIPpTests: XCTestCase {
     /// calls it with SIPp. The caller's scenario must end well (its 200 and BYE, or its 487), the
     /// callee must have seen each step, and the journey must say how the call ended.
     func assertCall(over transport: SIPTransportKind, hangup: String) throws {
-        let calleeScenario = hangup == "answer" ? "callee-answer" : "callee-cancel"
-        let callee = try bed.sipp(
-            "callee", scenario: "register", number: "1002", transport: transport,
-            arguments: ["-oocsf", InteropBed.scenario(calleeScenario), "-d", "120000"])
-        XCTAssertTrue(try bed.waitUntil { try !self.bed.bindings("1002").isEmpty }, bed.report("SIPp callee", callee, file: "callee-errors.log"))
-
-        let caller = try bed.sipp(
-            "caller", scenario: "caller", number: "1001", transport: transport,
-            arguments: ["-s", "1002", "-set", "hangup", hangup, "-d", "200"])
-        XCTAssertEqual(
-            caller.waitForExit(timeout: 90), 0,
-            bed.report("SIPp caller", caller, file: "caller-errors.log") + "\n" + bed.report("SIPp callee", callee, file: "callee-errors.log"))
+        let callee = try bed.sippCallee(over: transport, scenario: hangup == "answer" ? "callee-answer" : "callee-cancel")
+        try bed.assertSIPpCall(over: transport, hangup: hangup, pause: 200, callee: ("SIPp callee", callee))
         let expected = hangup == "answer" ? ["invite received", "ack received", "bye received"] : ["invite received", "cancel received", "ack received"]
         XCTAssertTrue(try bed.waitUntil { self.bed.logged("callee") == expected }, "callee logged \(bed.logged("callee"))")
 

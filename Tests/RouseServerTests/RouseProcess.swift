@@ -9,6 +9,7 @@ final class RouseProcess {
     private let errors = Pipe()
     private let collected = Collected()
     private let collectedErrors = Collected()
+    private var input: Pipe?
 
     /// Lines written so far, both streams.
     final class Collected: @unchecked Sendable {
@@ -28,12 +29,13 @@ final class RouseProcess {
         return bundle
     }
 
-    /// - Parameter standardInput: text fed to the process's standard input, which is then closed;
-    ///   nil leaves it unconnected.
+    /// - Parameter standardInput: text fed to the process's standard input, which is then closed
+    ///   unless `keepsInputOpen`; nil leaves it unconnected (unless `keepsInputOpen`).
+    /// - Parameter keepsInputOpen: standard input stays open for `send(_:)` until `closeInput()`.
     /// - Parameter executable: the program; `rouse` by default.
     init(
-        arguments: [String], environment: [String: String], standardInput: String? = nil, executable: URL = RouseProcess.executable,
-        workingDirectory: URL? = nil
+        arguments: [String], environment: [String: String], standardInput: String? = nil, keepsInputOpen: Bool = false,
+        executable: URL = RouseProcess.executable, workingDirectory: URL? = nil
     ) throws {
         process.executableURL = executable
         process.currentDirectoryURL = workingDirectory
@@ -46,7 +48,7 @@ final class RouseProcess {
         process.environment = env
         process.standardOutput = output
         process.standardError = errors
-        let input = standardInput.map { _ in Pipe() }
+        let input = standardInput != nil || keepsInputOpen ? Pipe() : nil
         if let input { process.standardInput = input }
         let collected = self.collected
         let collectedErrors = self.collectedErrors
@@ -62,10 +64,27 @@ final class RouseProcess {
             }
         }
         try process.run()
-        if let input, let standardInput {
-            input.fileHandleForWriting.write(Data(standardInput.utf8))
-            try input.fileHandleForWriting.close()
+        if let input {
+            if let standardInput { input.fileHandleForWriting.write(Data(standardInput.utf8)) }
+            if keepsInputOpen {
+                // A write after the process has gone must fail, not end the test run.
+                signal(SIGPIPE, SIG_IGN)
+                self.input = input
+            } else {
+                try input.fileHandleForWriting.close()
+            }
         }
+    }
+
+    /// Writes `text` to the standard input kept open (`keepsInputOpen`).
+    func send(_ text: String) {
+        try? input?.fileHandleForWriting.write(contentsOf: Data(text.utf8))
+    }
+
+    /// Closes the standard input kept open: the process reads its end.
+    func closeInput() {
+        try? input?.fileHandleForWriting.close()
+        input = nil
     }
 
     var outputText: String { collected.all }
