@@ -113,6 +113,9 @@ extension SIPService: CallSignaling {
             if request.method == .bye, let callID = request.callID {
                 coordinator?.dialogEnded(callID: callID, fromCallee: tokens.device.map { $0 == flow })
             }
+            // The end beyond is a phone, not another proxy: credentials were meant for Rouse
+            // (§22.3), as on the INVITE's branch copies.
+            request.headers.remove(.proxyAuthorization)
             forward(request, handle, arrivedOn: flow, to: target, recordRoute: false)
             return true
         }
@@ -128,6 +131,7 @@ extension SIPService: CallSignaling {
         let tokens = popOwnRoutes(&request)
         guard let target = tokens.forward ?? tokens.target(arrivedOn: flow), transport.flowIsOpen(target) else { return }
         guard (request.maxForwards ?? ProxyRules.defaultMaxForwards) > 0 else { return }
+        if tokens.forward == nil { request.headers.remove(.proxyAuthorization) }
         request.headers.set(.maxForwards, String((request.maxForwards ?? ProxyRules.defaultMaxForwards) - 1))
         addVia(to: &request, over: target)
         send(.request(request), over: target)

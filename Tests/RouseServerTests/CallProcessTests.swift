@@ -174,15 +174,21 @@ final class CallProcessTests: XCTestCase {
     }
 
     /// Answer on `phone`, ACK from the caller, BYE from the caller: the whole dialog through Rouse.
+    /// The caller repeats its INVITE's credentials on the ACK and BYE, as Linphone does; Rouse
+    /// consumes them (RFC 3261 §22.3), so the phone never sees the caller's digest answer.
     func answerAndHangUp(_ phone: TestUserAgent, _ invite: SIPRequest, _ call: TestOutgoingCall, _ caller: TestUserAgent) throws {
         let phoneDialog = try phone.answer(invite)
         let ok = try call.waitForResponse(status: 200)
         XCTAssertNotNil(ok.headers[.recordRoute], "Rouse record-routes so the dialog passes through it")
         let callerDialog = try call.ack(ok)
-        try phoneDialog.waitForAck()
-        let bye = try callerDialog.sendRequest(.bye)
-        try phoneDialog.receiveBye()
+        let ack = try phoneDialog.waitForAck()
+        let credentials = call.invite.headers.lines(.proxyAuthorization).map { ("Proxy-Authorization", $0) }
+        let bye = try callerDialog.sendRequest(.bye, headers: credentials)
+        let received = try phoneDialog.receiveBye()
         XCTAssertEqual(try caller.waitForFinalResponse(to: bye).statusCode, 200)
+        for request in [invite, ack, received] {
+            XCTAssertEqual(request.headers.lines(.proxyAuthorization), [], "\(request.method) reached the phone with the caller's credentials")
+        }
     }
 
     // MARK: - The cases of issue 6 item 6
