@@ -203,6 +203,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         liveCallsByCallee[callee, default: []].insert(call.id)
         metrics?.live.set(Double(liveCallsByCallee.values.reduce(0) { $0 + $1.count }))
         log("call.started", ["call": call.journey.callID, "callee": callee.description, "caller": journey.caller])
+        // The ring timer runs from the INVITE's arrival, whatever the start still waits for.
+        call.ringDeadline = arrivedAt.addingTimeInterval(settings.ringTimeout.timeInterval)
+        schedule(call, at: call.ringDeadline) { [weak self] call in self?.ringTimedOut(call) }
 
         let bindings = directory.bindings(for: callee)
         let channels = bindings.flatMap(\.pushChannels)
@@ -214,10 +217,16 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         }
         // The registered devices are pushed (or rung) at once; posted tokens and dead marks made
         // by other instances are read meanwhile and join the call when they arrive. Only a callee
-        // with nothing registered waits for that read before anything happens.
+        // with nothing registered waits for that read, and at most `tokenReadTimeout`.
         let registered = targets(bindings, posted: [], dead: knownDead)
         let startsAtOnce = !registered.devices.isEmpty || !registered.deskPhones.isEmpty || !registered.awake.isEmpty
-        if startsAtOnce { start(call, targets: registered) }
+        if startsAtOnce {
+            start(call, targets: registered)
+        } else {
+            schedule(call, at: arrivedAt.addingTimeInterval(settings.tokenReadTimeout.timeInterval)) { [weak self] call in
+                self?.tokenReadTimedOut(call)
+            }
+        }
         Task { [self] in
             let found: (posted: [PostedToken], dead: Set<String>)?
             do {
@@ -232,14 +241,26 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 }
                 let now = Date()
                 for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens[key] = now }
-                if startsAtOnce {
-                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
-                } else {
+                if call.phase == .starting {
                     call.tokensRead = true
                     start(call, targets: targets(bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys)))
+                } else {
+                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
                 }
             }
         }
+    }
+
+    /// The posted tokens of a call with nothing registered did not come in time (PostgreSQL slow
+    /// or unreachable): the call goes on with what is registered now, and the read still joins
+    /// the call if it arrives while something rings.
+    private func tokenReadTimedOut(_ call: Call) {
+        guard call.phase == .starting else { return }
+        call.journey.events.append(JourneyEvent(
+            at: Date(), text: "posted tokens not read within \(Self.seconds(settings.tokenReadTimeout)) (database slow or unreachable)"))
+        log("call.tokens_unavailable", ["call": call.journey.callID, "error": "no answer within \(Self.seconds(settings.tokenReadTimeout))"])
+        call.tokensRead = true
+        start(call, targets: targets(directory.bindings(for: call.callee), posted: [], dead: Set(deadTokens.keys)))
     }
 
     /// The posted tokens arrived after the call started: devices known only by them are pushed
@@ -290,8 +311,6 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         guard call.phase == .starting, signaling != nil else { return }
         call.targets = targets
         let now = Date()
-        call.ringDeadline = call.arrivedAt.addingTimeInterval(settings.ringTimeout.timeInterval)
-        schedule(call, at: call.ringDeadline) { [weak self] call in self?.ringTimedOut(call) }
 
         if targets.devices.isEmpty {
             call.phase = .ringing

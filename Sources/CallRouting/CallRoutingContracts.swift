@@ -86,16 +86,21 @@ public struct CallSettings: Sendable, Equatable {
     /// INVITE and its CANCEL when it registers, so CallKit ends the call (default 30 s).
     public var cancelGrace: Duration
     public var trustedPeers: TrustedPeers
+    /// How long a call with nothing registered waits for the posted tokens and dead marks from
+    /// PostgreSQL before it goes on without them (default 2 s): a slow or unreachable database
+    /// never keeps a caller at 100 Trying.
+    public var tokenReadTimeout: Duration
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
-        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers()
+        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2)
     ) {
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
         self.ringTimeout = ringTimeout
         self.cancelGrace = cancelGrace
         self.trustedPeers = trustedPeers
+        self.tokenReadTimeout = tokenReadTimeout
     }
 }
 

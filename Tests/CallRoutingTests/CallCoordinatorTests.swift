@@ -142,7 +142,7 @@ final class Harness: @unchecked Sendable {
     private var callerResponses: [SIPResponse] = []
     private var handle: ServerTransactionHandle?
 
-    init(bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil) {
+    init(bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil) {
         directory.set(bindings)
         let box = Box()
         transactions = TransactionLayer<Int>(
@@ -151,11 +151,12 @@ final class Harness: @unchecked Sendable {
             core: { event in box.harness?.core(event) })
         signaling = FakeSignaling(transactions: transactions)
         coordinator = CallCoordinator<FakeSignaling>(
-            directory: directory, tokens: nil, pusher: pusher, journeys: journeys,
+            directory: directory, tokens: tokens, pusher: pusher, journeys: journeys,
             authenticator: DigestAuthenticator(secret: Array("secret".utf8), nonceLifetime: 300),
             settings: CallSettings(
                 wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
-                cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"])),
+                cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"]),
+                tokenReadTimeout: settings.tokenReadTimeout),
             ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens)
         coordinator.attach(signaling)
         box.harness = self
@@ -373,4 +374,37 @@ final class MemoryJourneys: JourneyStore, @unchecked Sendable {
     func recordPush(_ push: JourneyPush, of journey: CallJourney) {}
     func recordWake(pushID: UUID, _ result: WakeResult) { lock.withLock { recordedWakes.append((pushID, result)) } }
     func recordCall(_ journey: CallJourney) { lock.withLock { recorded.append(journey) } }
+}
+
+/// Posted tokens from a database that does not answer (partitioned): every read waits until
+/// `release`, then finds nothing.
+final class StalledTokens: WakeTokenSource, @unchecked Sendable {
+    // @unchecked: `waiting` and `released` are only touched under `lock`.
+    private let lock = NSLock()
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var released = false
+
+    var stalledReads: Int { lock.withLock { waiting.count } }
+
+    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>) {
+        await withCheckedContinuation { continuation in
+            let held = lock.withLock { () -> Bool in
+                guard !released else { return false }
+                waiting.append(continuation)
+                return true
+            }
+            if !held { continuation.resume() }
+        }
+        return ([], [])
+    }
+
+    /// Lets every read waiting now, and every later one, answer.
+    func release() {
+        let held = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            released = true
+            defer { waiting = [] }
+            return waiting
+        }
+        held.forEach { $0.resume() }
+    }
 }
