@@ -84,6 +84,22 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Calls not yet ended.
     public var liveCallCount: Int { queue.sync { calls.values.filter { $0.phase != .ended }.count } }
 
+    /// What the coordinator holds now, for tests and diagnostics.
+    public struct Occupancy: Sendable, Equatable {
+        /// Calls kept, live or ended (an ended one for `endedCallKeep`).
+        public var calls: Int
+        /// How ended calls ended, kept while their call tokens may ask.
+        public var endedCalls: Int
+        /// Answered calls followed to their BYE.
+        public var talking: Int
+        /// Tokens a provider called dead.
+        public var deadTokens: Int
+    }
+
+    public var occupancy: Occupancy {
+        queue.sync { Occupancy(calls: calls.count, endedCalls: endedCalls.count, talking: talking.count, deadTokens: deadTokens.count) }
+    }
+
     // MARK: - Entry points
 
     /// An INVITE outside any dialog arrived (its server transaction already sent 100 Trying).
@@ -769,8 +785,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         journeys?.recordCall(call.journey)
     }
 
-    /// Keeps how a call ended while its tokens may still ask, then forgets it.
+    /// Keeps how a call ended while its tokens may still ask, then forgets it. A call that pushed
+    /// nobody issued no token, so nothing is kept (it may have ended while starting).
     private func rememberEnd(_ call: Call, outcome: CallOutcome, reason: String) {
+        guard callTokens != nil, !call.devices.isEmpty else { return }
         endedCalls[call.id] = EndedCall(
             callee: call.callee, outcome: outcome, reason: reason, answeredByTag: call.answeredByTag, missed: call.missed,
             declinedTags: Set(call.devices.filter { $0.declined != nil }.map(\.tag)))
@@ -847,9 +865,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             talking[call.journey.callID] = call.journey
         }
         log("call.ended", ["call": call.journey.callID, "outcome": outcome.rawValue, "status": String(finalStatus), "reason": reason])
-        // Keep the call a while for late responses (2xx retransmissions, CANCEL answers), then forget it.
+        // Keep the call for late responses (2xx retransmissions, CANCEL answers), then forget it.
         let id = call.id
-        queue.asyncAfter(deadline: .now() + 34) { [weak self] in
+        queue.asyncAfter(deadline: .now() + settings.endedCallKeep.timeInterval) { [weak self] in
             guard let self, let call = self.calls.removeValue(forKey: id) else { return }
             self.callByHandle[call.handle] = nil
         }

@@ -90,10 +90,14 @@ public struct CallSettings: Sendable, Equatable {
     /// PostgreSQL before it goes on without them (default 2 s): a slow or unreachable database
     /// never keeps a caller at 100 Trying.
     public var tokenReadTimeout: Duration
+    /// How long an ended call is kept for late responses (a branch's 2xx retransmissions, the
+    /// answers to its CANCELs): 64·T1 (RFC 3261 §13.3.1.4, Timer F), 32 s with the default T1.
+    public var endedCallKeep: Duration
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
-        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2)
+        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2),
+        endedCallKeep: Duration = .milliseconds(500) * 64
     ) {
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
@@ -101,6 +105,7 @@ public struct CallSettings: Sendable, Equatable {
         self.cancelGrace = cancelGrace
         self.trustedPeers = trustedPeers
         self.tokenReadTimeout = tokenReadTimeout
+        self.endedCallKeep = endedCallKeep
     }
 }
 

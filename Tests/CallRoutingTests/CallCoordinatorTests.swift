@@ -156,7 +156,7 @@ final class Harness: @unchecked Sendable {
             settings: CallSettings(
                 wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
                 cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"]),
-                tokenReadTimeout: settings.tokenReadTimeout),
+                tokenReadTimeout: settings.tokenReadTimeout, endedCallKeep: settings.endedCallKeep),
             ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens)
         coordinator.attach(signaling)
         box.harness = self
