@@ -43,11 +43,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private var graceDevices: [AddressOfRecord: [GraceDevice]] = [:]
     /// Tokens a provider called dead (seen here, or read from PostgreSQL), by `family:token`, with
     /// when: not pushed again until a binding carrying the token registers after that moment.
-    private var deadTokens: [String: Date] = [:]
-    /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up.
-    private var talking: [String: CallJourney] = [:]
-    /// At most this many answered calls are followed to their BYE; the oldest are let go.
-    private let talkingLimit = 100_000
+    /// Forgotten after `deadTokenMemory` (PostgreSQL keeps the mark; the next call reads it again).
+    private var deadTokens: ExpiringTable<String, Date>
+    /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
+    /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
+    private var talking: ExpiringTable<String, CallJourney>
+    /// A prune of `talking` is scheduled.
+    private var talkingPruneArmed = false
     /// How each call ended, kept while its call tokens can still ask (`status`).
     private var endedCalls: [UUID: EndedCall] = [:]
     /// A call token lives until the call can no longer ring, plus this margin (issue 11).
@@ -74,6 +76,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         self.instanceID = instanceID
         self.metrics = metrics.map(CallMetrics.init)
         self.log = log
+        deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
+        talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
     }
 
     /// Connects the SIP side (which owns the coordinator, hence the weak reference).
@@ -150,7 +154,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             for binding in bindings {
                 for channel in binding.pushChannels {
                     let key = CallTargets.tokenKey(channel)
-                    if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens[key] = nil }
+                    if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens.removeValue(forKey: key) }
                 }
             }
             guard hasCalls || hasGrace else { return }
@@ -225,16 +229,16 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
         let bindings = directory.bindings(for: callee)
         let channels = bindings.flatMap(\.pushChannels)
-        let knownDead = Set(deadTokens.keys)
+        deadTokens.prune(now: arrivedAt)
         guard let tokens else {
             call.tokensRead = true
-            start(call, targets: targets(bindings, posted: [], dead: knownDead))
+            start(call, targets: targets(bindings, posted: []))
             return
         }
         // The registered devices are pushed (or rung) at once; posted tokens and dead marks made
         // by other instances are read meanwhile and join the call when they arrive. Only a callee
         // with nothing registered waits for that read, and at most `tokenReadTimeout`.
-        let registered = targets(bindings, posted: [], dead: knownDead)
+        let registered = targets(bindings, posted: [])
         let startsAtOnce = !registered.devices.isEmpty || !registered.deskPhones.isEmpty || !registered.awake.isEmpty
         if startsAtOnce {
             start(call, targets: registered)
@@ -256,12 +260,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     call.journey.events.append(JourneyEvent(at: Date(), text: "posted tokens could not be read (database unavailable)"))
                 }
                 let now = Date()
-                for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens[key] = now }
+                for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens.insert(now, for: key, at: now) }
                 if call.phase == .starting {
                     call.tokensRead = true
-                    start(call, targets: targets(bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys)))
+                    start(call, targets: targets(bindings, posted: found?.posted ?? []))
                 } else {
-                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
+                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [])
                 }
             }
         }
@@ -276,15 +280,15 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             at: Date(), text: "posted tokens not read within \(Self.seconds(settings.tokenReadTimeout)) (database slow or unreachable)"))
         log("call.tokens_unavailable", ["call": call.journey.callID, "error": "no answer within \(Self.seconds(settings.tokenReadTimeout))"])
         call.tokensRead = true
-        start(call, targets: targets(directory.bindings(for: call.callee), posted: [], dead: Set(deadTokens.keys)))
+        start(call, targets: targets(directory.bindings(for: call.callee), posted: []))
     }
 
     /// The posted tokens arrived after the call started: devices known only by them are pushed
     /// now, and a VoIP-only iPhone gains its regular token for the cancel push.
-    private func addPostedDevices(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
+    private func addPostedDevices(_ call: Call, bindings: [Binding], posted: [PostedToken]) {
         call.tokensRead = true
         guard call.phase == .waiting || call.phase == .ringing, !call.answered else { return }
-        let complete = targets(bindings, posted: posted, dead: dead)
+        let complete = targets(bindings, posted: posted)
         for device in complete.devices {
             if let state = call.devices.first(where: { $0.device.key == device.key }) {
                 if state.device.cancelChannel == nil { state.device.cancelChannel = device.cancelChannel }
@@ -304,9 +308,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         endWaitIfEveryPushFailed(call)
     }
 
-    /// Who the call goes to, with reachability as the SIP side sees it now.
-    private func targets(_ bindings: [Binding], posted: [PostedToken], dead: Set<String>) -> CallTargets {
-        CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
+    /// Who the call goes to, with reachability as the SIP side sees it now and the dead marks of
+    /// its tokens (looked up one by one, never the whole table).
+    private func targets(_ bindings: [Binding], posted: [PostedToken]) -> CallTargets {
+        let keys = (bindings.flatMap(\.pushChannels) + posted.map(\.channel)).map(CallTargets.tokenKey)
+        let dead = Set(keys.filter { deadTokens[$0] != nil })
+        return CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
     }
 
     /// decisions.md "Ring push expiry": the wait for an app-only call, the ring timeout when
@@ -385,7 +392,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     private func pushAnswered(_ call: Call, _ state: DeviceState, outcome: PushOutcome, appID: Int64?) {
         let accepted = outcome.word == "accepted"
-        if outcome.isDeadToken { deadTokens[CallTargets.tokenKey(state.device.ringChannel)] = Date() }
+        if outcome.isDeadToken { deadTokens.insert(Date(), for: CallTargets.tokenKey(state.device.ringChannel), at: Date()) }
         metrics?.pushes.increment(["provider": state.device.ringChannel.provider.rawValue, "outcome": outcome.word])
         metrics?.pushLatency.observe(Double(outcome.latencyMilliseconds) / 1000)
         if !accepted {
@@ -781,7 +788,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Records a journey that changed after its call ended (a late push answer, a cancel push's
     /// outcome), in the answered call's talking copy too, so the BYE's rewrite keeps the change.
     private func recordAfterEnd(_ call: Call) {
-        if talking[call.journey.callID] != nil { talking[call.journey.callID] = call.journey }
+        talking.update(call.journey, for: call.journey.callID)
         journeys?.recordCall(call.journey)
     }
 
@@ -859,10 +866,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         metrics?.calls.increment(["outcome": outcome.rawValue])
         journeys?.recordCall(call.journey)
         if outcome == .answered {
-            if talking.count >= talkingLimit, let oldest = talking.min(by: { ($0.value.answeredAt ?? .distantPast) < ($1.value.answeredAt ?? .distantPast) }) {
-                talking[oldest.key] = nil
-            }
-            talking[call.journey.callID] = call.journey
+            talking.insert(call.journey, for: call.journey.callID, at: now)
+            armTalkingPrune()
         }
         log("call.ended", ["call": call.journey.callID, "outcome": outcome.rawValue, "status": String(finalStatus), "reason": reason])
         // Keep the call for late responses (2xx retransmissions, CANCEL answers), then forget it.
@@ -870,6 +875,20 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         queue.asyncAfter(deadline: .now() + settings.endedCallKeep.timeInterval) { [weak self] in
             guard let self, let call = self.calls.removeValue(forKey: id) else { return }
             self.callByHandle[call.handle] = nil
+        }
+    }
+
+    /// Lets go of answered calls whose BYE did not pass within `maxCallDuration`, when the oldest
+    /// of them reaches it (one timer at a time).
+    private func armTalkingPrune() {
+        guard !talkingPruneArmed, let oldest = talking.oldestInsertedAt else { return }
+        talkingPruneArmed = true
+        let delay = max(0, oldest.addingTimeInterval(talking.maxAge).timeIntervalSinceNow)
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self else { return }
+            talkingPruneArmed = false
+            talking.prune(now: Date())
+            armTalkingPrune()
         }
     }
 

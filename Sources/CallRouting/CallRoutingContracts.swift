@@ -93,11 +93,18 @@ public struct CallSettings: Sendable, Equatable {
     /// How long an ended call is kept for late responses (a branch's 2xx retransmissions, the
     /// answers to its CANCELs): 64·T1 (RFC 3261 §13.3.1.4, Timer F), 32 s with the default T1.
     public var endedCallKeep: Duration
+    /// How long an answered call is followed to its BYE (default 12 h, as Kamailio's dialog
+    /// timeout): a call whose BYE Rouse never saw is then let go, its journey without a hang-up.
+    public var maxCallDuration: Duration
+    /// How long a dead-token mark is held in memory (default 24 h); PostgreSQL keeps it, and
+    /// the next call to the extension reads it again.
+    public var deadTokenMemory: Duration
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
         cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2),
-        endedCallKeep: Duration = .milliseconds(500) * 64
+        endedCallKeep: Duration = .milliseconds(500) * 64, maxCallDuration: Duration = .seconds(12 * 3600),
+        deadTokenMemory: Duration = .seconds(24 * 3600)
     ) {
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
@@ -106,6 +113,8 @@ public struct CallSettings: Sendable, Equatable {
         self.trustedPeers = trustedPeers
         self.tokenReadTimeout = tokenReadTimeout
         self.endedCallKeep = endedCallKeep
+        self.maxCallDuration = maxCallDuration
+        self.deadTokenMemory = deadTokenMemory
     }
 }
 

@@ -156,7 +156,8 @@ final class Harness: @unchecked Sendable {
             settings: CallSettings(
                 wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
                 cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"]),
-                tokenReadTimeout: settings.tokenReadTimeout, endedCallKeep: settings.endedCallKeep),
+                tokenReadTimeout: settings.tokenReadTimeout, endedCallKeep: settings.endedCallKeep, maxCallDuration: settings.maxCallDuration,
+                deadTokenMemory: settings.deadTokenMemory),
             ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens)
         coordinator.attach(signaling)
         box.harness = self
@@ -318,6 +319,11 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
     private var holding = false
     private var heldRings: [CheckedContinuation<Void, Never>] = []
 
+    private var deadTokens: Set<String> = []
+
+    /// From now on the provider answers ring pushes to `token` 410 Unregistered (a dead token).
+    func refuseAsDead(_ token: String) { lock.withLock { _ = deadTokens.insert(token) } }
+
     /// From now on ring pushes get no answer until `releaseRings` (a stalled provider).
     func holdRings() { lock.withLock { holding = true } }
     var heldRingCount: Int { lock.withLock { heldRings.count } }
@@ -347,6 +353,10 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
                 }
                 if !heldNow { continuation.resume() }
             }
+        }
+        if lock.withLock({ deadTokens.contains(channel.token) }) {
+            return (PushOutcome(result: .refused(status: 410, reason: "Unregistered", explanation: "the token is no longer valid"),
+                                latency: .milliseconds(3), isDeadToken: true), 1)
         }
         return (PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3)), 1)
     }

@@ -58,6 +58,64 @@ final class CallDeadlineTests: XCTestCase {
         try harness.waitUntil { harness.coordinator.occupancy.calls == 0 }
     }
 
+    func testAnAnsweredCallWhoseByeNeverCameIsLetGoAfterTheLongestCall() throws {
+        let harness = Harness(bindings: [desk()], settings: CallSettings(maxCallDuration: .zero))
+        harness.placeCall()
+        let invite = try harness.waitForBranch()
+        invite.respond(200)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
+        try harness.waitUntil { harness.coordinator.occupancy.talking == 0 }
+        let recorded = harness.journeys.calls.count
+        harness.coordinator.dialogEnded(callID: try XCTUnwrap(invite.request.callID), fromCallee: true)
+        harness.coordinator.drain()
+        XCTAssertEqual(harness.journeys.calls.count, recorded, "a BYE after that is not followed")
+        XCTAssertNil(harness.journeys.calls.last?.endedAt)
+    }
+
+    func testAnAnsweredCallIsFollowedToItsByeWithinTheLongestCall() throws {
+        let harness = Harness(bindings: [desk()])
+        harness.placeCall()
+        let invite = try harness.waitForBranch()
+        invite.respond(200)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
+        XCTAssertEqual(harness.coordinator.occupancy.talking, 1)
+        harness.coordinator.dialogEnded(callID: try XCTUnwrap(invite.request.callID), fromCallee: true)
+        try harness.waitUntil { harness.journeys.calls.last?.endedAt != nil }
+        XCTAssertEqual(harness.coordinator.occupancy.talking, 0)
+    }
+
+    func testADeadTokenIsNotPushedAgainWhileItsMarkIsHeld() throws {
+        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30)))
+        harness.pusher.refuseAsDead(voip.token)
+        harness.placeCall()
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 480)
+        XCTAssertEqual(harness.coordinator.occupancy.deadTokens, 1)
+        harness.placeCall()
+        try harness.waitUntil { Set(harness.journeys.calls.filter { $0.outcome == .unanswered }.map(\.callID)).count == 2 }
+        XCTAssertEqual(harness.pusher.rings.count, 1, "the dead token is not pushed again")
+    }
+
+    func testADeadTokenMarkIsForgottenAfterItsMemory() throws {
+        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30), deadTokenMemory: .zero))
+        harness.pusher.refuseAsDead(voip.token)
+        harness.placeCall()
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 480)
+        harness.placeCall()
+        try harness.waitUntil { harness.pusher.rings.count == 2 }
+        harness.coordinator.drain()
+        XCTAssertLessThanOrEqual(harness.coordinator.occupancy.deadTokens, 1)
+    }
+
+    let voip = PushChannel(provider: .apns, token: String(repeating: "cd", count: 32), param: nil, kind: .voip)
+
+    func app() -> Binding {
+        Binding(
+            aor: callee, contact: "sip:app@192.0.2.6:5060;transport=tcp", instance: "<urn:uuid:1>", callID: "a", cseq: 1,
+            registeredAt: Date().addingTimeInterval(-60), expiresAt: Date().addingTimeInterval(600), userAgent: "App",
+            flow: BindingFlow(transport: "tcp", source: "192.0.2.6:40000", connectionID: "tcp#1", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            pushChannels: [voip])
+    }
+
     func desk() -> Binding {
         Binding(
             aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
