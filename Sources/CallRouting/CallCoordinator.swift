@@ -485,30 +485,51 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         call.branches.append(branch)
         let id = call.id
         let index = call.branches.count - 1
-        let sent = signaling.sendInvite(request, to: binding, callerFlow: call.callerFlow) { [weak self] event in
-            guard let self else { return }
-            self.queue.async { self.branchEvent(id, index, event) }
-        }
         let device = call.devices.first { $0.device.bindingIDs.contains(binding.id) || $0.device.matches(binding) }?.device.name
             ?? binding.userAgent ?? binding.contactForDisplay
-        var line = JourneyBranch(
+        branch.journeyIndex = call.journey.branches.count
+        call.journey.branches.append(JourneyBranch(
             bindingID: binding.id, target: binding.contactForDisplay, device: device, transport: binding.flow.transport,
-            startedAt: Date(), isLateFork: late)
-        guard let (sentRequest, flow) = sent else {
-            line.responses.append(JourneyResponse(status: 503, reason: "unreachable", at: Date()))
-            line.endedAt = Date()
+            startedAt: Date(), isLateFork: late))
+        // A flow this instance holds is sent on at once; one through another instance may first
+        // need a connection to it, and the call queue does not wait for that.
+        let handoff = SendHandoff()
+        signaling.sendInvite(request, to: binding, callerFlow: call.callerFlow, sent: { [weak self] result in
+            guard handoff.passLater(result), let self else { return }
+            self.queue.async { self.branchSentLater(id, index, result) }
+        }, onResponse: { [weak self] event in
+            guard let self else { return }
+            self.queue.async { self.branchEvent(id, index, event) }
+        })
+        if let result = handoff.takeInline() { branchSent(call, branch, result) }
+    }
+
+    /// The branch INVITE went out (its request and flow), or could not: a failed flow, and the
+    /// device's next one is tried.
+    private func branchSent(_ call: Call, _ branch: Branch, _ result: SentRequest<Flow>?) {
+        guard let result else {
+            if let journeyIndex = branch.journeyIndex {
+                call.journey.branches[journeyIndex].responses.append(JourneyResponse(status: 503, reason: "unreachable", at: Date()))
+                call.journey.branches[journeyIndex].endedAt = Date()
+            }
             branch.final = 503
             branch.flowFailed = true
-            call.journey.branches.append(line)
             considerFlowFailure(call)
             tryNextFlow(call, after: branch)
             return
         }
-        branch.sent = sentRequest
-        branch.flow = flow
-        branch.journeyIndex = call.journey.branches.count
-        call.journey.branches.append(line)
-        log("call.fork", ["call": call.journey.callID, "binding": binding.id.uuidString, "late": late ? "yes" : "no"])
+        branch.sent = result.request
+        branch.flow = result.flow
+        log("call.fork", ["call": call.journey.callID, "binding": branch.binding.id.uuidString, "late": branch.isLate ? "yes" : "no"])
+        // A CANCEL wanted once a provisional came, which came before the send was known.
+        if branch.gotProvisional, let reason = branch.cancelWanted { sendCancel(branch, reason: reason) }
+    }
+
+    /// A send that needed a connection first finished after its fork: the call may have moved on.
+    private func branchSentLater(_ id: UUID, _ index: Int, _ result: SentRequest<Flow>?) {
+        guard let call = calls[id], call.branches.indices.contains(index) else { return }
+        branchSent(call, call.branches[index], result)
+        if result == nil, call.phase == .ringing { finishIfNothingRings(call, nothingText: call.pushFailures.first ?? "no device woke in time") }
     }
 
     /// A branch that reached no device counts as a 408: below every answer a device gave, and
@@ -679,19 +700,29 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 recordAfterEnd(call)
             }
             journeys?.recordWake(pushID: grace.pushID, late)
-            let sent = signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow) { [weak self] event in
+            signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow, sent: { [weak self] result in
                 guard let self else { return }
                 self.queue.async {
-                    guard event.response.statusCode < 200, !holder.cancelled, let sent = holder.sent, let flow = holder.flow else { return }
-                    holder.cancelled = true
-                    self.signaling?.sendCancel(ProxyRules.cancel(of: sent, reason: grace.reason), over: flow)
+                    holder.sent = result
+                    self.cancelGraceInvite(holder, reason: grace.reason)
                 }
-            }
-            holder.sent = sent?.sent
-            holder.flow = sent?.flow
+            }, onResponse: { [weak self] event in
+                guard let self, event.response.statusCode < 200 else { return }
+                self.queue.async {
+                    holder.provisional = true
+                    self.cancelGraceInvite(holder, reason: grace.reason)
+                }
+            })
             log("call.grace_invite", ["call": grace.invite.callID ?? "", "binding": binding.id.uuidString])
         }
         graceDevices[aor] = remaining.isEmpty ? nil : remaining
+    }
+
+    /// The CANCEL of a grace device's INVITE, once it is out and a provisional came (§9.1).
+    private func cancelGraceInvite(_ holder: GraceSend, reason: String) {
+        guard holder.provisional, !holder.cancelled, let sent = holder.sent else { return }
+        holder.cancelled = true
+        signaling?.sendCancel(ProxyRules.cancel(of: sent.request, reason: reason), over: sent.flow)
     }
 
     // MARK: - Declines and status (call tokens)
@@ -1123,9 +1154,34 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// The INVITE of a grace device and whether its CANCEL went. @unchecked Sendable: only
     /// touched on `queue`.
     final class GraceSend: @unchecked Sendable {
-        var sent: SIPRequest?
-        var flow: Flow?
+        var sent: SentRequest<Flow>?
+        var provisional = false
         var cancelled = false
+    }
+
+    /// Hands the result of a branch's send to the fork that asked for it when it came before
+    /// `sendInvite` returned, else to the queue. Thread-safe: a lock guards both fields.
+    final class SendHandoff: @unchecked Sendable {
+        private let lock = NSLock()
+        private var forkReturned = false
+        private var early: SentRequest<Flow>??
+
+        /// From the send: true when the fork has returned, so the result must go through the queue.
+        func passLater(_ result: SentRequest<Flow>?) -> Bool {
+            lock.withLock {
+                if forkReturned { return true }
+                early = .some(result)
+                return false
+            }
+        }
+
+        /// From the fork once `sendInvite` returned: the result, when it came already.
+        func takeInline() -> SentRequest<Flow>?? {
+            lock.withLock {
+                forkReturned = true
+                return early
+            }
+        }
     }
 }
 

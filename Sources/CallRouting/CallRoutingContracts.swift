@@ -20,13 +20,26 @@ public protocol CallSignaling: AnyObject, Sendable {
     func reach(_ binding: Binding) -> BindingReach
     /// Sends a branch INVITE to `binding` in a client transaction, adding Rouse's Via, a
     /// Record-Route that names both the caller's flow and the device's, and, for a binding held by
-    /// another instance, a Route through it. Returns the request as sent and its flow, or nil when
-    /// the binding cannot be reached.
+    /// another instance, a Route through it. Calls `sent` with the request as sent and its flow,
+    /// or nil when the binding cannot be reached: before returning for a flow this instance holds,
+    /// later and from another thread when a connection to another instance is set up first.
     func sendInvite(
-        _ request: SIPRequest, to binding: Binding, callerFlow: Flow, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
-    ) -> (sent: SIPRequest, flow: Flow)?
+        _ request: SIPRequest, to binding: Binding, callerFlow: Flow, sent: @escaping @Sendable (SentRequest<Flow>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    )
     /// Sends a CANCEL (built by `ProxyRules.cancel`) over `flow` in its own client transaction.
     func sendCancel(_ cancel: SIPRequest, over flow: Flow)
+}
+
+/// A request as it went out, and the flow it went over.
+public struct SentRequest<Flow: Hashable & Sendable>: Sendable {
+    public var request: SIPRequest
+    public var flow: Flow
+
+    public init(_ request: SIPRequest, over flow: Flow) {
+        self.request = request
+        self.flow = flow
+    }
 }
 
 /// The callee's side of the directory: which extensions exist and their live bindings (the

@@ -277,12 +277,40 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
     }
 
     func sendInvite(
-        _ request: SIPRequest, to binding: Binding, callerFlow: Int, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
-    ) -> (sent: SIPRequest, flow: Int)? {
-        var sent = request
-        sent.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
-        lock.withLock { sentInvites.append(SentInvite(request: sent, bindingID: binding.id, onResponse: onResponse)) }
-        return (sent, 1)
+        _ request: SIPRequest, to binding: Binding, callerFlow: Int, sent: @escaping @Sendable (SentRequest<Int>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) {
+        var withVia = request
+        withVia.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
+        let outgoing = withVia
+        let send = { @Sendable [self] in
+            lock.withLock { sentInvites.append(SentInvite(request: outgoing, bindingID: binding.id, onResponse: onResponse)) }
+            sent(SentRequest(outgoing, over: 1))
+        }
+        let held = lock.withLock { () -> Bool in
+            guard holdingRemote, binding.flow.instanceID != "i" else { return false }
+            heldSends.append(send)
+            return true
+        }
+        if !held { send() }
+    }
+
+    private var holdingRemote = false
+    private var heldSends: [@Sendable () -> Void] = []
+
+    /// From now on a send to a binding held by another instance waits for `releaseSends`, as
+    /// while a connection to that instance is set up.
+    func holdSendsToOtherInstances() { lock.withLock { holdingRemote = true } }
+    var heldSendCount: Int { lock.withLock { heldSends.count } }
+
+    /// The held sends go out now, from another thread.
+    func releaseSends() {
+        let held = lock.withLock { () -> [@Sendable () -> Void] in
+            holdingRemote = false
+            defer { heldSends = [] }
+            return heldSends
+        }
+        DispatchQueue.global().async { held.forEach { $0() } }
     }
 
     func sendCancel(_ cancel: SIPRequest, over flow: Int) {

@@ -106,6 +106,40 @@ final class CallDeadlineTests: XCTestCase {
         XCTAssertLessThanOrEqual(harness.coordinator.occupancy.deadTokens, 1)
     }
 
+    func testTheCallQueueServesOnWhileABranchToAnotherInstanceIsConnecting() throws {
+        let harness = Harness(bindings: [remoteDesk()])
+        harness.signaling.holdSendsToOtherInstances()
+        harness.placeCall()
+        try harness.waitUntil { harness.signaling.heldSendCount == 1 }
+        // The caller hangs up while the connection to the other instance is still being set up.
+        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
+        harness.signaling.releaseSends()
+        let invite = try harness.waitForBranch()
+        invite.respond(180)
+        try harness.waitUntil { harness.signaling.cancels.count == 1 }
+        XCTAssertEqual(harness.signaling.cancels.first?.callID, invite.request.callID)
+    }
+
+    func testABranchSentAfterItsConnectionIsUpCanAnswer() throws {
+        let harness = Harness(bindings: [remoteDesk()])
+        harness.signaling.holdSendsToOtherInstances()
+        harness.placeCall()
+        try harness.waitUntil { harness.signaling.heldSendCount == 1 }
+        harness.signaling.releaseSends()
+        let invite = try harness.waitForBranch()
+        invite.respond(200)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
+    }
+
+    /// A desk phone whose TCP connection another instance holds.
+    func remoteDesk() -> Binding {
+        Binding(
+            aor: callee, contact: "sip:desk@192.0.2.8:5060;transport=tcp", callID: "r", cseq: 1, registeredAt: Date(),
+            expiresAt: Date().addingTimeInterval(600), userAgent: "Remote desk",
+            flow: BindingFlow(transport: "tcp", source: "192.0.2.8:40000", connectionID: "tcp#9", localPoint: "tcp:127.0.0.1:5070", instanceID: "other"))
+    }
+
     let voip = PushChannel(provider: .apns, token: String(repeating: "cd", count: 32), param: nil, kind: .voip)
 
     func app() -> Binding {
