@@ -98,10 +98,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         public var talking: Int
         /// Tokens a provider called dead.
         public var deadTokens: Int
+        /// VoIP-only iPhones still sent the INVITE and its CANCEL if they register (`cancel_grace`).
+        public var graceDevices: Int
     }
 
     public var occupancy: Occupancy {
-        queue.sync { Occupancy(calls: calls.count, endedCalls: endedCalls.count, talking: talking.count, deadTokens: deadTokens.count) }
+        queue.sync { Occupancy(calls: calls.count, endedCalls: endedCalls.count, talking: talking.count, deadTokens: deadTokens.count,
+            graceDevices: graceDevices.values.reduce(0) { $0 + $1.count }) }
     }
 
     // MARK: - Entry points
@@ -941,9 +944,21 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 graceDevices[call.callee, default: []].append(GraceDevice(
                     callID: call.id, device: state.device, pushID: state.pushID, sentAt: state.sentAt ?? Date(), until: until,
                     invite: call.invite, callerFlow: call.callerFlow, reason: Self.sipReason(forPushReason: reason)))
+                forgetGraceDevices(of: call.callee, at: until)
                 call.journey.events.append(JourneyEvent(
                     at: Date(), text: "\(state.device.name) has only a VoIP token: if it registers within \(Self.seconds(settings.cancelGrace)) it gets the INVITE and a CANCEL"))
             }
+        }
+    }
+
+    /// Lets go of the grace devices of `aor` whose grace has passed, at `until`: an iPhone that
+    /// never registers again is not kept for ever.
+    private func forgetGraceDevices(of aor: AddressOfRecord, at until: Date) {
+        queue.asyncAfter(deadline: .now() + max(0, until.timeIntervalSinceNow)) { [weak self] in
+            guard let self, let devices = graceDevices[aor] else { return }
+            let now = Date()
+            let remaining = devices.filter { $0.until > now }
+            graceDevices[aor] = remaining.isEmpty ? nil : remaining
         }
     }
 

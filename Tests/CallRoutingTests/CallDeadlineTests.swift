@@ -140,6 +140,16 @@ final class CallDeadlineTests: XCTestCase {
             flow: BindingFlow(transport: "tcp", source: "192.0.2.8:40000", connectionID: "tcp#9", localPoint: "tcp:127.0.0.1:5070", instanceID: "other"))
     }
 
+    func testAVoIPOnlyIPhoneThatNeverComesBackIsLetGoAfterTheGrace() throws {
+        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30), cancelGrace: .milliseconds(100)))
+        harness.placeCall()
+        try harness.waitUntil { harness.pusher.rings.count == 1 }
+        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
+        XCTAssertEqual(harness.coordinator.occupancy.graceDevices, 1, "it may still register within the grace")
+        try harness.waitUntil { harness.coordinator.occupancy.graceDevices == 0 }
+    }
+
     let voip = PushChannel(provider: .apns, token: String(repeating: "cd", count: 32), param: nil, kind: .voip)
 
     func app() -> Binding {
