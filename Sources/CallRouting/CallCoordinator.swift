@@ -102,6 +102,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         public var graceDevices: Int
     }
 
+    /// Counted on the call queue (waits for the events before it).
     public var occupancy: Occupancy {
         queue.sync { Occupancy(calls: calls.count, endedCalls: endedCalls.count, talking: talking.count, deadTokens: deadTokens.count,
             graceDevices: graceDevices.values.reduce(0) { $0 + $1.count }) }
