@@ -49,7 +49,7 @@ final class CallDeadlineTests: XCTestCase {
     }
 
     func testAnEndedCallIsForgottenAfter64T1() throws {
-        let harness = Harness(bindings: [desk()], settings: CallSettings(endedCallKeep: .milliseconds(100)))
+        let harness = Harness(bindings: [desk()], settings: CallSettings(endedCallKeep: .seconds(1)))
         harness.placeCall()
         let invite = try harness.waitForBranch()
         invite.respond(200)
@@ -141,7 +141,7 @@ final class CallDeadlineTests: XCTestCase {
     }
 
     func testAVoIPOnlyIPhoneThatNeverComesBackIsLetGoAfterTheGrace() throws {
-        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30), cancelGrace: .milliseconds(100)))
+        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30), cancelGrace: .seconds(1)))
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 1 }
         harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
