@@ -43,11 +43,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private var graceDevices: [AddressOfRecord: [GraceDevice]] = [:]
     /// Tokens a provider called dead (seen here, or read from PostgreSQL), by `family:token`, with
     /// when: not pushed again until a binding carrying the token registers after that moment.
-    private var deadTokens: [String: Date] = [:]
-    /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up.
-    private var talking: [String: CallJourney] = [:]
-    /// At most this many answered calls are followed to their BYE; the oldest are let go.
-    private let talkingLimit = 100_000
+    /// Forgotten after `deadTokenMemory` (PostgreSQL keeps the mark; the next call reads it again).
+    private var deadTokens: ExpiringTable<String, Date>
+    /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
+    /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
+    private var talking: ExpiringTable<String, CallJourney>
+    /// A prune of `talking` is scheduled.
+    private var talkingPruneArmed = false
     /// How each call ended, kept while its call tokens can still ask (`status`).
     private var endedCalls: [UUID: EndedCall] = [:]
     /// A call token lives until the call can no longer ring, plus this margin (issue 11).
@@ -74,6 +76,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         self.instanceID = instanceID
         self.metrics = metrics.map(CallMetrics.init)
         self.log = log
+        deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
+        talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
     }
 
     /// Connects the SIP side (which owns the coordinator, hence the weak reference).
@@ -83,6 +87,26 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     /// Calls not yet ended.
     public var liveCallCount: Int { queue.sync { calls.values.filter { $0.phase != .ended }.count } }
+
+    /// What the coordinator holds now, for tests and diagnostics.
+    public struct Occupancy: Sendable, Equatable {
+        /// Calls kept, live or ended (an ended one for `endedCallKeep`).
+        public var calls: Int
+        /// How ended calls ended, kept while their call tokens may ask.
+        public var endedCalls: Int
+        /// Answered calls followed to their BYE.
+        public var talking: Int
+        /// Tokens a provider called dead.
+        public var deadTokens: Int
+        /// VoIP-only iPhones still sent the INVITE and its CANCEL if they register (`cancel_grace`).
+        public var graceDevices: Int
+    }
+
+    /// Counted on the call queue (waits for the events before it).
+    public var occupancy: Occupancy {
+        queue.sync { Occupancy(calls: calls.count, endedCalls: endedCalls.count, talking: talking.count, deadTokens: deadTokens.count,
+            graceDevices: graceDevices.values.reduce(0) { $0 + $1.count }) }
+    }
 
     // MARK: - Entry points
 
@@ -134,7 +158,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             for binding in bindings {
                 for channel in binding.pushChannels {
                     let key = CallTargets.tokenKey(channel)
-                    if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens[key] = nil }
+                    if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens.removeValue(forKey: key) }
                 }
             }
             guard hasCalls || hasGrace else { return }
@@ -203,21 +227,30 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         liveCallsByCallee[callee, default: []].insert(call.id)
         metrics?.live.set(Double(liveCallsByCallee.values.reduce(0) { $0 + $1.count }))
         log("call.started", ["call": call.journey.callID, "callee": callee.description, "caller": journey.caller])
+        // The ring timer runs from the INVITE's arrival, whatever the start still waits for.
+        call.ringDeadline = arrivedAt.addingTimeInterval(settings.ringTimeout.timeInterval)
+        schedule(call, at: call.ringDeadline) { [weak self] call in self?.ringTimedOut(call) }
 
         let bindings = directory.bindings(for: callee)
         let channels = bindings.flatMap(\.pushChannels)
-        let knownDead = Set(deadTokens.keys)
+        deadTokens.prune(now: arrivedAt)
         guard let tokens else {
             call.tokensRead = true
-            start(call, targets: targets(bindings, posted: [], dead: knownDead))
+            start(call, targets: targets(bindings, posted: []))
             return
         }
         // The registered devices are pushed (or rung) at once; posted tokens and dead marks made
         // by other instances are read meanwhile and join the call when they arrive. Only a callee
-        // with nothing registered waits for that read before anything happens.
-        let registered = targets(bindings, posted: [], dead: knownDead)
+        // with nothing registered waits for that read, and at most `tokenReadTimeout`.
+        let registered = targets(bindings, posted: [])
         let startsAtOnce = !registered.devices.isEmpty || !registered.deskPhones.isEmpty || !registered.awake.isEmpty
-        if startsAtOnce { start(call, targets: registered) }
+        if startsAtOnce {
+            start(call, targets: registered)
+        } else {
+            schedule(call, at: arrivedAt.addingTimeInterval(settings.tokenReadTimeout.timeInterval)) { [weak self] call in
+                self?.tokenReadTimedOut(call)
+            }
+        }
         Task { [self] in
             let found: (posted: [PostedToken], dead: Set<String>)?
             do {
@@ -231,23 +264,35 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     call.journey.events.append(JourneyEvent(at: Date(), text: "posted tokens could not be read (database unavailable)"))
                 }
                 let now = Date()
-                for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens[key] = now }
-                if startsAtOnce {
-                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys))
-                } else {
+                for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens.insert(now, for: key, at: now) }
+                if call.phase == .starting {
                     call.tokensRead = true
-                    start(call, targets: targets(bindings, posted: found?.posted ?? [], dead: Set(deadTokens.keys)))
+                    start(call, targets: targets(bindings, posted: found?.posted ?? []))
+                } else {
+                    addPostedDevices(call, bindings: bindings, posted: found?.posted ?? [])
                 }
             }
         }
     }
 
+    /// The posted tokens of a call with nothing registered did not come in time (PostgreSQL slow
+    /// or unreachable): the call goes on with what is registered now, and the read still joins
+    /// the call if it arrives while something rings.
+    private func tokenReadTimedOut(_ call: Call) {
+        guard call.phase == .starting else { return }
+        call.journey.events.append(JourneyEvent(
+            at: Date(), text: "posted tokens not read within \(Self.seconds(settings.tokenReadTimeout)) (database slow or unreachable)"))
+        log("call.tokens_unavailable", ["call": call.journey.callID, "error": "no answer within \(Self.seconds(settings.tokenReadTimeout))"])
+        call.tokensRead = true
+        start(call, targets: targets(directory.bindings(for: call.callee), posted: []))
+    }
+
     /// The posted tokens arrived after the call started: devices known only by them are pushed
     /// now, and a VoIP-only iPhone gains its regular token for the cancel push.
-    private func addPostedDevices(_ call: Call, bindings: [Binding], posted: [PostedToken], dead: Set<String>) {
+    private func addPostedDevices(_ call: Call, bindings: [Binding], posted: [PostedToken]) {
         call.tokensRead = true
         guard call.phase == .waiting || call.phase == .ringing, !call.answered else { return }
-        let complete = targets(bindings, posted: posted, dead: dead)
+        let complete = targets(bindings, posted: posted)
         for device in complete.devices {
             if let state = call.devices.first(where: { $0.device.key == device.key }) {
                 if state.device.cancelChannel == nil { state.device.cancelChannel = device.cancelChannel }
@@ -267,9 +312,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         endWaitIfEveryPushFailed(call)
     }
 
-    /// Who the call goes to, with reachability as the SIP side sees it now.
-    private func targets(_ bindings: [Binding], posted: [PostedToken], dead: Set<String>) -> CallTargets {
-        CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
+    /// Who the call goes to, with reachability as the SIP side sees it now and the dead marks of
+    /// its tokens (looked up one by one, never the whole table).
+    private func targets(_ bindings: [Binding], posted: [PostedToken]) -> CallTargets {
+        let keys = (bindings.flatMap(\.pushChannels) + posted.map(\.channel)).map(CallTargets.tokenKey)
+        let dead = Set(keys.filter { deadTokens[$0] != nil })
+        return CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
     }
 
     /// decisions.md "Ring push expiry": the wait for an app-only call, the ring timeout when
@@ -290,8 +338,6 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         guard call.phase == .starting, signaling != nil else { return }
         call.targets = targets
         let now = Date()
-        call.ringDeadline = call.arrivedAt.addingTimeInterval(settings.ringTimeout.timeInterval)
-        schedule(call, at: call.ringDeadline) { [weak self] call in self?.ringTimedOut(call) }
 
         if targets.devices.isEmpty {
             call.phase = .ringing
@@ -350,7 +396,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     private func pushAnswered(_ call: Call, _ state: DeviceState, outcome: PushOutcome, appID: Int64?) {
         let accepted = outcome.word == "accepted"
-        if outcome.isDeadToken { deadTokens[CallTargets.tokenKey(state.device.ringChannel)] = Date() }
+        if outcome.isDeadToken { deadTokens.insert(Date(), for: CallTargets.tokenKey(state.device.ringChannel), at: Date()) }
         metrics?.pushes.increment(["provider": state.device.ringChannel.provider.rawValue, "outcome": outcome.word])
         metrics?.pushLatency.observe(Double(outcome.latencyMilliseconds) / 1000)
         if !accepted {
@@ -443,30 +489,51 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         call.branches.append(branch)
         let id = call.id
         let index = call.branches.count - 1
-        let sent = signaling.sendInvite(request, to: binding, callerFlow: call.callerFlow) { [weak self] event in
-            guard let self else { return }
-            self.queue.async { self.branchEvent(id, index, event) }
-        }
         let device = call.devices.first { $0.device.bindingIDs.contains(binding.id) || $0.device.matches(binding) }?.device.name
             ?? binding.userAgent ?? binding.contactForDisplay
-        var line = JourneyBranch(
+        branch.journeyIndex = call.journey.branches.count
+        call.journey.branches.append(JourneyBranch(
             bindingID: binding.id, target: binding.contactForDisplay, device: device, transport: binding.flow.transport,
-            startedAt: Date(), isLateFork: late)
-        guard let (sentRequest, flow) = sent else {
-            line.responses.append(JourneyResponse(status: 503, reason: "unreachable", at: Date()))
-            line.endedAt = Date()
+            startedAt: Date(), isLateFork: late))
+        // A flow this instance holds is sent on at once; one through another instance may first
+        // need a connection to it, and the call queue does not wait for that.
+        let handoff = SendHandoff()
+        signaling.sendInvite(request, to: binding, callerFlow: call.callerFlow, sent: { [weak self] result in
+            guard handoff.passLater(result), let self else { return }
+            self.queue.async { self.branchSentLater(id, index, result) }
+        }, onResponse: { [weak self] event in
+            guard let self else { return }
+            self.queue.async { self.branchEvent(id, index, event) }
+        })
+        if let result = handoff.takeInline() { branchSent(call, branch, result) }
+    }
+
+    /// The branch INVITE went out (its request and flow), or could not: a failed flow, and the
+    /// device's next one is tried.
+    private func branchSent(_ call: Call, _ branch: Branch, _ result: SentRequest<Flow>?) {
+        guard let result else {
+            if let journeyIndex = branch.journeyIndex {
+                call.journey.branches[journeyIndex].responses.append(JourneyResponse(status: 503, reason: "unreachable", at: Date()))
+                call.journey.branches[journeyIndex].endedAt = Date()
+            }
             branch.final = 503
             branch.flowFailed = true
-            call.journey.branches.append(line)
             considerFlowFailure(call)
             tryNextFlow(call, after: branch)
             return
         }
-        branch.sent = sentRequest
-        branch.flow = flow
-        branch.journeyIndex = call.journey.branches.count
-        call.journey.branches.append(line)
-        log("call.fork", ["call": call.journey.callID, "binding": binding.id.uuidString, "late": late ? "yes" : "no"])
+        branch.sent = result.request
+        branch.flow = result.flow
+        log("call.fork", ["call": call.journey.callID, "binding": branch.binding.id.uuidString, "late": branch.isLate ? "yes" : "no"])
+        // A CANCEL wanted once a provisional came, which came before the send was known.
+        if branch.gotProvisional, let reason = branch.cancelWanted { sendCancel(branch, reason: reason) }
+    }
+
+    /// A send that needed a connection first finished after its fork: the call may have moved on.
+    private func branchSentLater(_ id: UUID, _ index: Int, _ result: SentRequest<Flow>?) {
+        guard let call = calls[id], call.branches.indices.contains(index) else { return }
+        branchSent(call, call.branches[index], result)
+        if result == nil, call.phase == .ringing { finishIfNothingRings(call, nothingText: call.pushFailures.first ?? "no device woke in time") }
     }
 
     /// A branch that reached no device counts as a 408: below every answer a device gave, and
@@ -637,19 +704,29 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 recordAfterEnd(call)
             }
             journeys?.recordWake(pushID: grace.pushID, late)
-            let sent = signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow) { [weak self] event in
+            signaling.sendInvite(request, to: binding, callerFlow: grace.callerFlow, sent: { [weak self] result in
                 guard let self else { return }
                 self.queue.async {
-                    guard event.response.statusCode < 200, !holder.cancelled, let sent = holder.sent, let flow = holder.flow else { return }
-                    holder.cancelled = true
-                    self.signaling?.sendCancel(ProxyRules.cancel(of: sent, reason: grace.reason), over: flow)
+                    holder.sent = result
+                    self.cancelGraceInvite(holder, reason: grace.reason)
                 }
-            }
-            holder.sent = sent?.sent
-            holder.flow = sent?.flow
+            }, onResponse: { [weak self] event in
+                guard let self, event.response.statusCode < 200 else { return }
+                self.queue.async {
+                    holder.provisional = true
+                    self.cancelGraceInvite(holder, reason: grace.reason)
+                }
+            })
             log("call.grace_invite", ["call": grace.invite.callID ?? "", "binding": binding.id.uuidString])
         }
         graceDevices[aor] = remaining.isEmpty ? nil : remaining
+    }
+
+    /// The CANCEL of a grace device's INVITE, once it is out and a provisional came (§9.1).
+    private func cancelGraceInvite(_ holder: GraceSend, reason: String) {
+        guard holder.provisional, !holder.cancelled, let sent = holder.sent else { return }
+        holder.cancelled = true
+        signaling?.sendCancel(ProxyRules.cancel(of: sent.request, reason: reason), over: sent.flow)
     }
 
     // MARK: - Declines and status (call tokens)
@@ -746,12 +823,14 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Records a journey that changed after its call ended (a late push answer, a cancel push's
     /// outcome), in the answered call's talking copy too, so the BYE's rewrite keeps the change.
     private func recordAfterEnd(_ call: Call) {
-        if talking[call.journey.callID] != nil { talking[call.journey.callID] = call.journey }
+        talking.update(call.journey, for: call.journey.callID)
         journeys?.recordCall(call.journey)
     }
 
-    /// Keeps how a call ended while its tokens may still ask, then forgets it.
+    /// Keeps how a call ended while its tokens may still ask, then forgets it. A call that pushed
+    /// nobody issued no token, so nothing is kept (it may have ended while starting).
     private func rememberEnd(_ call: Call, outcome: CallOutcome, reason: String) {
+        guard callTokens != nil, !call.devices.isEmpty else { return }
         endedCalls[call.id] = EndedCall(
             callee: call.callee, outcome: outcome, reason: reason, answeredByTag: call.answeredByTag, missed: call.missed,
             declinedTags: Set(call.devices.filter { $0.declined != nil }.map(\.tag)))
@@ -822,17 +901,29 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         metrics?.calls.increment(["outcome": outcome.rawValue])
         journeys?.recordCall(call.journey)
         if outcome == .answered {
-            if talking.count >= talkingLimit, let oldest = talking.min(by: { ($0.value.answeredAt ?? .distantPast) < ($1.value.answeredAt ?? .distantPast) }) {
-                talking[oldest.key] = nil
-            }
-            talking[call.journey.callID] = call.journey
+            talking.insert(call.journey, for: call.journey.callID, at: now)
+            armTalkingPrune()
         }
         log("call.ended", ["call": call.journey.callID, "outcome": outcome.rawValue, "status": String(finalStatus), "reason": reason])
-        // Keep the call a while for late responses (2xx retransmissions, CANCEL answers), then forget it.
+        // Keep the call for late responses (2xx retransmissions, CANCEL answers), then forget it.
         let id = call.id
-        queue.asyncAfter(deadline: .now() + 34) { [weak self] in
+        queue.asyncAfter(deadline: .now() + settings.endedCallKeep.timeInterval) { [weak self] in
             guard let self, let call = self.calls.removeValue(forKey: id) else { return }
             self.callByHandle[call.handle] = nil
+        }
+    }
+
+    /// Lets go of answered calls whose BYE did not pass within `maxCallDuration`, when the oldest
+    /// of them reaches it (one timer at a time).
+    private func armTalkingPrune() {
+        guard !talkingPruneArmed, let oldest = talking.oldestInsertedAt else { return }
+        talkingPruneArmed = true
+        let delay = max(0, oldest.addingTimeInterval(talking.maxAge).timeIntervalSinceNow)
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self else { return }
+            talkingPruneArmed = false
+            talking.prune(now: Date())
+            armTalkingPrune()
         }
     }
 
@@ -854,9 +945,21 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 graceDevices[call.callee, default: []].append(GraceDevice(
                     callID: call.id, device: state.device, pushID: state.pushID, sentAt: state.sentAt ?? Date(), until: until,
                     invite: call.invite, callerFlow: call.callerFlow, reason: Self.sipReason(forPushReason: reason)))
+                forgetGraceDevices(of: call.callee, at: until)
                 call.journey.events.append(JourneyEvent(
                     at: Date(), text: "\(state.device.name) has only a VoIP token: if it registers within \(Self.seconds(settings.cancelGrace)) it gets the INVITE and a CANCEL"))
             }
+        }
+    }
+
+    /// Lets go of the grace devices of `aor` whose grace has passed, at `until`: an iPhone that
+    /// never registers again is not kept for ever.
+    private func forgetGraceDevices(of aor: AddressOfRecord, at until: Date) {
+        queue.asyncAfter(deadline: .now() + max(0, until.timeIntervalSinceNow)) { [weak self] in
+            guard let self, let devices = graceDevices[aor] else { return }
+            let now = Date()
+            let remaining = devices.filter { $0.until > now }
+            graceDevices[aor] = remaining.isEmpty ? nil : remaining
         }
     }
 
@@ -1067,9 +1170,34 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// The INVITE of a grace device and whether its CANCEL went. @unchecked Sendable: only
     /// touched on `queue`.
     final class GraceSend: @unchecked Sendable {
-        var sent: SIPRequest?
-        var flow: Flow?
+        var sent: SentRequest<Flow>?
+        var provisional = false
         var cancelled = false
+    }
+
+    /// Hands the result of a branch's send to the fork that asked for it when it came before
+    /// `sendInvite` returned, else to the queue. Thread-safe: a lock guards both fields.
+    final class SendHandoff: @unchecked Sendable {
+        private let lock = NSLock()
+        private var forkReturned = false
+        private var early: SentRequest<Flow>??
+
+        /// From the send: true when the fork has returned, so the result must go through the queue.
+        func passLater(_ result: SentRequest<Flow>?) -> Bool {
+            lock.withLock {
+                if forkReturned { return true }
+                early = .some(result)
+                return false
+            }
+        }
+
+        /// From the fork once `sendInvite` returned: the result, when it came already.
+        func takeInline() -> SentRequest<Flow>?? {
+            lock.withLock {
+                forkReturned = true
+                return early
+            }
+        }
     }
 }
 

@@ -20,13 +20,26 @@ public protocol CallSignaling: AnyObject, Sendable {
     func reach(_ binding: Binding) -> BindingReach
     /// Sends a branch INVITE to `binding` in a client transaction, adding Rouse's Via, a
     /// Record-Route that names both the caller's flow and the device's, and, for a binding held by
-    /// another instance, a Route through it. Returns the request as sent and its flow, or nil when
-    /// the binding cannot be reached.
+    /// another instance, a Route through it. Calls `sent` with the request as sent and its flow,
+    /// or nil when the binding cannot be reached: before returning for a flow this instance holds,
+    /// later and from another thread when a connection to another instance is set up first.
     func sendInvite(
-        _ request: SIPRequest, to binding: Binding, callerFlow: Flow, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
-    ) -> (sent: SIPRequest, flow: Flow)?
+        _ request: SIPRequest, to binding: Binding, callerFlow: Flow, sent: @escaping @Sendable (SentRequest<Flow>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    )
     /// Sends a CANCEL (built by `ProxyRules.cancel`) over `flow` in its own client transaction.
     func sendCancel(_ cancel: SIPRequest, over flow: Flow)
+}
+
+/// A request as it went out, and the flow it went over.
+public struct SentRequest<Flow: Hashable & Sendable>: Sendable {
+    public var request: SIPRequest
+    public var flow: Flow
+
+    public init(_ request: SIPRequest, over flow: Flow) {
+        self.request = request
+        self.flow = flow
+    }
 }
 
 /// The callee's side of the directory: which extensions exist and their live bindings (the
@@ -86,16 +99,35 @@ public struct CallSettings: Sendable, Equatable {
     /// INVITE and its CANCEL when it registers, so CallKit ends the call (default 30 s).
     public var cancelGrace: Duration
     public var trustedPeers: TrustedPeers
+    /// How long a call with nothing registered waits for the posted tokens and dead marks from
+    /// PostgreSQL before it goes on without them (default 2 s): a slow or unreachable database
+    /// never keeps a caller at 100 Trying.
+    public var tokenReadTimeout: Duration
+    /// How long an ended call is kept for late responses (a branch's 2xx retransmissions, the
+    /// answers to its CANCELs): 64·T1 (RFC 3261 §13.3.1.4, Timer F), 32 s with the default T1.
+    public var endedCallKeep: Duration
+    /// How long an answered call is followed to its BYE (default 12 h, as Kamailio's dialog
+    /// timeout): a call whose BYE Rouse never saw is then let go, its journey without a hang-up.
+    public var maxCallDuration: Duration
+    /// How long a dead-token mark is held in memory (default 24 h); PostgreSQL keeps it, and
+    /// the next call to the extension reads it again.
+    public var deadTokenMemory: Duration
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
-        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers()
+        cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2),
+        endedCallKeep: Duration = .milliseconds(500) * 64, maxCallDuration: Duration = .seconds(12 * 3600),
+        deadTokenMemory: Duration = .seconds(24 * 3600)
     ) {
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
         self.ringTimeout = ringTimeout
         self.cancelGrace = cancelGrace
         self.trustedPeers = trustedPeers
+        self.tokenReadTimeout = tokenReadTimeout
+        self.endedCallKeep = endedCallKeep
+        self.maxCallDuration = maxCallDuration
+        self.deadTokenMemory = deadTokenMemory
     }
 }
 

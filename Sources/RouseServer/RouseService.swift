@@ -107,7 +107,7 @@ public final class RouseService: @unchecked Sendable {
             settings: CallSettings(
                 wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,
                 ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,
-                trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers)),
+                trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers), endedCallKeep: configuration.timerT1 * 64),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens
         ) { event, fields in

@@ -46,33 +46,47 @@ extension SIPService: CallSignaling {
     }
 
     public func sendInvite(
-        _ request: SIPRequest, to binding: Binding, callerFlow: FlowID, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
-    ) -> (sent: SIPRequest, flow: FlowID)? {
+        _ request: SIPRequest, to binding: Binding, callerFlow: FlowID, sent: @escaping @Sendable (SentRequest<FlowID>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) {
         var outgoing = request
-        let target: FlowID
         if let local = flow(for: binding) {
-            target = local
             for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
-        } else if binding.flow.instanceID != instanceID, let point = try? ListenPoint(parsing: binding.flow.localPoint),
-            let address = try? SocketAddress(ip: point.host, port: point.port),
-            let toInstance = point.transport == .udp
-                ? transport.datagramFlow(from: nil, to: address) : transport.streamFlow(to: address, transport: point.transport)
-        {
-            // The connection is held by another instance: route through it (it recorded where the
-            // flow lives, as a Path would), to the listen point the phone registered on.
-            target = toInstance
-            let host = point.isIPv6 ? "[\(point.host)]" : point.host
-            let transportParameter = point.transport == .udp ? "" : ";transport=\(point.transport.rawValue)"
-            outgoing.headers.prepend(
-                .route, "<sip:\(host):\(point.port)\(transportParameter);lr;\(Self.forwardFlowParameter)=\(flowToken(binding.flow.connectionID, instance: binding.flow.instanceID))>")
-        } else {
-            return nil
+            return sent(sendBranch(outgoing, to: binding, over: local, callerFlow: callerFlow, onResponse: onResponse))
         }
+        guard binding.flow.instanceID != instanceID, let point = try? ListenPoint(parsing: binding.flow.localPoint),
+            let address = try? SocketAddress(ip: point.host, port: point.port)
+        else { return sent(nil) }
+        // The connection is held by another instance: route through it (it recorded where the
+        // flow lives, as a Path would), to the listen point the phone registered on.
+        let host = point.isIPv6 ? "[\(point.host)]" : point.host
+        let transportParameter = point.transport == .udp ? "" : ";transport=\(point.transport.rawValue)"
+        outgoing.headers.prepend(
+            .route, "<sip:\(host):\(point.port)\(transportParameter);lr;\(Self.forwardFlowParameter)=\(flowToken(binding.flow.connectionID, instance: binding.flow.instanceID))>")
+        if point.transport == .udp {
+            return sent(transport.datagramFlow(from: nil, to: address).flatMap {
+                sendBranch(outgoing, to: binding, over: $0, callerFlow: callerFlow, onResponse: onResponse)
+            })
+        }
+        // A connection to that instance is set up on the transport's loop; the call does not wait.
+        let outgoingRequest = outgoing
+        transport.streamFlow(to: address, transport: point.transport) { [weak self] flow in
+            guard let self, let flow else { return sent(nil) }
+            sent(sendBranch(outgoingRequest, to: binding, over: flow, callerFlow: callerFlow, onResponse: onResponse))
+        }
+    }
+
+    /// The branch INVITE with Rouse's Record-Route and Via, in a client transaction over `target`.
+    private func sendBranch(
+        _ request: SIPRequest, to binding: Binding, over target: FlowID, callerFlow: FlowID,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) -> SentRequest<FlowID>? {
+        var outgoing = request
         addRecordRoutes(to: &outgoing, callerFlow: callerFlow, deviceFlow: target)
         addVia(to: &outgoing, over: target)
         do {
             try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable, onResponse: onResponse)
-            return (outgoing, target)
+            return SentRequest(outgoing, over: target)
         } catch {
             logger.warning("sip.send_failed", ["binding": binding.id.uuidString, "error": "\(error)"])
             return nil

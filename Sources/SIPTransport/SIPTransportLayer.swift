@@ -152,19 +152,14 @@ public final class SIPTransportLayer: Sendable {
     }
 
     /// The TCP/TLS flow to `address`: an open connection to it, else a new one, connected without
-    /// blocking (what is sent over it waits for the connection). Waits at most `timeout` for the
-    /// loop thread to set it up; nil when it cannot (limits, shutdown, a UDP transport).
-    public func streamFlow(to address: SocketAddress, transport kind: SIPTransportKind, timeout: Duration = .seconds(2)) -> FlowID? {
-        guard kind.isReliable, let (loop, core) = runningLoop() else { return nil }
-        let result = Locked<FlowID?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        guard loop.execute({
-            result.withLock { $0 = core.streamFlow(to: address, transport: kind) }
-            done.signal()
-        }) else { return nil }
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        guard done.wait(timeout: .now() + seconds) == .success else { return nil }
-        return result.withLock { $0 }
+    /// blocking (what is sent over it waits for the connection). Returns at once; `completion` gets
+    /// the flow on the loop thread once it is set up there, or nil when it cannot be (limits,
+    /// shutdown, a UDP transport), and must not block.
+    public func streamFlow(
+        to address: SocketAddress, transport kind: SIPTransportKind, completion: @escaping @Sendable (FlowID?) -> Void
+    ) {
+        guard kind.isReliable, let (loop, core) = runningLoop() else { return completion(nil) }
+        if !loop.execute({ completion(core.streamFlow(to: address, transport: kind)) }) { completion(nil) }
     }
 
     /// Whether `flow` can still carry messages: for TCP/TLS, whether its connection is open; for UDP,

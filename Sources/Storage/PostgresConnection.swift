@@ -22,9 +22,11 @@ public final class PostgresConnection {
         let endpoint = PostgresConnection.describeEndpoint(conninfo)
         self.endpoint = endpoint
         // Notices ("relation already exists, skipping") are not for Rouse's users: warnings and up
-        // only. It comes before the conninfo (expanded from `dbname`), so options given there win.
-        let keywords = ["options", "dbname", "connect_timeout", "application_name"]
-        let values = ["-c client_min_messages=warning", conninfo, String(connectTimeout), "rouse"]
+        // only. It and the TCP settings come before the conninfo (expanded from `dbname`), so
+        // options given there win.
+        let tcp = PostgresConnection.tcpSettings
+        let keywords = ["options"] + tcp.map(\.keyword) + ["dbname", "connect_timeout", "application_name"]
+        let values = ["-c client_min_messages=warning"] + tcp.map(\.value) + [conninfo, String(connectTimeout), "rouse"]
         let pointer: OpaquePointer? = withCStrings(keywords) { keys in
             withCStrings(values) { vals in
                 PQconnectdbParams(keys, vals, 1)
@@ -43,6 +45,28 @@ public final class PostgresConnection {
 
     deinit {
         PQfinish(connection)
+    }
+
+    /// TCP keepalives and `tcp_user_timeout` (libpq ignores them on a Unix socket): a PostgreSQL
+    /// that vanishes from the network (a partition, a host gone) is noticed in about 25 s when the
+    /// connection is idle and 15 s while a statement waits for its answer, instead of never; the
+    /// statement then fails and the worker connects again.
+    static let tcpSettings: [(keyword: String, value: String)] = [
+        ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
+        ("tcp_user_timeout", "15000"),
+    ]
+
+    /// The value libpq uses for connection option `keyword` (from `PQconninfo`), for tests and
+    /// diagnostics; nil when unset.
+    public func option(_ keyword: String) -> String? {
+        guard let options = PQconninfo(connection) else { return nil }
+        defer { PQconninfoFree(options) }
+        var index = 0
+        while let name = options[index].keyword {
+            if String(cString: name) == keyword { return options[index].val.map { String(cString: $0) } }
+            index += 1
+        }
+        return nil
     }
 
     /// True while the connection is usable.

@@ -142,7 +142,7 @@ final class Harness: @unchecked Sendable {
     private var callerResponses: [SIPResponse] = []
     private var handle: ServerTransactionHandle?
 
-    init(bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil) {
+    init(bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil) {
         directory.set(bindings)
         let box = Box()
         transactions = TransactionLayer<Int>(
@@ -151,11 +151,13 @@ final class Harness: @unchecked Sendable {
             core: { event in box.harness?.core(event) })
         signaling = FakeSignaling(transactions: transactions)
         coordinator = CallCoordinator<FakeSignaling>(
-            directory: directory, tokens: nil, pusher: pusher, journeys: journeys,
+            directory: directory, tokens: tokens, pusher: pusher, journeys: journeys,
             authenticator: DigestAuthenticator(secret: Array("secret".utf8), nonceLifetime: 300),
             settings: CallSettings(
                 wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
-                cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"])),
+                cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"]),
+                tokenReadTimeout: settings.tokenReadTimeout, endedCallKeep: settings.endedCallKeep, maxCallDuration: settings.maxCallDuration,
+                deadTokenMemory: settings.deadTokenMemory),
             ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens)
         coordinator.attach(signaling)
         box.harness = self
@@ -275,12 +277,40 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
     }
 
     func sendInvite(
-        _ request: SIPRequest, to binding: Binding, callerFlow: Int, onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
-    ) -> (sent: SIPRequest, flow: Int)? {
-        var sent = request
-        sent.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
-        lock.withLock { sentInvites.append(SentInvite(request: sent, bindingID: binding.id, onResponse: onResponse)) }
-        return (sent, 1)
+        _ request: SIPRequest, to binding: Binding, callerFlow: Int, sent: @escaping @Sendable (SentRequest<Int>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) {
+        var withVia = request
+        withVia.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
+        let outgoing = withVia
+        let send = { @Sendable [self] in
+            lock.withLock { sentInvites.append(SentInvite(request: outgoing, bindingID: binding.id, onResponse: onResponse)) }
+            sent(SentRequest(outgoing, over: 1))
+        }
+        let held = lock.withLock { () -> Bool in
+            guard holdingRemote, binding.flow.instanceID != "i" else { return false }
+            heldSends.append(send)
+            return true
+        }
+        if !held { send() }
+    }
+
+    private var holdingRemote = false
+    private var heldSends: [@Sendable () -> Void] = []
+
+    /// From now on a send to a binding held by another instance waits for `releaseSends`, as
+    /// while a connection to that instance is set up.
+    func holdSendsToOtherInstances() { lock.withLock { holdingRemote = true } }
+    var heldSendCount: Int { lock.withLock { heldSends.count } }
+
+    /// The held sends go out now, from another thread.
+    func releaseSends() {
+        let held = lock.withLock { () -> [@Sendable () -> Void] in
+            holdingRemote = false
+            defer { heldSends = [] }
+            return heldSends
+        }
+        DispatchQueue.global().async { held.forEach { $0() } }
     }
 
     func sendCancel(_ cancel: SIPRequest, over flow: Int) {
@@ -317,6 +347,11 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
     private var holding = false
     private var heldRings: [CheckedContinuation<Void, Never>] = []
 
+    private var deadTokens: Set<String> = []
+
+    /// From now on the provider answers ring pushes to `token` 410 Unregistered (a dead token).
+    func refuseAsDead(_ token: String) { lock.withLock { _ = deadTokens.insert(token) } }
+
     /// From now on ring pushes get no answer until `releaseRings` (a stalled provider).
     func holdRings() { lock.withLock { holding = true } }
     var heldRingCount: Int { lock.withLock { heldRings.count } }
@@ -347,6 +382,10 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
                 if !heldNow { continuation.resume() }
             }
         }
+        if lock.withLock({ deadTokens.contains(channel.token) }) {
+            return (PushOutcome(result: .refused(status: 410, reason: "Unregistered", explanation: "the token is no longer valid"),
+                                latency: .milliseconds(3), isDeadToken: true), 1)
+        }
         return (PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3)), 1)
     }
 
@@ -373,4 +412,37 @@ final class MemoryJourneys: JourneyStore, @unchecked Sendable {
     func recordPush(_ push: JourneyPush, of journey: CallJourney) {}
     func recordWake(pushID: UUID, _ result: WakeResult) { lock.withLock { recordedWakes.append((pushID, result)) } }
     func recordCall(_ journey: CallJourney) { lock.withLock { recorded.append(journey) } }
+}
+
+/// Posted tokens from a database that does not answer (partitioned): every read waits until
+/// `release`, then finds nothing.
+final class StalledTokens: WakeTokenSource, @unchecked Sendable {
+    // @unchecked: `waiting` and `released` are only touched under `lock`.
+    private let lock = NSLock()
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var released = false
+
+    var stalledReads: Int { lock.withLock { waiting.count } }
+
+    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>) {
+        await withCheckedContinuation { continuation in
+            let held = lock.withLock { () -> Bool in
+                guard !released else { return false }
+                waiting.append(continuation)
+                return true
+            }
+            if !held { continuation.resume() }
+        }
+        return ([], [])
+    }
+
+    /// Lets every read waiting now, and every later one, answer.
+    func release() {
+        let held = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            released = true
+            defer { waiting = [] }
+            return waiting
+        }
+        held.forEach { $0.resume() }
+    }
 }

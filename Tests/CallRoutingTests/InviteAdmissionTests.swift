@@ -21,7 +21,7 @@ final class InviteAdmissionTests: XCTestCase {
         text += "From: <sip:1001@example.com>;tag=a\r\nTo: <\(uri)>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n"
         if let authorization { text += "Proxy-Authorization: \(authorization)\r\n" }
         text += "Content-Length: 0\r\n\r\n"
-        guard case .request(let request) = try SIPParser.parse(Array(text.utf8)) else { throw XCTSkip("not a request") }
+        guard case .request(let request) = try SIPParser.parse(Array(text.utf8)) else { return try XCTUnwrap(nil, "the fixture is not a request") }
         return request
     }
 
@@ -38,7 +38,7 @@ final class InviteAdmissionTests: XCTestCase {
 
     /// Answers the 407 in `challenge` as 1001 with `password`.
     func answer(_ admission: InviteAdmission, uri: String, password: String) throws -> String {
-        guard case .respond(let challenge) = admission else { throw XCTSkip("no challenge") }
+        guard case .respond(let challenge) = admission else { return try XCTUnwrap(nil, "no challenge: \(admission)") }
         let offer = try XCTUnwrap(challenge.headers.lines(.proxyAuthenticate).first { $0.contains("algorithm=MD5") })
         let nonce = try XCTUnwrap(DigestCredentials(header: offer)?.nonce)
         let ha1 = Digest.hex(.md5, "1001:example.com:\(password)")

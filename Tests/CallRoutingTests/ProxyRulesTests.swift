@@ -22,7 +22,7 @@ final class ProxyRulesTests: XCTestCase {
         """
 
     func parse(_ text: String) throws -> SIPRequest {
-        guard case .request(let request) = try SIPParser.parse(Array(text.utf8)) else { throw XCTSkip("not a request") }
+        guard case .request(let request) = try SIPParser.parse(Array(text.utf8)) else { return try XCTUnwrap(nil, "the fixture is not a request") }
         return request
     }
 

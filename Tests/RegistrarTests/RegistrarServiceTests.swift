@@ -71,6 +71,7 @@ final class RegistrarServiceTests: XCTestCase {
         }
         let deadline = Date().addingTimeInterval(30)
         while store.heldCount < 2, Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        XCTAssertEqual(store.heldCount, 2, "both writes are out")
         XCTAssertEqual(registrar.bindings(for: F.alice).count, 2, "both are in the index while their writes are out")
         store.answerAll(failing: true)
         while answers.count < 2, Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }

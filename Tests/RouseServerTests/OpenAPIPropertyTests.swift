@@ -67,7 +67,7 @@ final class OpenAPIPropertyTests: XCTestCase {
         let python = try RouseProcess.venvPython(script: "property-venv.sh", repositoryRoot: Self.repositoryRoot)
         let tool = (python as NSString).deletingLastPathComponent + "/schemathesis"
         guard FileManager.default.isExecutableFile(atPath: tool) else {
-            throw XCTSkip("no schemathesis in the venv (scripts/property-venv.sh printed \(python))")
+            return try XCTUnwrap(nil, "no schemathesis in the venv (scripts/property-venv.sh printed \(python))")
         }
         return tool
     }

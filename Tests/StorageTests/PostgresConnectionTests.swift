@@ -48,6 +48,22 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertEqual(try connection.query("SELECT count(*) AS c FROM counter").value(0, "c"), "0")
     }
 
+    func testConnectionsDetectAVanishedServerOverTCP() throws {
+        // The test cluster listens on a Unix socket, where libpq ignores these: connecting with
+        // them still works, and they are set for a TCP conninfo alike.
+        let connection = try database.connect()
+        XCTAssertEqual(try connection.query("SELECT 1 AS one").value(0, "one"), "1")
+        XCTAssertEqual(connection.option("keepalives"), "1")
+        XCTAssertEqual(connection.option("keepalives_idle"), "10")
+        XCTAssertEqual(connection.option("tcp_user_timeout"), "15000")
+    }
+
+    func testAConninfoMayStillChooseItsOwnKeepalives() throws {
+        let connection = try PostgresConnection(conninfo: database.conninfo + " keepalives_idle=30 tcp_user_timeout=0")
+        XCTAssertEqual(connection.option("keepalives_idle"), "30")
+        XCTAssertEqual(connection.option("tcp_user_timeout"), "0")
+    }
+
     func testUnreachableServerNamesHostAndPortButNotPassword() {
         // Port 1 on loopback: nothing listens there, the connection is refused at once.
         XCTAssertThrowsError(

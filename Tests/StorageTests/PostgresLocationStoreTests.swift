@@ -154,7 +154,8 @@ final class PostgresLocationStoreTests: XCTestCase {
             let channel = PushChannel(provider: .fcm, token: "t\(index)", param: nil, kind: .standard)
             store.apply([.save(makeBinding(alice, channels: [channel]))]) { results.append($0) }
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        let observer = try database.database.connect()
+        try waitUntil("the writer waits for the lock on bindings") { try sessionsWaitingForALock(on: "bindings", observer) == 1 }
         try blocker.query("COMMIT")
         let finished = results.wait(for: 20)
         XCTAssertEqual(finished.count, 20)
@@ -174,7 +175,9 @@ final class PostgresLocationStoreTests: XCTestCase {
         try blocker.query("BEGIN")
         try blocker.query("LOCK TABLE bindings IN ACCESS EXCLUSIVE MODE")
         store.apply([.save(makeBinding(alice))]) { results.append((0, (try? $0.get()) != nil)) }
-        Thread.sleep(forTimeInterval: 0.1)
+        // Alice's save is in a transaction waiting for the lock, so the next two are queued behind it.
+        let observer = try database.database.connect()
+        try waitUntil("the writer waits for the lock on bindings") { try sessionsWaitingForALock(on: "bindings", observer) == 1 }
         store.apply([.save(makeBinding(ghost))]) { result in
             results.append((1, (try? result.get()) != nil))
             if case .failure(let error) = result {

@@ -1,3 +1,4 @@
+import Glibc
 import Foundation
 import RouseTestSupport
 import Storage
@@ -53,7 +54,9 @@ final class PostgresWorkerPoolTests: XCTestCase {
         let firstPID = try pool.run { try $0.query("SELECT pg_backend_pid() AS pid").value(0, "pid") }
         let admin = try database.connect()
         try admin.query("SELECT pg_terminate_backend($1::int)", [firstPID])
-        Thread.sleep(forTimeInterval: 0.2)
+        // Its process is gone (the postmaster reaped it), so its end of the socket is closed.
+        let pid = try XCTUnwrap(firstPID.flatMap { pid_t($0) })
+        try waitUntil("the terminated backend's process is gone") { kill(pid, 0) != 0 && errno == ESRCH }
         let secondPID = try pool.run { try $0.query("SELECT pg_backend_pid() AS pid").value(0, "pid") }
         XCTAssertNotEqual(firstPID, secondPID)
     }

@@ -52,6 +52,27 @@ final class Collector<T: Sendable>: @unchecked Sendable {
     }
 }
 
+/// Waits until `condition` holds, up to `timeout`; throws, naming `what`, when it never does.
+func waitUntil(_ what: String, timeout: TimeInterval = 30, _ condition: () throws -> Bool) throws {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try condition() { return }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    throw WaitTimedOut(what: what)
+}
+
+struct WaitTimedOut: Error, CustomStringConvertible {
+    let what: String
+    var description: String { "timed out waiting until \(what)" }
+}
+
+/// Sessions waiting for a lock on `table` (another session holds it), read over `connection`.
+func sessionsWaitingForALock(on table: String, _ connection: PostgresConnection) throws -> Int {
+    let rows = try connection.query("SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND relation = $1::regclass", [table])
+    return Int(rows.value(0, "n") ?? "0") ?? 0
+}
+
 func makeBinding(
     _ aor: AddressOfRecord, id: UUID = UUID(), expiresIn: TimeInterval = 3600, channels: [PushChannel] = [],
     cseq: UInt32 = 1, now: Date = Date()
