@@ -140,6 +140,10 @@ public final class HTTPServer: @unchecked Sendable {
         waiting.removeAll()
         lock.unlock()
         for exchange in unanswered { exchange.answer(Self.shuttingDown) }
+        // The daemon's threads write those 503s; stopping it at once would close the connections
+        // first. Each gets until the deadline to be sent.
+        let deadline = DispatchTime.now() + .seconds(2)
+        for exchange in unanswered { exchange.waitUntilFinished(deadline: deadline) }
         if let running { MHD_stop_daemon(running) }
     }
 
@@ -318,6 +322,8 @@ final class HTTPExchange: @unchecked Sendable {
     private var response: HTTPResponse?
     private var answered = false
     private var suspended = false
+    private var finished = false
+    private let finishedSignal = DispatchSemaphore(value: 0)
 
     init(method: String, path: String, started: Date) {
         self.method = method
@@ -357,7 +363,16 @@ final class HTTPExchange: @unchecked Sendable {
         lock.lock()
         answered = true
         suspended = false
+        let first = !finished
+        finished = true
         lock.unlock()
+        if first { finishedSignal.signal() }
+    }
+
+    /// Waits until MHD is done with the connection (its answer sent, or the connection gone), or
+    /// until `deadline`.
+    func waitUntilFinished(deadline: DispatchTime) {
+        if finishedSignal.wait(timeout: deadline) == .success { finishedSignal.signal() }
     }
 
     func takeResponse() -> HTTPResponse? {
