@@ -33,6 +33,11 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         state.withLock { $0.servers.count + $0.clients.count }
     }
 
+    /// Flows that have at least one transaction not yet terminated (the flow index's size).
+    public var flowsWithTransactions: Int {
+        state.withLock { $0.indexedFlowCount }
+    }
+
     /// Takes a message from the transport. Requests create or match server transactions
     /// (retransmissions are absorbed and answered with the last response, §17.2.1, §17.2.2; an
     /// ACK for a non-2xx final is absorbed, an ACK matching nothing goes to the core). Responses
@@ -106,7 +111,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
                 ? .invite(InviteClientTransaction(request: request, isReliable: isReliable, timers: timers))
                 : .nonInvite(NonInviteClientTransaction(request: request, isReliable: isReliable, timers: timers))
             let actions = machine.start()
-            state.clients[key] = ClientEntry(machine: machine, flow: flow, serial: serial, onEvent: onResponse)
+            state.insertClient(ClientEntry(machine: machine, flow: flow, serial: serial, onEvent: onResponse), for: key)
             var effects: [Effect] = []
             apply(actions, client: key, &state, &effects)
             return .success((ClientTransactionHandle(key: key, serial: serial), effects))
@@ -121,18 +126,21 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     }
 
     /// The transport lost the flow (a TCP/TLS connection closed, or a send failed): every
-    /// transaction on it gets a transport error (§17.1.4, §17.2.4).
+    /// transaction on it gets a transport error (§17.1.4, §17.2.4). Only that flow's transactions
+    /// are visited (found by the flow index), never every transaction the layer holds: this runs
+    /// on the transport's loop thread whenever a connection closes, and with tens of thousands of
+    /// transactions waiting out their timers a scan held up the next message by tens of ms.
     public func transportFailed(on flow: Flow) {
         let effects = state.withLock { state -> [Effect] in
             var effects: [Effect] = []
-            for (key, entry) in state.servers where entry.flow == flow {
-                guard var current = state.servers[key], current.serial == entry.serial else { continue }
+            for key in state.serverKeys(on: flow) {
+                guard var current = state.servers[key] else { continue }
                 let actions = current.machine.transportError()
                 state.servers[key] = current
                 apply(actions, server: key, &state, &effects)
             }
-            for (key, entry) in state.clients where entry.flow == flow {
-                guard var current = state.clients[key], current.serial == entry.serial else { continue }
+            for key in state.clientKeys(on: flow) {
+                guard var current = state.clients[key] else { continue }
                 let actions = current.machine.transportError()
                 state.clients[key] = current
                 apply(actions, client: key, &state, &effects)
@@ -170,7 +178,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             ? .invite(InviteServerTransaction(request: request, isReliable: isReliable, timers: timers))
             : .nonInvite(NonInviteServerTransaction(request: request, isReliable: isReliable, timers: timers))
         let actions = machine.start()
-        state.servers[key] = ServerEntry(machine: machine, flow: flow, serial: state.nextSerial())
+        state.insertServer(ServerEntry(machine: machine, flow: flow, serial: state.nextSerial()), for: key)
         apply(actions, server: key, &state, &effects)
     }
 
@@ -218,7 +226,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             case .reportFailure(let failure):
                 effects.append(.core(.serverTransactionFailed(handle, failure)))
             case .terminated:
-                state.servers.removeValue(forKey: key)?.timers.values.forEach { $0.timer.cancel() }
+                state.removeServer(key)?.timers.values.forEach { $0.timer.cancel() }
             }
         }
     }
@@ -244,7 +252,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             case .cancelTimer(let timer):
                 state.clients[key]?.timers.removeValue(forKey: timer)?.timer.cancel()
             case .terminated:
-                state.clients.removeValue(forKey: key)?.timers.values.forEach { $0.timer.cancel() }
+                state.removeClient(key)?.timers.values.forEach { $0.timer.cancel() }
             }
         }
     }
@@ -406,10 +414,48 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         var timers: [TransactionTimer: ArmedTimer] = [:]
     }
 
+    /// The transactions by key, and their keys by flow. An entry is added and removed only
+    /// through `insert…` and `remove…`, which keep the flow index in step; updating an entry in
+    /// place keeps its flow (a transaction never changes flow).
     private struct State: Sendable {
         var servers: [TransactionKey: ServerEntry] = [:]
         var clients: [TransactionKey: ClientEntry] = [:]
+        private var serverKeysByFlow: [Flow: Set<TransactionKey>] = [:]
+        private var clientKeysByFlow: [Flow: Set<TransactionKey>] = [:]
         private var serial: UInt64 = 0
+
+        /// Flows with at least one transaction (what the index holds; for tests).
+        var indexedFlowCount: Int { Set(serverKeysByFlow.keys).union(clientKeysByFlow.keys).count }
+
+        mutating func insertServer(_ entry: ServerEntry, for key: TransactionKey) {
+            servers[key] = entry
+            serverKeysByFlow[entry.flow, default: []].insert(key)
+        }
+
+        mutating func insertClient(_ entry: ClientEntry, for key: TransactionKey) {
+            clients[key] = entry
+            clientKeysByFlow[entry.flow, default: []].insert(key)
+        }
+
+        mutating func removeServer(_ key: TransactionKey) -> ServerEntry? {
+            guard let entry = servers.removeValue(forKey: key) else { return nil }
+            Self.unindex(key, of: entry.flow, in: &serverKeysByFlow)
+            return entry
+        }
+
+        mutating func removeClient(_ key: TransactionKey) -> ClientEntry? {
+            guard let entry = clients.removeValue(forKey: key) else { return nil }
+            Self.unindex(key, of: entry.flow, in: &clientKeysByFlow)
+            return entry
+        }
+
+        func serverKeys(on flow: Flow) -> Set<TransactionKey> { serverKeysByFlow[flow] ?? [] }
+        func clientKeys(on flow: Flow) -> Set<TransactionKey> { clientKeysByFlow[flow] ?? [] }
+
+        private static func unindex(_ key: TransactionKey, of flow: Flow, in index: inout [Flow: Set<TransactionKey>]) {
+            index[flow]?.remove(key)
+            if index[flow]?.isEmpty == true { index[flow] = nil }
+        }
 
         /// A number never handed out before: transaction serials and timer ids.
         mutating func nextSerial() -> UInt64 {

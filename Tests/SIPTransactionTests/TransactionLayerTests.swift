@@ -1,6 +1,7 @@
 import Dispatch
 import SIPMessage
 import SIPTransaction
+import Synchronization
 import XCTest
 
 final class TransactionLayerTests: XCTestCase {
@@ -251,6 +252,42 @@ final class TransactionLayerTests: XCTestCase {
         XCTAssertEqual(results.all, [.transportError(SIPResponse(replyingTo: bye, statusCode: 503))])
     }
 
+    /// A connection closing must not make the loop thread visit every transaction the layer holds
+    /// (issue 17: with tens of thousands of answered calls' transactions waiting out their timers,
+    /// that scan held the next INVITE ~40 ms). Counted, not timed: how many times the layer
+    /// compares flows while failing one flow among thousands.
+    func testTransportFailureVisitsOnlyThatFlowsTransactions() throws {
+        let comparisons = ComparisonCounter()
+        let scheduler = ManualTimerScheduler()
+        let failures = Log<TransactionLayerEvent<CountedFlow>>()
+        let layer = TransactionLayer<CountedFlow>(
+            timers: TransactionTimers(), scheduler: scheduler, send: { _, _ in }, core: { failures.append($0) })
+        let others = 3_000
+        for index in 0..<others {
+            let request = TestMessages.request(.options, branch: "z9hG4bK-idle-\(index)", transport: "TCP")
+            layer.receive(.request(request), from: CountedFlow(id: index, counter: comparisons), isReliable: true)
+        }
+        let closing = CountedFlow(id: -1, counter: comparisons)
+        layer.receive(.request(TestMessages.invite(transport: "TCP")), from: closing, isReliable: true)
+        let results = Log<ClientTransactionEvent>()
+        let bye = TestMessages.request(.bye, branch: "z9hG4bK-out-closing", transport: "TCP")
+        try layer.sendRequest(bye, over: closing, isReliable: true) { results.append($0) }
+        XCTAssertEqual(layer.activeTransactionCount, others + 2)
+        XCTAssertEqual(layer.flowsWithTransactions, others + 1)
+
+        comparisons.reset()
+        layer.transportFailed(on: closing)
+        // A lookup in the flow index compares a handful of flows; a scan compares every one.
+        XCTAssertLessThan(comparisons.count, 100, "failing one flow compared \(comparisons.count) flows")
+        XCTAssertEqual(results.all, [.transportError(SIPResponse(replyingTo: bye, statusCode: 503))])
+        XCTAssertTrue(failures.all.contains {
+            if case .serverTransactionFailed(_, .transportError) = $0 { return true }
+            return false
+        })
+        XCTAssertEqual(layer.activeTransactionCount, others)
+        XCTAssertEqual(layer.flowsWithTransactions, others)
+    }
+
     func testCoreMayRespondFromInsideItsCallback() {
         let harness = LayerHarness { event, layer in
             if case .request(let request, let handle, _) = event {
@@ -284,5 +321,30 @@ final class TransactionLayerTests: XCTestCase {
         XCTAssertEqual(harness.sentStatusCodes.count, count)
         XCTAssertEqual(harness.events.count, count)
         XCTAssertEqual(harness.layer.activeTransactionCount, 0)
+        XCTAssertEqual(harness.layer.flowsWithTransactions, 0)
+    }
+}
+
+/// Counts the flow comparisons a layer makes. Thread-safe behind a `Mutex`.
+final class ComparisonCounter: Sendable {
+    private let storage = Mutex(0)
+
+    func increment() { storage.withLock { $0 += 1 } }
+    func reset() { storage.withLock { $0 = 0 } }
+    var count: Int { storage.withLock { $0 } }
+}
+
+/// A flow named by a number that counts every `==` made on it.
+struct CountedFlow: Hashable, Sendable {
+    let id: Int
+    let counter: ComparisonCounter
+
+    static func == (lhs: CountedFlow, rhs: CountedFlow) -> Bool {
+        lhs.counter.increment()
+        return lhs.id == rhs.id
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(id)
     }
 }
