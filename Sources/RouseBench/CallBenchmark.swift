@@ -26,8 +26,8 @@ import Storage
 ///    (wall clock too: one machine; the stand-in takes it when its HTTP/2 library has the whole
 ///    request, so the figure includes its TLS and HTTP/2 work in Python, not its checks). The
 ///    caller's 180, which Rouse sends as it starts the pushes, is timed too: INVITE → 180 is
-///    admission and the callee's posted and dead tokens read from PostgreSQL. Each call is then
-///    cancelled (CANCEL, 487, ACK).
+///    admission (the posted-token read from PostgreSQL runs beside the pushes of a callee with a
+///    registered app, not before them). Each call is then cancelled (CANCEL, 487, ACK).
 /// 3. **Woken REGISTER → INVITE sent to it** (`calls.wake`): a call to an app-only extension is
 ///    parked in the wake wait (its push seen by the stand-in); the app registers again over a new
 ///    TCP connection (401, then the authenticated REGISTER) and the figure runs from sending the
