@@ -42,15 +42,18 @@ public struct AdminAPI: Sendable {
     /// - Parameter pusher: the instance's push service, which a device's test push goes through.
     /// - Parameter testPushInterval: seconds between two test pushes to one device token.
     /// - Parameter log: gets the test pushes and the tokens shown, by whom (never a whole token).
+    /// - Parameter databaseDeadline: seconds a request waits for one database job (the worker
+    ///   queue, connecting and its statements) before it answers 503 with `Retry-After`.
     public init(
         pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache(),
         throttle: AuthFailureThrottle? = nil, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
-        log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+        databaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) {
         self.throttle = throttle
         self.log = log
         self.pool = pool
-        self.reads = AdminReads(pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval)
+        self.reads = AdminReads(
+            pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval, databaseDeadline: databaseDeadline)
         self.directory = reads.directory
         self.sessions = sessions
     }
@@ -93,7 +96,7 @@ public struct AdminAPI: Sendable {
         router.add("DELETE", prefix: b + "/push-apps/") { request, rest, respond in
             guarded(request, respond) {
                 guard let id = Int64(rest) else { return Self.notFound }
-                guard try pool.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
+                guard try reads.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
                     return .error(404, code: "not_found", message: "there is no push app #\(id)")
                 }
                 return .json(200, ["status": "removed"])
@@ -121,6 +124,12 @@ public struct AdminAPI: Sendable {
 
     static let notFound = HTTPResponse.error(404, code: "not_found", message: "no such path")
 
+    /// Seconds an admin request (API or pages) waits for the database unless told otherwise.
+    public static let defaultDatabaseDeadline: Double = 8
+
+    /// The `Retry-After` of a 503 for a database failure (API and pages).
+    static let retryAfterSeconds = 5
+
     /// Runs `then` on the admin queue once the request's credentials are an administrator's.
     func authorized(_ request: HTTPRequest, _ respond: HTTPResponder, then: @escaping @Sendable () -> Void) {
         if let throttle, let address = request.remoteAddress, let left = throttle.isBlocked(address) {
@@ -140,7 +149,15 @@ public struct AdminAPI: Sendable {
                 then()
                 return
             }
-            let valid = (try? pool.run { try PostgresAdmins.verify(name: name, password: password, on: $0) }) ?? false
+            // A database failure is not a wrong password: 503, and nothing counted against the
+            // address (phones behind the same NAT share it).
+            let valid: Bool
+            do {
+                valid = try reads.run { try PostgresAdmins.verify(name: name, password: password, on: $0) }
+            } catch {
+                respond(Self.response(for: error))
+                return
+            }
             guard valid else {
                 if let address = request.remoteAddress { throttle?.recordFailure(address) }
                 respond(Self.unauthorized)
@@ -195,7 +212,9 @@ public struct AdminAPI: Sendable {
             case .domainExists, .extensionExists, .domainHasExtensions: return .error(409, code: "conflict", message: refusal.description)
             }
         default:
-            return .error(503, code: "storage_unavailable", message: "the database could not be reached or refused; try again")
+            return .error(
+                503, code: "storage_unavailable", message: "the database could not be reached, refused or did not answer in time; try again",
+                headers: [("Retry-After", String(Self.retryAfterSeconds))])
         }
     }
 
@@ -457,7 +476,7 @@ public struct AdminAPI: Sendable {
 
     func addPushApp(_ request: HTTPRequest) throws -> HTTPResponse {
         let app = try Self.parsePushAppBody(request.body)
-        let (id, notes) = try pool.run { try PostgresPushApps(connection: $0).add(app) }
+        let (id, notes) = try reads.run { try PostgresPushApps(connection: $0).add(app) }
         return .json(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
     }
 
@@ -534,7 +553,7 @@ public struct AdminAPI: Sendable {
     /// or parameter without pasting the secret again. The kind cannot change.
     func updatePushApp(id: Int64, _ request: HTTPRequest) throws -> HTTPResponse {
         let body = try Self.object(request)
-        guard let stored = try pool.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
+        guard let stored = try reads.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
         let kind = try Self.string(body, "kind", optional: true)
@@ -577,7 +596,7 @@ public struct AdminAPI: Sendable {
             }
             app = PushApp(id: id, credentials: .fcm(account), param: param)
         }
-        guard let notes = try pool.run({ try PostgresPushApps(connection: $0).update(app) }) else {
+        guard let notes = try reads.run({ try PostgresPushApps(connection: $0).update(app) }) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
         return .json(200, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])

@@ -127,7 +127,7 @@ extension AdminPages {
     /// `GET /admin/push/{id}/edit`.
     func editPushAppPage(_ page: SignedIn, _ rest: String) throws -> HTTPResponse {
         guard rest.hasSuffix("/edit"), let id = Int64(rest.dropLast("/edit".count)),
-            let app = try pool.run({ try PostgresPushApps(connection: $0).app(id: id) })
+            let app = try reads.run({ try PostgresPushApps(connection: $0).app(id: id) })
         else { return Self.notFoundPage(page, message: "There is no such push app.") }
         var form = FormState(values: ["param": app.param])
         if case .apns(let apns) = app.credentials {
@@ -190,7 +190,7 @@ extension AdminPages {
         var form = Self.submitted(page)
         do {
             let app = try Self.pushApp(from: page, kind: kind, stored: nil)
-            let (id, _) = try pool.run { try PostgresPushApps(connection: $0).add(app) }
+            let (id, _) = try reads.run { try PostgresPushApps(connection: $0).add(app) }
             return Self.done("/push", "push-app-added", subject: String(id))
         } catch let problem as PushAppError {
             form.errors[Self.formField(problem.field)] = Self.fieldMessage(problem)
@@ -214,7 +214,7 @@ extension AdminPages {
     }
 
     func editPushApp(_ page: SignedIn, id: Int64) throws -> HTTPResponse {
-        guard let stored = try pool.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
+        guard let stored = try reads.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
             return Self.notFoundPage(page, message: "There is no such push app.")
         }
         var form = Self.submitted(page)
@@ -222,7 +222,7 @@ extension AdminPages {
             var app = try Self.pushApp(from: page, kind: stored.kind, stored: stored)
             app.id = id
             let edited = app
-            guard try pool.run({ try PostgresPushApps(connection: $0).update(edited) }) != nil else {
+            guard try reads.run({ try PostgresPushApps(connection: $0).update(edited) }) != nil else {
                 return Self.notFoundPage(page, message: "There is no such push app.")
             }
             return Self.done("/push", "push-app-saved", subject: String(id))
@@ -236,7 +236,7 @@ extension AdminPages {
         guard page.field("confirm") == "yes" else {
             return try pushPage(page, problem: "Tick the box beside Remove to confirm.", status: 400)
         }
-        guard try pool.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
+        guard try reads.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
             return Self.notFoundPage(page, message: "There is no such push app.")
         }
         return Self.done("/push", "push-app-removed", subject: String(id))

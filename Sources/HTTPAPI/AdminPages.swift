@@ -39,12 +39,15 @@ public struct AdminPages: Sendable {
     /// - Parameter pusher: the instance's push service, which a device's Test push goes through.
     /// - Parameter testPushInterval: seconds between two test pushes to one device token.
     /// - Parameter log: gets the test pushes and the tokens shown, by whom (never a whole token).
+    /// - Parameter databaseDeadline: seconds a request waits for one database job before it gets
+    ///   the 503 page saying the database is unavailable.
     public init(
         pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessionLifetime: TimeInterval = 12 * 3600,
         throttle: AuthFailureThrottle? = nil, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
-        log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+        databaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) {
-        self.reads = AdminReads(pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval)
+        self.reads = AdminReads(
+            pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval, databaseDeadline: databaseDeadline)
         self.sessionLifetime = sessionLifetime
         self.throttle = throttle
         self.log = log
@@ -116,7 +119,7 @@ public struct AdminPages: Sendable {
         queue.async {
             let found: AdminSession?
             do {
-                found = try token.flatMap { token in try pool.run { try AdminSessions.find(token: token, on: $0) } }
+                found = try token.flatMap { token in try reads.run { try AdminSessions.find(token: token, on: $0) } }
             } catch {
                 respond(Self.unavailablePage())
                 return
@@ -209,7 +212,7 @@ public struct AdminPages: Sendable {
     func signInForm(_ request: HTTPRequest, _ respond: HTTPResponder) {
         let token = Self.cookies(request)[Self.sessionCookie]
         queue.async {
-            if let token, let _ = try? pool.run({ try AdminSessions.find(token: token, on: $0) }) {
+            if let token, let _ = try? reads.run({ try AdminSessions.find(token: token, on: $0) }) {
                 respond(Self.redirect(Self.base + "/extensions"))
                 return
             }
@@ -272,7 +275,7 @@ public struct AdminPages: Sendable {
         queue.async {
             let opened: AdminSession?
             do {
-                opened = try pool.run { connection -> AdminSession? in
+                opened = try reads.run { connection -> AdminSession? in
                     guard try PostgresAdmins.verify(name: name, password: password, on: connection) else { return nil }
                     return try AdminSessions.create(adminName: name, lifetime: lifetime, on: connection)
                 }
@@ -302,7 +305,7 @@ public struct AdminPages: Sendable {
     func signOut(_ request: HTTPRequest, _ respond: HTTPResponder) {
         session(request, respond, checkingForm: true) { page in
             do {
-                try pool.run { try AdminSessions.remove(token: page.session.token, on: $0) }
+                try reads.run { try AdminSessions.remove(token: page.session.token, on: $0) }
             } catch {
                 respond(Self.unavailablePage(page.session))
                 return
@@ -350,8 +353,9 @@ public struct AdminPages: Sendable {
     }
 
     static func unavailablePage(_ session: AdminSession? = nil) -> HTTPResponse {
-        let body: HTML = "<h1>Try again</h1><p class=\"error\" id=\"error\">The database could not be reached or refused. Nothing more is known here; try again in a moment.</p>"
-        guard let session else { return html(503, document(title: "Try again", body: "<main class=\"narrow\">\(body)</main>")) }
-        return html(503, layout(session, title: "Try again", section: nil, body: body))
+        let body: HTML = "<h1>Database unavailable</h1><p class=\"error\" id=\"error\">The database is unavailable: it could not be reached, refused or did not answer in time. Nothing more is known here; try again in a moment.</p>"
+        let retry = [("Retry-After", String(AdminAPI.retryAfterSeconds))]
+        guard let session else { return html(503, document(title: "Database unavailable", body: "<main class=\"narrow\">\(body)</main>"), headers: retry) }
+        return html(503, layout(session, title: "Database unavailable", section: nil, body: body), headers: retry)
     }
 }

@@ -9,7 +9,8 @@ import Storage
 /// Both answer from these, so a page and the API never disagree.
 ///
 /// Threading: a value, safe to share. The read functions block the calling thread on the worker
-/// pool (call them on the admin queue, never on a server thread); the test pushes suspend.
+/// pool, at most `databaseDeadline` seconds each (call them on the admin queue, never on a server
+/// thread); the test pushes suspend.
 struct AdminReads: Sendable {
     let pool: PostgresWorkerPool
     let directory: PostgresDirectory
@@ -20,13 +21,26 @@ struct AdminReads: Sendable {
     let pusher: PushService?
     /// Seconds between two test pushes to one device token (`test_push_interval`).
     let testPushInterval: TimeInterval
+    /// Seconds an admin request waits for one database job (queue, connection and statements)
+    /// before it answers 503; see `run(_:)`.
+    let databaseDeadline: Double
 
-    init(pool: PostgresWorkerPool, pushSettings: PushSettings, pusher: PushService? = nil, testPushInterval: TimeInterval = 30) {
+    init(
+        pool: PostgresWorkerPool, pushSettings: PushSettings, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
+        databaseDeadline: Double = AdminAPI.defaultDatabaseDeadline
+    ) {
         self.pool = pool
-        self.directory = PostgresDirectory(pool: pool)
+        self.databaseDeadline = databaseDeadline
+        self.directory = PostgresDirectory(pool: pool, waitDeadline: databaseDeadline)
         self.pushSettings = pushSettings
         self.pusher = pusher
         self.testPushInterval = testPushInterval
+    }
+
+    /// Runs `job` on the pool and waits at most `databaseDeadline` for it
+    /// (`PostgresError.deadlinePassed` after that, which the API and pages answer with 503).
+    func run<T: Sendable>(_ job: @escaping @Sendable (PostgresConnection) throws -> T) throws -> T {
+        try pool.run(within: databaseDeadline, job)
     }
 
     /// One device of an extension as the pages and the API list it: a registered binding or a
@@ -118,7 +132,7 @@ struct AdminReads: Sendable {
     func extensionDetail(_ aor: AddressOfRecord) throws -> ExtensionDetail {
         guard try directory.hasExtension(aor) else { throw DirectoryError.noSuchExtension(aor) }
         let now = Date()
-        return try pool.run { connection in
+        return try run { connection in
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
             let posted = try PostedPushTokens.list(for: aor, on: connection)
             let channels = bindings.flatMap(\.pushChannels) + posted.map(\.channel)
@@ -142,19 +156,19 @@ struct AdminReads: Sendable {
     /// when given; `next` is the cursor of the following page (nil on the last one).
     func calls(of aor: AddressOfRecord?, limit: Int, before: Date?, missed: Bool? = nil) throws -> (calls: [CallJourney], next: Date?) {
         let fetched = limit + 1
-        let calls = try pool.run { try PostgresCalls.recent(on: $0, aor: aor, limit: fetched, before: before, missed: missed) }
+        let calls = try run { try PostgresCalls.recent(on: $0, aor: aor, limit: fetched, before: before, missed: missed) }
         let page = Array(calls.prefix(limit))
         return (page, calls.count > limit ? page.last?.startedAt : nil)
     }
 
     /// One call's journey, or nil.
     func journey(id: UUID) throws -> CallJourney? {
-        try pool.run { try PostgresCalls.journey(id: id, on: $0) }
+        try run { try PostgresCalls.journey(id: id, on: $0) }
     }
 
     /// Every push app, without its key.
     func pushApps() throws -> [PostgresPushApps.Summary] {
-        try pool.run { try PostgresPushApps(connection: $0).summaries() }
+        try run { try PostgresPushApps(connection: $0).summaries() }
     }
 
     /// Sends one test push of app `id` to `token`, exactly as a call's ring push goes out, and

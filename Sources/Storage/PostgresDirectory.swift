@@ -31,7 +31,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
 
     private enum Executor: Sendable {
         case connectPerCall(PostgresSettings)
-        case pool(PostgresWorkerPool)
+        case pool(PostgresWorkerPool, waitDeadline: Double?)
     }
 
     private let executor: Executor
@@ -41,15 +41,17 @@ public final class PostgresDirectory: DirectorySource, Sendable {
         executor = .connectPerCall(settings)
     }
 
-    /// Each call runs on a worker of `pool` (and waits for it).
-    public init(pool: PostgresWorkerPool) {
-        executor = .pool(pool)
+    /// Each call runs on a worker of `pool` and waits for it, at most `waitDeadline` seconds when
+    /// given (then `PostgresError.deadlinePassed`; see `PostgresWorkerPool.run(within:)`).
+    public init(pool: PostgresWorkerPool, waitDeadline: Double? = nil) {
+        executor = .pool(pool, waitDeadline: waitDeadline)
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) throws -> T {
         switch executor {
         case .connectPerCall(let settings): return try body(try settings.connect())
-        case .pool(let pool): return try pool.run(body)
+        case .pool(let pool, nil): return try pool.run(body)
+        case .pool(let pool, let seconds?): return try pool.run(within: seconds, body)
         }
     }
 

@@ -103,6 +103,28 @@ public final class PostgresWorkerPool: @unchecked Sendable {
         return try box.get()
     }
 
+    /// Runs `job` on a worker and waits for it at most `seconds` (queueing, connecting and the job
+    /// together); past that it throws `PostgresError.deadlinePassed`. A job that has not started by
+    /// then never runs; one already running goes on to its end (each statement bounded by the
+    /// statement deadline) and its answer is dropped. Blocking: see the threading contract.
+    public func run<T: Sendable>(within seconds: Double, _ job: @escaping @Sendable (PostgresConnection) throws -> T) throws -> T {
+        let done = DispatchSemaphore(value: 0)
+        let box = ResultBox<T>()
+        let start = StartClaim()
+        submit({ connection in
+            guard start.claim() else { throw PostgresError.deadlinePassed(seconds) }
+            return try job(connection)
+        }) { result in
+            box.set(result)
+            done.signal()
+        }
+        if done.wait(timeout: .now() + max(0, seconds)) == .timedOut {
+            start.abandon()
+            throw PostgresError.deadlinePassed(seconds)
+        }
+        return try box.get()
+    }
+
     /// Runs `job` on a worker and resumes when it is done, without blocking a cooperative thread.
     public func perform<T: Sendable>(_ job: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
@@ -176,7 +198,35 @@ final class ResultBox<T: Sendable>: @unchecked Sendable {
     }
 }
 
+/// Whether a bounded job started before its caller stopped waiting: whichever of `claim` (the
+/// worker) and `abandon` (the caller) comes first wins. Thread-safe.
+final class StartClaim: @unchecked Sendable {
+    // @unchecked: `state` is only touched under `lock`.
+    private let lock = NSLock()
+    private var state = 0  // 0 waiting, 1 started, 2 abandoned
+
+    /// The worker's claim: true when the caller still waits, and the job may run.
+    func claim() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if state == 0 { state = 1 }
+        return state == 1
+    }
+
+    /// The caller's, when it stops waiting: a job not started yet never will.
+    func abandon() {
+        lock.lock()
+        if state == 0 { state = 2 }
+        lock.unlock()
+    }
+}
+
 extension PostgresError {
+    /// The caller of `PostgresWorkerPool.run(within:)` stopped waiting after `seconds`.
+    public static func deadlinePassed(_ seconds: Double) -> PostgresError {
+        PostgresError(kind: .connection, message: "PostgreSQL did not answer within \(seconds) s")
+    }
+
     /// A job offered to a pool or store that has been shut down.
     static var poolStopped: PostgresError {
         PostgresError(kind: .connection, message: "PostgreSQL worker pool is shut down")

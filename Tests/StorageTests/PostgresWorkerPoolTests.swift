@@ -48,6 +48,27 @@ final class PostgresWorkerPoolTests: XCTestCase {
         XCTAssertEqual(try pool.run { try $0.query("SELECT 1 AS v").value(0, "v") }, "1")
     }
 
+    func testABoundedWaitGivesUpAtItsDeadlineAndAJobNotStartedThenNeverRuns() throws {
+        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        defer { pool.shutdown() }
+        // The one worker is busy until the test lets it go.
+        let busy = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        pool.submit({ _ in
+            started.signal()
+            busy.wait()
+        }) { _ in }
+        XCTAssertEqual(started.wait(timeout: .now() + 30), .success)
+        let ran = Collector<Int>()
+        XCTAssertThrowsError(try pool.run(within: 0.2) { _ in ran.append(1) }) { error in
+            XCTAssertTrue("\(error)".contains("did not answer within"), "\(error)")
+        }
+        busy.signal()
+        // Jobs run in submission order: once a later one has run, the abandoned one had its turn.
+        XCTAssertEqual(try pool.run(within: 30) { try $0.query("SELECT 1 AS v").value(0, "v") }, "1")
+        XCTAssertTrue(ran.all.isEmpty)
+    }
+
     func testABrokenConnectionIsReplacedBeforeTheNextJob() throws {
         let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
         defer { pool.shutdown() }
