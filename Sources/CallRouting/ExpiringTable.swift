@@ -6,28 +6,29 @@ import Foundation
 ///
 /// Threading: a value; its owner serialises access (the call coordinator keeps its tables on its
 /// queue). Time is passed in.
-struct ExpiringTable<Key: Hashable, Value> {
+public struct ExpiringTable<Key: Hashable, Value> {
     private struct Entry {
         var value: Value
         var at: Date
         var serial: UInt64
     }
 
-    let limit: Int
-    let maxAge: TimeInterval
+    public let limit: Int
+    public let maxAge: TimeInterval
     private var entries: [Key: Entry] = [:]
     /// Every insert in order; an item whose serial no longer matches its entry is stale and skipped.
     private var order: [(key: Key, at: Date, serial: UInt64)] = []
     private var head = 0
     private var nextSerial: UInt64 = 0
 
-    init(limit: Int, maxAge: TimeInterval) {
+    /// `maxAge` may be `.infinity`: then only `limit` makes entries go.
+    public init(limit: Int, maxAge: TimeInterval) {
         self.limit = max(1, limit)
         self.maxAge = maxAge
     }
 
-    var count: Int { entries.count }
-    var isEmpty: Bool { entries.isEmpty }
+    public var count: Int { entries.count }
+    public var isEmpty: Bool { entries.isEmpty }
 
     /// How many insert records are kept, stale ones included (bounded by twice the entries plus a
     /// little), for tests.
@@ -38,11 +39,11 @@ struct ExpiringTable<Key: Hashable, Value> {
         order[head...].first { entries[$0.key]?.serial == $0.serial }?.at
     }
 
-    subscript(key: Key) -> Value? { entries[key]?.value }
+    public subscript(key: Key) -> Value? { entries[key]?.value }
 
     /// Sets `value` for `key` as of `now` (a new age), after dropping what expired; when full,
     /// the oldest entry goes.
-    mutating func insert(_ value: Value, for key: Key, at now: Date) {
+    public mutating func insert(_ value: Value, for key: Key, at now: Date) {
         prune(now: now)
         if entries[key] == nil, entries.count >= limit { dropOldest() }
         nextSerial += 1
@@ -52,18 +53,18 @@ struct ExpiringTable<Key: Hashable, Value> {
     }
 
     /// Changes the value of an entry that is there, keeping its age.
-    mutating func update(_ value: Value, for key: Key) {
+    public mutating func update(_ value: Value, for key: Key) {
         entries[key]?.value = value
     }
 
     @discardableResult
-    mutating func removeValue(forKey key: Key) -> Value? {
+    public mutating func removeValue(forKey key: Key) -> Value? {
         defer { compact() }
         return entries.removeValue(forKey: key)?.value
     }
 
     /// Drops every entry inserted `maxAge` or more before `now`.
-    mutating func prune(now: Date) {
+    public mutating func prune(now: Date) {
         while head < order.count, now.timeIntervalSince(order[head].at) >= maxAge {
             let item = order[head]
             if entries[item.key]?.serial == item.serial { entries[item.key] = nil }

@@ -99,30 +99,6 @@ public struct PushParameters: Hashable, Sendable {
 
     /// Undoes %XX escapes (RFC 3261 §19.1.2); text that is not a valid escape stays as it is.
     static func unescape(_ text: String) -> String {
-        guard text.utf8.contains(UInt8(ascii: "%")) else { return text }
-        let bytes = Array(text.utf8)
-        var out: [UInt8] = []
-        var index = 0
-        // Two hex digits exactly: `UInt8(_:radix:)` would also take a sign (`%-0`, `%+f`).
-        func hexValue(_ byte: UInt8) -> UInt8? {
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-            default: return nil
-            }
-        }
-        while index < bytes.count {
-            if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
-                let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2])
-            {
-                out.append(high << 4 | low)
-                index += 3
-            } else {
-                out.append(bytes[index])
-                index += 1
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
+        SIPHeaderValueScanner.decodingEscapes(text)
     }
 }

@@ -1,3 +1,4 @@
+import CallRouting
 import Foundation
 
 /// A token bucket per source address (setting `sip_rate_limit`): each source may send `rate`
@@ -8,7 +9,7 @@ import Foundation
 /// cheap enough for the SIP loop thread. Bounded: it tracks at most `maxSources` addresses; a new
 /// one beyond that makes the longest-tracked go (it starts again with a full bucket), in O(1).
 final class SourceRateLimiter: @unchecked Sendable {
-    // @unchecked: `buckets`, `order`, `head` and `dropped` are only touched under `lock`.
+    // @unchecked: `buckets` and `dropped` are only touched under `lock`.
     private struct Bucket {
         var tokens: Double
         var updated: TimeInterval
@@ -18,16 +19,16 @@ final class SourceRateLimiter: @unchecked Sendable {
     let burst: Double
     let maxSources: Int
     private let lock = NSLock()
-    private var buckets: [String: Bucket] = [:]
-    /// The tracked sources in the order they came (from `head` on): the next to go is first.
-    private var order: [String] = []
-    private var head = 0
+    /// Buckets never age out (a full one is what a new source gets anyway); when `maxSources` are
+    /// tracked the longest-tracked goes.
+    private var buckets: ExpiringTable<String, Bucket>
     private var dropped = 0
 
     init(rate: Double, maxSources: Int = 100_000) {
         self.rate = rate
         self.burst = max(1, rate * 2)
         self.maxSources = maxSources
+        self.buckets = ExpiringTable(limit: maxSources, maxAge: .infinity)
     }
 
     /// Whether a message from `source` may be handled now (`now` in seconds, monotonic).
@@ -40,17 +41,11 @@ final class SourceRateLimiter: @unchecked Sendable {
         let allowed = bucket.tokens >= 1
         if allowed { bucket.tokens -= 1 } else { dropped += 1 }
         if buckets[source] == nil {
-            if buckets.count >= maxSources, head < order.count {
-                buckets[order[head]] = nil
-                head += 1
-                if head * 2 > order.count {
-                    order.removeFirst(head)
-                    head = 0
-                }
-            }
-            order.append(source)
+            // With no maximum age the insert time only orders the sources.
+            buckets.insert(bucket, for: source, at: Date(timeIntervalSinceReferenceDate: now))
+        } else {
+            buckets.update(bucket, for: source)
         }
-        buckets[source] = bucket
         return allowed
     }
 

@@ -246,13 +246,24 @@ public enum SIPHeaderValueScanner {
     /// other octets (`%40`, `%00`, `%25`) stay as written, so nothing changes meaning.
     /// With `tokenOnly`, only characters that are also token characters are decoded.
     static func decodingUnreserved(_ bytes: Bytes, _ range: Range<Int>, tokenOnly: Bool = false) -> String {
+        decodingEscapes(bytes, range) { isUnreserved($0) && (!tokenOnly || isTokenByte($0)) }
+    }
+
+    /// `text` with every `%HH` escape (two hex digits exactly) replaced by its octet (RFC 3261
+    /// §19.1.2); what is not a valid escape stays as it is.
+    public static func decodingEscapes(_ text: String) -> String {
+        text.withSIPBytes { bytes in decodingEscapes(bytes, 0..<bytes.count) { _ in true } }
+    }
+
+    /// The range as text with the `%HH` escapes of the octets `decodes` accepts replaced by them.
+    private static func decodingEscapes(_ bytes: Bytes, _ range: Range<Int>, where decodes: (UInt8) -> Bool) -> String {
         guard firstIndex(of: UInt8(ascii: "%"), in: bytes, range) != nil else { return text(bytes, range) }
         var out: [UInt8] = []
         out.reserveCapacity(range.count)
         var i = range.lowerBound
         while i < range.upperBound {
             if bytes[i] == UInt8(ascii: "%"), i + 2 < range.upperBound, let high = hexValue(bytes[i + 1]),
-                let low = hexValue(bytes[i + 2]), isUnreserved(high << 4 | low), !tokenOnly || isTokenByte(high << 4 | low)
+                let low = hexValue(bytes[i + 2]), decodes(high << 4 | low)
             {
                 out.append(high << 4 | low)
                 i += 3
