@@ -92,12 +92,25 @@ class AdminPagesRobot:
         except TimeoutException:
             raise StepFailed(f"no {css} on {self.driver.current_url} within {self.step_timeout} s")
 
+    @staticmethod
+    def renumbered(error):
+        """Whether `error` only says an element looked up a moment ago is gone: the page was
+        replaced, or Chromium renumbered its nodes ("Node with given id does not belong to the
+        document", seen after a resize). Looking the element up again is then the answer."""
+        if isinstance(error, TimeoutException):
+            return False
+        return isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(error)
+
     def text_of(self, css, *expected):
         """The text of `css` once it holds every one of `expected`."""
         def holds(driver):
-            found = driver.find_elements(By.CSS_SELECTOR, css)
-            if found and all(piece in found[0].text for piece in expected):
-                return found[0].text
+            try:
+                found = driver.find_elements(By.CSS_SELECTOR, css)
+                if found and all(piece in found[0].text for piece in expected):
+                    return found[0].text
+            except (StaleElementReferenceException, WebDriverException) as error:
+                if not self.renumbered(error):
+                    raise
             return False
         try:
             return self.wait().until(holds)
@@ -116,7 +129,7 @@ class AdminPagesRobot:
                 break
             except (StaleElementReferenceException, WebDriverException) as error:
                 # A click refused because the nodes were renumbered never reached the page.
-                if "does not belong to the document" not in str(error) and not isinstance(error, StaleElementReferenceException):
+                if not self.renumbered(error):
                     raise
                 if time.monotonic() > deadline:
                     raise
@@ -232,10 +245,20 @@ class AdminPagesRobot:
         """The id of the device on `address`'s page whose box names `user_agent`."""
         self.open("/admin/extensions/" + address)
         self.text_of("#devices", user_agent)
-        for device in self.driver.find_elements(By.CSS_SELECTOR, "#devices div.device"):
-            if user_agent in device.text:
-                return device.get_attribute("id").removeprefix("device-")
-        raise StepFailed(f"no device of {address} shows {user_agent!r}")
+
+        def device_named(driver):
+            try:
+                for device in driver.find_elements(By.CSS_SELECTOR, "#devices div.device"):
+                    if user_agent in device.text:
+                        return device.get_attribute("id").removeprefix("device-")
+            except (StaleElementReferenceException, WebDriverException) as error:
+                if not self.renumbered(error):
+                    raise
+            return False
+        try:
+            return self.wait().until(device_named)
+        except TimeoutException:
+            raise StepFailed(f"no device of {address} shows {user_agent!r} within {self.step_timeout} s")
 
     def step_test_device(self, args):
         """Presses Test push on the device of `address` that shows `user_agent`; the answer beside it."""
