@@ -476,7 +476,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         // Kept for late responses (2xx retransmissions, CANCEL answers), then forgotten.
         let handle = entry.handle
         later(settings.endedCallKeep.timeInterval) { coordinator in
-            coordinator.callees[callee]?.calls[id] = nil
+            coordinator.callees[callee]?.calls.removeValue(forKey: id)?.timers.values.forEach { $0.cancel() }
             coordinator.callByHandle[handle] = nil
             coordinator.forgetIfEmpty(callee)
         }

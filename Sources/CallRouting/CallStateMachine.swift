@@ -106,6 +106,8 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         var declinedAs: (status: Int, phrase: String)?
         /// Its flow failed (RFC 5626 §5.3): it does not keep the device's other flows from the call.
         public var flowFailed = false
+        /// Timer C fired after a provisional: Rouse cancelled it, and its final answer counts as 408.
+        public var timedOut = false
     }
 
     /// The callee's bindings now and how the SIP side can reach each, asked only when a decision
@@ -140,6 +142,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     /// The posted tokens and dead marks have been read (or could not be).
     private var tokensRead = false
     private var tokenTimerArmed = false
+    private var waitTimerArmed = false
     private var answeredByTag: String?
     /// The actions of the event being handled.
     private var out: [CallAction<Flow>] = []
@@ -164,6 +167,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         case .timerFired(.ring): ringTimedOut(now)
         case .timerFired(.wait): waitEnded(because: nil, now, callee)
         case .timerFired(.tokenRead): break  // the shell turns it into `tokensOverdue` with the bindings of now
+        case .timerFired(.timerC(let branch)): timerCFired(branch, now, callee)
         case .callerCanceled(let reason): callerCanceled(reason, now)
         case .declined(let tag, let reason): declined(tag, reason, now, callee)
         case .stopping(let reason): stopping(reason, now)
@@ -269,6 +273,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         }
         // An app whose connection is still open is awake: ring it now as well.
         for binding in targets.awake { fork(to: binding, late: false, now) }
+        waitTimerArmed = true
         out.append(.startTimer(.wait, at: waitDeadline))
     }
 
@@ -340,7 +345,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func waitEnded(because reason: String?, _ now: Date, _ callee: CalleeView) {
         guard phase == .waiting else { return }
         phase = .ringing
-        if reason != nil { out.append(.stopTimer(.wait)) }
+        stopWaitTimer()
         let back = devices.filter { if case .woke = $0.wake { return true } else { return false } }
         let end: CallFact.WaitEnd
         if let reason {
@@ -392,6 +397,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             bindingID: binding.id, target: binding.contactForDisplay, device: name, transport: binding.flow.transport, startedAt: now,
             isLateFork: late))))
         out.append(.fork(branch: branches.count - 1, request: request, binding: binding))
+        out.append(.startTimer(.timerC(branch: branches.count - 1), at: now.addingTimeInterval(setup.settings.timerC.timeInterval)))
     }
 
     /// The branch INVITE went out (its request and flow), or could not: a failed flow, and the
@@ -399,6 +405,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func branchSent(_ index: Int, _ result: SentRequest<Flow>?, _ now: Date, _ callee: CalleeView) {
         guard branches.indices.contains(index), branches[index].sent == nil, branches[index].final == nil else { return }
         guard let result else {
+            out.append(.stopTimer(.timerC(branch: index)))
             out.append(.record(.branchUnreachable(branch: index)))
             branches[index].final = 503
             branches[index].flowFailed = true
@@ -444,6 +451,10 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             }
         }
         if status < 200 {
+            // §16.7 step 2: every provisional above 100 restarts Timer C.
+            if status > 100, branches[index].final == nil {
+                out.append(.startTimer(.timerC(branch: index), at: now.addingTimeInterval(setup.settings.timerC.timeInterval)))
+            }
             branches[index].gotProvisional = true
             if let reason = branches[index].cancelWanted, !branches[index].cancelSent {
                 sendCancel(index, reason: reason)
@@ -454,7 +465,10 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         }
         let isFirstFinal = branches[index].final == nil
         branches[index].final = status
-        if isFirstFinal { out.append(.record(.branchEnded(branch: index))) }
+        if isFirstFinal {
+            out.append(.stopTimer(.timerC(branch: index)))
+            out.append(.record(.branchEnded(branch: index)))
+        }
         if (200..<300).contains(status) {
             // §16.7 step 5: every 2xx goes upstream at once, retransmissions included.
             out.append(.relay2xx(ProxyRules.upstream(response)))
@@ -467,7 +481,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         if let declined = branches[index].declinedAs {
             // Cancelled because its device declined over HTTP: it counts as that answer, not 487.
             selector.consider(SIPResponse(replyingTo: setup.invite, statusCode: declined.status, reasonPhrase: declined.phrase))
-        } else if flowFailed {
+        } else if flowFailed || branches[index].timedOut {
             considerFlowFailure()
         } else {
             selector.consider(ProxyRules.upstream(response))
@@ -480,6 +494,29 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             return
         }
         if flowFailed, branches[index].cancelWanted == nil {
+            branches[index].flowFailed = true
+            tryNextFlow(after: index, now, callee)
+        }
+        if phase == .ringing { finishIfNothingRings(nothingText: pushFailures.first ?? "no device woke in time", now) }
+    }
+
+    /// RFC 3261 §16.8: Timer C fired. A branch that rang is cancelled (its 487 then counts as
+    /// 408); one that never answered at all is taken as answered 408, and the device's next flow
+    /// is tried.
+    private mutating func timerCFired(_ index: Int, _ now: Date, _ callee: CalleeView) {
+        guard branches.indices.contains(index), branches[index].final == nil else { return }
+        let text = "no final answer within \(CallText.seconds(setup.settings.timerC.timeInterval)) (Timer C)"
+        if branches[index].gotProvisional {
+            branches[index].timedOut = true
+            cancel(index, reason: ProxyRules.reason(cause: 408, text: text), because: text)
+            return
+        }
+        branches[index].final = 408
+        out.append(.record(.branchResponse(branch: index, status: 408, reason: "Request Timeout")))
+        out.append(.record(.branchEnded(branch: index)))
+        guard phase != .ended, !answered else { return }
+        considerFlowFailure()
+        if branches[index].cancelWanted == nil {
             branches[index].flowFailed = true
             tryNextFlow(after: index, now, callee)
         }
@@ -636,7 +673,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             tokenTimerArmed = false
             out.append(.stopTimer(.tokenRead))
         }
-        out.append(.stopTimer(.wait))
+        stopWaitTimer()
         out.append(.stopTimer(.ring))
         out.append(.ended(CallEnding(
             outcome: outcome, finalStatus: finalStatus, reason: reason, answeredByTag: answeredByTag, missed: missed,
@@ -644,19 +681,27 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             tokensExpireAt: ringDeadline.addingTimeInterval(Self.callTokenMargin))))
     }
 
+    private mutating func stopWaitTimer() {
+        guard waitTimerArmed else { return }
+        waitTimerArmed = false
+        out.append(.stopTimer(.wait))
+    }
+
     /// product.md step 5: a woken device must stop ringing when the call ends before it answered.
     private mutating func stopWokenDevices(reason: CallEndReason, _ now: Date) {
         let until = now.addingTimeInterval(setup.settings.cancelGrace.timeInterval)
         for index in devices.indices where devices[index].sentAt != nil && devices[index].wake != .notPushed && devices[index].declined == nil {
             let device = devices[index]
-            let ringingOverSIP = branches.contains { branch in
-                branch.gotProvisional && (device.device.bindingIDs.contains(branch.binding.id) || device.returnedBindings.contains(branch.binding.id))
+            // Reached over SIP: it rang (a provisional) or answered, even with a 2xx and no 180.
+            let reachedOverSIP = branches.contains { branch in
+                (branch.gotProvisional || branch.final.map { (200..<300).contains($0) } == true)
+                    && (device.device.bindingIDs.contains(branch.binding.id) || device.returnedBindings.contains(branch.binding.id))
             }
-            if ringingOverSIP {
-                // Its SIP CANCEL stops the ring; a missed call is still told.
-                pushEndOfCall(index, cancelReason: nil, until: until)
+            if reachedOverSIP {
+                // Its SIP CANCEL stops the ring (or it answered); a missed call is still told.
+                pushEndOfCall(index, cancelReason: nil, endedBecause: reason, until: until)
             } else if device.device.cancelChannel != nil {
-                pushEndOfCall(index, cancelReason: reason, until: until)
+                pushEndOfCall(index, cancelReason: reason, endedBecause: reason, until: until)
             } else if device.device.ringChannel.family == .apns {
                 // An iPhone with only its VoIP token: never a second VoIP push. If it registers
                 // within the grace period, it gets the INVITE and at once a CANCEL.
@@ -672,11 +717,13 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     /// notice (when the call was missed). Issue 11: a call that ended unanswered shows as missed on
     /// each device that took part and can show one (FCM data, or an APNs alert to the regular
     /// token); a device that declined, one whose push failed, and a VoIP-only iPhone get none.
-    private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, until: Date) {
+    /// The missed notice gives the call's own reason (`caller_hangup` when the caller gave up),
+    /// whether or not the device rang over SIP.
+    private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, endedBecause reason: CallEndReason, until: Date) {
         let device = devices[index]
         guard let channel = device.device.cancelChannel else { return }
         let wantsMissed = missed && device.accepted && device.declined == nil
-        let missedReason = wantsMissed ? (cancelReason ?? .timeout).missedReason : nil
+        let missedReason = wantsMissed ? reason.missedReason : nil
         guard cancelReason != nil || missedReason != nil else { return }
         out.append(.endOfCallPush(EndOfCallPush(
             device: device.device.name, channel: channel, content: content, cancelReason: cancelReason, missedReason: missedReason, until: until)))
@@ -721,13 +768,15 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
 }
 
 /// The timers of a call.
-public enum CallTimer: Hashable, Sendable, CaseIterable {
+public enum CallTimer: Hashable, Sendable {
     /// `ring_timeout` from the INVITE's arrival: the call ends with 480.
     case ring
     /// The wake wait: fork to whatever is registered.
     case wait
     /// `token_read_timeout`: a callee with nothing registered stops waiting for its posted tokens.
     case tokenRead
+    /// RFC 3261 §16.6 step 11, Timer C of a branch: no final answer long after its last provisional.
+    case timerC(branch: Int)
 }
 
 /// What happens to a call (the input of `CallStateMachine`).
