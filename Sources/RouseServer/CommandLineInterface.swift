@@ -123,6 +123,7 @@ public struct CommandLineInterface: Sendable {
     func runServe(_ flags: [String]) -> Int32 {
         guard let configuration = loadConfiguration(flags) else { return 1 }
         let logger = Logger(level: configuration.logLevel, format: configuration.logFormat)
+        defer { logger.flush() }
         do {
             let stopSignal = StopSignal()
             let server = try RouseService(configuration: configuration, logger: logger)
