@@ -305,7 +305,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 case .startTimer(let timer, let deadline):
                     arm(timer, at: deadline, for: entry, now: now)
                 case .stopTimer(let timer):
-                    entry.timers.removeValue(forKey: timer)?.cancel()
+                    entry.timers.removeValue(forKey: timer)?.timer.cancel()
                 case .record(let fact):
                     journeyChanged = true
                     if record(fact, on: entry, at: now) { writeCall = true }
@@ -363,17 +363,22 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     private func arm(_ timer: CallTimer, at deadline: Date, for entry: CallEntry, now: Date) {
-        entry.timers.removeValue(forKey: timer)?.cancel()
+        entry.timers.removeValue(forKey: timer)?.timer.cancel()
         let callee = entry.machine.setup.callee
         let id = entry.machine.setup.id
-        entry.timers[timer] = scheduler.schedule(after: Self.delay(deadline.timeIntervalSince(now))) { [weak self] in
+        entry.timerGeneration += 1
+        let generation = entry.timerGeneration
+        let scheduled = scheduler.schedule(after: Self.delay(deadline.timeIntervalSince(now))) { [weak self] in
             guard let self else { return }
-            queue.async { self.fired(timer, callee: callee, id) }
+            queue.async { self.fired(timer, generation: generation, callee: callee, id) }
         }
+        entry.timers[timer] = (generation, scheduled)
     }
 
-    private func fired(_ timer: CallTimer, callee: AddressOfRecord, _ id: UUID) {
-        guard let entry = callees[callee]?.calls[id], entry.timers.removeValue(forKey: timer) != nil else { return }
+    /// A timer fired; one stopped or armed again since (its firing already on its way) is ignored.
+    private func fired(_ timer: CallTimer, generation: Int, callee: AddressOfRecord, _ id: UUID) {
+        guard let entry = callees[callee]?.calls[id], entry.timers[timer]?.generation == generation else { return }
+        entry.timers[timer] = nil
         if timer == .tokenRead {
             // The call goes on with what is registered now.
             let bindings = directory.bindings(for: callee)
@@ -476,7 +481,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         // Kept for late responses (2xx retransmissions, CANCEL answers), then forgotten.
         let handle = entry.handle
         later(settings.endedCallKeep.timeInterval) { coordinator in
-            coordinator.callees[callee]?.calls.removeValue(forKey: id)?.timers.values.forEach { $0.cancel() }
+            coordinator.callees[callee]?.calls.removeValue(forKey: id)?.timers.values.forEach { $0.timer.cancel() }
             coordinator.callByHandle[handle] = nil
             coordinator.forgetIfEmpty(callee)
         }
@@ -571,7 +576,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var recorder: JourneyRecorder
         let handle: ServerTransactionHandle
         let callerFlow: Flow
-        var timers: [CallTimer: any ScheduledTimer] = [:]
+        /// The armed timers, each with the generation it was armed in.
+        var timers: [CallTimer: (generation: Int, timer: any ScheduledTimer)] = [:]
+        var timerGeneration = 0
 
         init(machine: CallStateMachine<Flow>, recorder: JourneyRecorder, handle: ServerTransactionHandle, callerFlow: Flow) {
             self.machine = machine
