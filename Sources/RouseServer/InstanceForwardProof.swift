@@ -95,18 +95,22 @@ struct ForwardProofChecker {
         accepted = ExpiringTable(limit: limit, maxAge: 2 * InstanceForwardProof.validity)
     }
 
-    /// Accepts `value` (a `rouse-p`) for `request` and `binding` once, at `now`.
-    mutating func check(_ value: String, of request: SIPRequest, binding: UUID, at now: Date) -> Result<Void, InstanceForwardProof.Refusal> {
+    /// Accepts `value` (a `rouse-p`) for `request` and `binding` once, at `now`: nil when
+    /// accepted, else why not.
+    mutating func check(_ value: String, of request: SIPRequest, binding: UUID, at now: Date) -> InstanceForwardProof.Refusal? {
         accepted.prune(now: now)
         switch proof.verify(value, of: request, binding: binding, at: now) {
         case .failure(let refusal):
-            return .failure(refusal)
+            return refusal
         case .success(let identity):
-            guard accepted[identity] == nil else { return .failure(.replayed) }
+            guard accepted[identity] == nil else { return .replayed }
             accepted.insert(true, for: identity, at: now)
-            return .success(())
+            return nil
         }
     }
+
+    /// How many accepted proofs are remembered now.
+    var remembered: Int { accepted.count }
 }
 
 /// The service's `ForwardProofChecker` behind a lock. Thread-safe; a check is two HMACs and a
@@ -122,7 +126,7 @@ final class ForwardProofs: @unchecked Sendable {
         checker = ForwardProofChecker(proof: proof)
     }
 
-    func check(_ value: String, of request: SIPRequest, binding: UUID, at now: Date) -> Result<Void, InstanceForwardProof.Refusal> {
+    func check(_ value: String, of request: SIPRequest, binding: UUID, at now: Date) -> InstanceForwardProof.Refusal? {
         lock.lock()
         defer { lock.unlock() }
         return checker.check(value, of: request, binding: binding, at: now)

@@ -174,8 +174,7 @@ extension SIPService: CallSignaling {
     /// proof proves nothing: false, and the INVITE is taken as any other (a caller gets the 407).
     /// Never an open relay: only bindings registered here are reached this way.
     func takeForwarded(_ request: SIPRequest, _ handle: ServerTransactionHandle, arrivedOn flow: FlowID, binding id: UUID, proof: String) -> Bool {
-        let checked = forwardProofs.check(proof, of: request, binding: id, at: Date())
-        if case .failure(let refusal) = checked {
+        if let refusal = forwardProofs.check(proof, of: request, binding: id, at: Date()) {
             logger.warning(
                 "sip.forward_refused", ["call": request.callID ?? "", "peer": sourceIP(of: flow), "why": "proof \(refusal.rawValue)"])
             return false
