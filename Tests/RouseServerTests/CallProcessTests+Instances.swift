@@ -65,6 +65,20 @@ extension CallProcessTests {
             try answerAndHangUp(desk, invite, call, caller)
             XCTAssertEqual(challenges(call).count, 1, "\(transport): one 407 for the caller, \(call.responses.map(\.statusCode))")
             _ = try journey(callID: call.callID, outcome: .answered)
+            // The flow token of the phone's flow that the caller saw in the Record-Route opens no
+            // way to the phone past the 407, even sent straight to the instance holding the flow.
+            let ok = try XCTUnwrap(call.responses.first { $0.statusCode == 200 })
+            let entry = try SIPNameAddress(parsing: try XCTUnwrap(ok.headers.values(.recordRoute).first))
+            let token = try XCTUnwrap(entry.uri.parameters.value(SIPService.deviceFlowParameter))
+            let sneaky = try TestUserAgent(
+                transport: .udp, serverPort: try XCTUnwrap(other.first { $0.transport == .udp }).port, user: "1001", domain: "example.com",
+                password: "pw-1001")
+            agents.append(sneaky)
+            let holderPoint = "127.0.0.1:\(try XCTUnwrap(other.first { $0.transport == .udp }).port)"
+            let bypass = try sneaky.invite(
+                desk.contactURI, authenticate: false, headers: [("Route", "<sip:\(holderPoint);lr;rouse-f=\(token)>")])
+            XCTAssertEqual(try bypass.waitForFinal().statusCode, 407, "\(transport)")
+            sneaky.close()
             XCTAssertEqual(try desk.register(expires: 0).statusCode, 200)
             desk.close()
             caller.close()
