@@ -175,7 +175,7 @@ struct AdminReads: Sendable {
     /// records it like any push (a token the provider calls dead is marked so). Nil when there is
     /// no such app.
     func sendTestPush(appID id: Int64, token: String, provider: PushProvider?) async throws -> TestPushAnswer? {
-        guard let app = try await pool.perform({ try PostgresPushApps(connection: $0).app(id: id) }) else { return nil }
+        guard let app = try await pool.perform(within: databaseDeadline, { try PostgresPushApps(connection: $0).app(id: id) }) else { return nil }
         let channel = PushChannel(
             provider: provider ?? (app.family == .fcm ? .fcm : .apns), token: token, param: nil, kind: app.family == .apns ? .voip : .standard)
         return try await limitedTestPush(to: channel, aor: nil, device: nil) {
@@ -193,7 +193,7 @@ struct AdminReads: Sendable {
         if let pusher {
             service = pusher
         } else {
-            service = try await pool.perform { PushService(settings: settings, apps: try PostgresPushApps(connection: $0).all()) }
+            service = try await pool.perform(within: databaseDeadline) { PushService(settings: settings, apps: try PostgresPushApps(connection: $0).all()) }
         }
         return try await limitedTestPush(to: channel, aor: aor, device: device.name + " (test push)") {
             let appID = channel.family == .webpush ? nil : service.app(for: channel)?.id
@@ -207,7 +207,7 @@ struct AdminReads: Sendable {
         to channel: PushChannel, aor: AddressOfRecord?, device: String?, send: @Sendable () async -> (PushOutcome, Int64?)
     ) async throws -> TestPushAnswer {
         let interval = testPushInterval
-        let claim = try await pool.perform {
+        let claim = try await pool.perform(within: databaseDeadline) {
             try TestPushClaims.claim(family: channel.family, token: channel.token, interval: interval, on: $0)
         }
         if case .limited(let seconds) = claim { return .limited(retryAfterSeconds: seconds) }
@@ -216,7 +216,7 @@ struct AdminReads: Sendable {
             createdAt: Date(), aor: aor?.description, callID: nil, provider: channel.provider, tokenShort: PushRecord.shorten(channel.token),
             appID: appID, outcome: outcome.word, status: outcome.status, reason: outcome.reason, explanation: outcome.explanation,
             latencyMilliseconds: outcome.latencyMilliseconds, device: device)
-        _ = try? await pool.perform { connection in
+        _ = try? await pool.perform(within: databaseDeadline) { connection in
             if outcome.isDeadToken {
                 try PostgresPushStores.markDead(on: connection, family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
             }

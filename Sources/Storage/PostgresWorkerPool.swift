@@ -132,6 +132,24 @@ public final class PostgresWorkerPool: @unchecked Sendable {
         }
     }
 
+    /// `perform`, waiting at most `seconds` (queueing, connecting and the job together); past that
+    /// it throws `PostgresError.deadlinePassed`, as `run(within:)` does, without blocking a thread.
+    public func perform<T: Sendable>(within seconds: Double, _ job: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let start = StartClaim()
+        let once = ResumeOnce<T>()
+        return try await withCheckedThrowingContinuation { continuation in
+            once.set(continuation)
+            submit({ connection in
+                guard start.claim() else { throw PostgresError.deadlinePassed(seconds) }
+                return try job(connection)
+            }) { once.resume(with: $0) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, seconds)) {
+                start.abandon()
+                once.resume(with: .failure(PostgresError.deadlinePassed(seconds)))
+            }
+        }
+    }
+
     /// Stops taking jobs, lets the queued ones finish, closes the connections and waits for the
     /// threads to end. Must not be called from a job or completion.
     public func shutdown() {
@@ -200,6 +218,35 @@ final class ResultBox<T: Sendable>: @unchecked Sendable {
 
 /// Whether a bounded job started before its caller stopped waiting: whichever of `claim` (the
 /// worker) and `abandon` (the caller) comes first wins. Thread-safe.
+/// Resumes a continuation once: with the job's result or the deadline's error, whichever comes
+/// first. @unchecked Sendable: both fields only touched under `lock`.
+final class ResumeOnce<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var pending: Result<T, any Error>?
+
+    func set(_ continuation: CheckedContinuation<T, any Error>) {
+        let early = lock.withLock { () -> Result<T, any Error>? in
+            guard let pending else {
+                self.continuation = continuation
+                return nil
+            }
+            self.pending = nil
+            return pending
+        }
+        if let early { continuation.resume(with: early) }
+    }
+
+    func resume(with result: Result<T, any Error>) {
+        let waiting = lock.withLock { () -> CheckedContinuation<T, any Error>? in
+            defer { continuation = nil }
+            if continuation == nil, pending == nil { pending = result }
+            return continuation
+        }
+        waiting?.resume(with: result)
+    }
+}
+
 final class StartClaim: @unchecked Sendable {
     // @unchecked: `state` is only touched under `lock`.
     private let lock = NSLock()

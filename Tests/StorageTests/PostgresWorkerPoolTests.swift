@@ -69,6 +69,29 @@ final class PostgresWorkerPoolTests: XCTestCase {
         XCTAssertTrue(ran.all.isEmpty)
     }
 
+    func testAnAsyncBoundedWaitGivesUpAtItsDeadlineWithoutRunningTheJob() async throws {
+        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        defer { pool.shutdown() }
+        let busy = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        pool.submit({ _ in
+            started.signal()
+            busy.wait()
+        }) { _ in }
+        XCTAssertEqual(started.wait(timeout: .now() + 30), .success)
+        let ran = Collector<Int>()
+        do {
+            _ = try await pool.perform(within: 0.2) { _ in ran.append(1) }
+            XCTFail("the busy pool answered")
+        } catch {
+            XCTAssertTrue("\(error)".contains("did not answer within 0.2 s"), "\(error)")
+        }
+        busy.signal()
+        let answer = try await pool.perform(within: 30) { try $0.query("SELECT 1 AS v").value(0, "v") }
+        XCTAssertEqual(answer, "1")
+        XCTAssertTrue(ran.all.isEmpty)
+    }
+
     func testABrokenConnectionIsReplacedBeforeTheNextJob() throws {
         let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
         defer { pool.shutdown() }
