@@ -114,6 +114,25 @@ extension CallProcessTests {
         }
     }
 
+    func testACallerWhoHangsUpCancelsThePhoneRingingOnTheOtherInstance() throws {
+        let other = try startTwoInstances()
+        let desk = try deskPhone(on: other, over: .udp)
+        XCTAssertEqual(try desk.register().statusCode, 200)
+        try waitUntilKnown(desk)
+        let caller = try caller()
+        let call = try place(caller)
+        let invite = try desk.waitForRequest(.invite)
+        try desk.respond(to: invite, status: 180)
+        _ = try call.waitForResponse(status: 180)
+        XCTAssertEqual(try call.cancel().statusCode, 200)
+        // The CANCEL follows the INVITE through the other instance, hop by hop, to the phone.
+        let cancel = try desk.handleCancel(of: invite)
+        XCTAssertEqual(cancel.callID, call.callID)
+        XCTAssertEqual(try call.waitForFinal().statusCode, 487)
+        XCTAssertEqual(challenges(call).count, 1)
+        _ = try journey(callID: call.callID, outcome: .canceled)
+    }
+
     /// What a forwarded INVITE proves, tried on the receiving instance with hand-made requests: a
     /// proof made without the deployment's secret, or too old, gets the caller's 407 like any
     /// INVITE; a good one for a binding the instance does not hold gets 430 and reaches nobody;
