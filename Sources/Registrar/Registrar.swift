@@ -104,6 +104,11 @@ public final class Registrar: @unchecked Sendable {
         queue.sync { core.bindings(for: aor) }
     }
 
+    /// The live binding with this id (another instance forwarding a call to it names it so).
+    public func binding(id: UUID) -> Binding? {
+        queue.sync { core.binding(withID: id) }
+    }
+
     /// The extensions and organisations the registrar knows now.
     public func directorySnapshot() -> DirectorySnapshot {
         queue.sync { core.directory }

@@ -96,7 +96,8 @@ public struct RegistrarCore: Sendable {
         }
     }
 
-    private func binding(withID id: UUID) -> Binding? {
+    /// The live binding with this id, whichever extension holds it.
+    public func binding(withID id: UUID) -> Binding? {
         guard let aor = bindingAOR[id] else { return nil }
         return bindings[aor]?.first { $0.id == id }
     }

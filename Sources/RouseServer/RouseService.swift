@@ -129,7 +129,8 @@ public final class RouseService: @unchecked Sendable {
 
         let sip = SIPService(
             configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID, metrics: metrics,
-            coordinator: coordinator, flowTokenKey: try RouseService.sharedSecret(named: "flow_token_secret", connection))
+            coordinator: coordinator, flowTokenKey: try RouseService.sharedSecret(named: "flow_token_secret", connection),
+            forwardSecret: try RouseService.sharedSecret(named: "instance_forward_secret", connection))
         self.sip = sip
         self.registrar = registrar
         self.locationStore = store

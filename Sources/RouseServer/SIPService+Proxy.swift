@@ -19,11 +19,10 @@ struct ForwardedInvite: Sendable {
 extension SIPService: CallSignaling {
     public typealias Flow = FlowID
 
-    /// URI parameters of Rouse's Route and Record-Route entries: the caller's flow, the device's
-    /// flow, and (a Route from another instance) the flow to send over.
+    /// URI parameters of Rouse's Record-Route entries: the caller's flow and the device's flow. (A
+    /// Route from another instance carries `InstanceForwardProof`'s parameters instead.)
     static let callerFlowParameter = "rouse-c"
     static let deviceFlowParameter = "rouse-d"
-    static let forwardFlowParameter = "rouse-f"
 
     // MARK: CallSignaling
 
@@ -39,10 +38,23 @@ extension SIPService: CallSignaling {
 
     public func reach(_ binding: Binding) -> BindingReach {
         if let flow = flow(for: binding) { return flow.isReliable ? .connected : .datagram }
-        guard binding.flow.instanceID != instanceID, binding.flow.transport != "udp" else { return .gone }
-        // A connection held by another instance: a desk phone's is taken as open (that instance
-        // answers 430 if not); a push binding's app is taken as asleep until it registers again.
+        guard let point = holder(of: binding) else { return .gone }
+        // Held by another instance, and reached through it: a UDP binding as this instance would
+        // reach its own; a desk phone's connection is taken as open (that instance answers 430 if
+        // not); a push binding's app is taken as asleep until it registers again.
+        if point.transport == .udp { return .datagram }
         return binding.pushChannels.isEmpty ? .connected : .gone
+    }
+
+    /// The listen point of the other instance that holds `binding`, which this one cannot reach
+    /// itself: the point its REGISTER arrived on, when that is not one of this instance's (nor a
+    /// wildcard, which names no machine). A connection this instance held and lost has no holder.
+    func holder(of binding: Binding) -> ListenPoint? {
+        guard let point = try? ListenPoint(parsing: binding.flow.localPoint), !listeningPoints.contains(point),
+            point.host != "0.0.0.0", point.host != "::"
+        else { return nil }
+        if point.transport.isReliable, binding.flow.instanceID == instanceID { return nil }
+        return point
     }
 
     public func sendInvite(
@@ -54,36 +66,40 @@ extension SIPService: CallSignaling {
             for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
             return sent(sendBranch(outgoing, to: binding, over: local, callerFlow: callerFlow, onResponse: onResponse))
         }
-        guard binding.flow.instanceID != instanceID, let point = try? ListenPoint(parsing: binding.flow.localPoint),
-            let address = try? SocketAddress(ip: point.host, port: point.port)
-        else { return sent(nil) }
-        // The connection is held by another instance: route through it (it recorded where the
-        // flow lives, as a Path would), to the listen point the phone registered on.
+        guard let point = holder(of: binding), let address = try? SocketAddress(ip: point.host, port: point.port) else { return sent(nil) }
+        // The binding is held by another instance: route through it, to the listen point the phone
+        // registered on (as a Path would), with the proof that this instance sent it (that
+        // instance then forwards it over the phone's own flow without challenging the caller again).
         let host = point.isIPv6 ? "[\(point.host)]" : point.host
         let transportParameter = point.transport == .udp ? "" : ";transport=\(point.transport.rawValue)"
-        outgoing.headers.prepend(
-            .route, "<sip:\(host):\(point.port)\(transportParameter);lr;\(Self.forwardFlowParameter)=\(flowToken(binding.flow.connectionID, instance: binding.flow.instanceID))>")
+        let through = "sip:\(host):\(point.port)\(transportParameter);lr;\(InstanceForwardProof.bindingParameter)=\(binding.id.uuidString.lowercased())"
         if point.transport == .udp {
             return sent(transport.datagramFlow(from: nil, to: address).flatMap {
-                sendBranch(outgoing, to: binding, over: $0, callerFlow: callerFlow, onResponse: onResponse)
+                sendBranch(outgoing, to: binding, over: $0, callerFlow: callerFlow, through: through, onResponse: onResponse)
             })
         }
         // A connection to that instance is set up on the transport's loop; the call does not wait.
         let outgoingRequest = outgoing
         transport.streamFlow(to: address, transport: point.transport) { [weak self] flow in
             guard let self, let flow else { return sent(nil) }
-            sent(sendBranch(outgoingRequest, to: binding, over: flow, callerFlow: callerFlow, onResponse: onResponse))
+            sent(sendBranch(outgoingRequest, to: binding, over: flow, callerFlow: callerFlow, through: through, onResponse: onResponse))
         }
     }
 
     /// The branch INVITE with Rouse's Record-Route and Via, in a client transaction over `target`.
+    /// `through`: the Route URI (without its proof) of the other instance holding the binding; the
+    /// proof is signed over the request as sent, once Rouse's Via is on it.
     private func sendBranch(
-        _ request: SIPRequest, to binding: Binding, over target: FlowID, callerFlow: FlowID,
+        _ request: SIPRequest, to binding: Binding, over target: FlowID, callerFlow: FlowID, through: String? = nil,
         onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
     ) -> SentRequest<FlowID>? {
         var outgoing = request
         addRecordRoutes(to: &outgoing, callerFlow: callerFlow, deviceFlow: target)
         addVia(to: &outgoing, over: target)
+        if let through {
+            guard let proof = forwardProofs.proof.sign(outgoing, binding: binding.id, at: Date()) else { return nil }
+            outgoing.headers.prepend(.route, "<\(through);\(InstanceForwardProof.proofParameter)=\(proof)>")
+        }
         do {
             try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable, onResponse: onResponse)
             return SentRequest(outgoing, over: target)
@@ -104,14 +120,15 @@ extension SIPService: CallSignaling {
     // MARK: Routing requests
 
     /// Takes a request that is not for Rouse itself: an INVITE for an extension (to the call
-    /// coordinator), a request inside a dialog Rouse record-routed, or a request another instance
-    /// routed through a flow held here. Returns false when the request is for Rouse itself.
+    /// coordinator), a request inside a dialog Rouse record-routed, or an INVITE another instance
+    /// forwarded to a binding held here. Returns false when the request is for Rouse itself.
     func route(_ request: SIPRequest, _ handle: ServerTransactionHandle, arrivedOn flow: FlowID) -> Bool {
         var request = request
         let tokens = popOwnRoutes(&request)
         let inDialog = request.to?.tag != nil
-        if let forwardFlow = tokens.forward {
-            forward(request, handle, arrivedOn: flow, to: forwardFlow, recordRoute: request.method == .invite && !inDialog)
+        if let forwarded = tokens.forwarded, request.method == .invite, !inDialog,
+            takeForwarded(request, handle, arrivedOn: flow, binding: forwarded.binding, proof: forwarded.proof)
+        {
             return true
         }
         if inDialog {
@@ -143,12 +160,36 @@ extension SIPService: CallSignaling {
     func routeACK(_ ack: SIPRequest, arrivedOn flow: FlowID) {
         var request = ack
         let tokens = popOwnRoutes(&request)
-        guard let target = tokens.forward ?? tokens.target(arrivedOn: flow), transport.flowIsOpen(target) else { return }
+        guard let target = tokens.target(arrivedOn: flow), transport.flowIsOpen(target) else { return }
         guard (request.maxForwards ?? ProxyRules.defaultMaxForwards) > 0 else { return }
-        if tokens.forward == nil { request.headers.remove(.proxyAuthorization) }
+        request.headers.remove(.proxyAuthorization)
         request.headers.set(.maxForwards, String((request.maxForwards ?? ProxyRules.defaultMaxForwards) - 1))
         addVia(to: &request, over: target)
         send(.request(request), over: target)
+    }
+
+    /// An INVITE another instance forwarded with a proof (`InstanceForwardProof`): when the proof
+    /// is good, forwarded over the flow of the binding it names, if this instance holds that
+    /// binding (430 when it does not, or its flow has gone), and true. A forged, stale or replayed
+    /// proof proves nothing: false, and the INVITE is taken as any other (a caller gets the 407).
+    /// Never an open relay: only bindings registered here are reached this way.
+    func takeForwarded(_ request: SIPRequest, _ handle: ServerTransactionHandle, arrivedOn flow: FlowID, binding id: UUID, proof: String) -> Bool {
+        if let refusal = forwardProofs.check(proof, of: request, binding: id, at: Date()) {
+            logger.warning(
+                "sip.forward_refused", ["call": request.callID ?? "", "peer": sourceIP(of: flow), "why": "proof \(refusal.rawValue)"])
+            return false
+        }
+        var outgoing = request
+        guard let binding = registrar?.binding(id: id), binding.expiresAt > Date(), (try? SIPURI(parsing: binding.contact)) == request.uri,
+            let target = self.flow(for: binding)
+        else {
+            logger.info("sip.forward_unreachable", ["call": request.callID ?? "", "binding": id.uuidString.lowercased()])
+            reply(request, handle, 430, "Flow Failed")
+            return true
+        }
+        for path in binding.path.reversed() { outgoing.headers.prepend(.route, path) }
+        forward(outgoing, handle, arrivedOn: flow, to: target, recordRoute: true)
+        return true
     }
 
     /// Forwards statefully over `target` (§16.6): responses go back through the server
@@ -190,13 +231,16 @@ extension SIPService: CallSignaling {
             let uri = address.uri
             let caller = uri.parameters.value(Self.callerFlowParameter).flatMap(flow(fromToken:))
             let device = uri.parameters.value(Self.deviceFlowParameter).flatMap(flow(fromToken:))
-            let forward = uri.parameters.value(Self.forwardFlowParameter).flatMap(flow(fromToken:))
-            guard caller != nil || device != nil || forward != nil || namesThisServer(uri) else { break }
+            guard caller != nil || device != nil || namesThisServer(uri) else { break }
             request.headers.removeFirstValue(.route)
             tokens.popped = true
             tokens.caller = tokens.caller ?? caller
             tokens.device = tokens.device ?? device
-            tokens.forward = tokens.forward ?? forward
+            if tokens.forwarded == nil, let binding = uri.parameters.value(InstanceForwardProof.bindingParameter).flatMap(UUID.init(uuidString:)),
+                let proof = uri.parameters.value(InstanceForwardProof.proofParameter)
+            {
+                tokens.forwarded = (binding, proof)
+            }
         }
         return tokens
     }
@@ -241,11 +285,11 @@ extension SIPService: CallSignaling {
 
     // MARK: Flow tokens
 
-    /// A flow of the instance `instance` (this one by default), named and signed:
+    /// A flow of this instance, named and signed:
     /// `hex(instance " " name).hex(HMAC-SHA256(key, instance " " name)[0..<8])`. Every instance
-    /// shares the key, so one can name a flow another holds; nobody else can forge one.
-    func flowToken(_ name: String, instance: String? = nil) -> String {
-        let text = Array("\(instance ?? instanceID) \(name)".utf8)
+    /// shares the key; nobody else can forge a token, and an instance accepts only its own.
+    func flowToken(_ name: String) -> String {
+        let text = Array("\(instanceID) \(name)".utf8)
         return Hex.encode(text) + "." + Hex.encode(Digest.hmacSHA256(key: flowTokenKey, message: text).prefix(8))
     }
 
@@ -299,7 +343,8 @@ struct RouteTokens {
     var popped = false
     var caller: FlowID?
     var device: FlowID?
-    var forward: FlowID?
+    /// From another instance's Route: the binding it forwarded to, and its proof.
+    var forwarded: (binding: UUID, proof: String)?
 
     /// Inside a dialog: a request from the device goes to the caller, any other to the device.
     func target(arrivedOn flow: FlowID) -> FlowID? {

@@ -21,7 +21,7 @@ public final class SIPService: Sendable {
     private let limits: SIPParserLimits
     let logger: Logger
     private let timerQueue = DispatchQueue(label: "rouse.sip.timers")
-    private let registrar: Registrar?
+    let registrar: Registrar?
     /// `rouse_sip_rate_limited_total`, when metrics are kept.
     private let rateLimited: MetricsRegistry.Counter?
     /// `rouse_register_total{result}`, when metrics are kept.
@@ -38,6 +38,9 @@ public final class SIPService: Sendable {
     /// Signs the flow tokens put in Record-Route and Route (shared by every instance, so one
     /// instance can route through another's flows and nobody else can forge them).
     let flowTokenKey: [UInt8]
+    /// Signs the INVITEs this instance forwards through another and checks those others forward
+    /// here (a secret shared by every instance, so the trust is proven, never taken from an address).
+    let forwardProofs: ForwardProofs
     /// INVITEs forwarded statefully outside the coordinator (through this instance's flow for
     /// another instance), by the server transaction they came in, for the caller's CANCEL.
     let forwardedInvites = ForwardedInvites()
@@ -51,13 +54,17 @@ public final class SIPService: Sendable {
     /// - Parameter metrics: counts REGISTERs by result when given.
     /// - Parameter coordinator: handles calls to extensions when given (it is attached to this service).
     /// - Parameter flowTokenKey: the key that signs flow tokens (shared by every instance).
+    /// - Parameter forwardSecret: the secret of the proofs on INVITEs forwarded between instances
+    ///   (shared by every instance).
     public init(
         configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
-        metrics: MetricsRegistry? = nil, coordinator: CallCoordinator<SIPService>? = nil, flowTokenKey: [UInt8] = SecureRandom.bytes(32)
+        metrics: MetricsRegistry? = nil, coordinator: CallCoordinator<SIPService>? = nil, flowTokenKey: [UInt8] = SecureRandom.bytes(32),
+        forwardSecret: [UInt8] = SecureRandom.bytes(32)
     ) {
         self.registrar = registrar
         self.coordinator = coordinator
         self.flowTokenKey = flowTokenKey
+        self.forwardProofs = ForwardProofs(secret: forwardSecret)
         self.ownNames = SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases)
         self.registerResults = metrics?.counter(
             "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
