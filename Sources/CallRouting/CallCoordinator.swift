@@ -427,11 +427,11 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             var facts: [CallFact] = []
             if let reason = order.cancelReason {
                 let outcome = await pusher.cancel(order.content, reason: reason.rawValue, to: order.channel, expiresAt: order.until, aor: callee.description)
-                facts.append(.stoppedRinging(device: order.device, reason: reason, outcome: outcome.word, explanation: outcome.explanation))
+                facts.append(.stoppedRinging(device: order.device, reason: reason, outcome))
             }
             if let reason = order.missedReason {
                 let outcome = await pusher.missed(order.content, reason: reason, to: order.channel, aor: callee.description)
-                facts.append(.missedNotice(device: order.device, outcome: outcome.word, explanation: outcome.explanation))
+                facts.append(.missedNotice(device: order.device, outcome))
             }
             let done = facts
             queue.async { [self] in recordLate(done, callee: callee, id) }

@@ -311,7 +311,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
 
     private mutating func pushAnswered(_ index: Int, _ outcome: PushOutcome, _ appID: Int64?, _ now: Date, _ callee: CalleeView) {
         guard devices.indices.contains(index), !devices[index].answered else { return }
-        let accepted = outcome.word == "accepted"
+        let accepted = outcome.isAccepted
         if outcome.isDeadToken { out.append(.markDead(CallTargets.tokenKey(devices[index].device.ringChannel))) }
         var device = devices[index]
         if !accepted {

@@ -42,9 +42,9 @@ public enum CallFact: Sendable, Equatable {
     /// A VoIP-only iPhone registered within its grace: it got the INVITE and a CANCEL.
     case lateReturn(pushID: UUID, device: String, WakeResult)
     /// The outcome of the `call.canceled` push to a woken device.
-    case stoppedRinging(device: String, reason: CallEndReason, outcome: String, explanation: String)
+    case stoppedRinging(device: String, reason: CallEndReason, PushOutcome)
     /// The outcome of a missed-call notice.
-    case missedNotice(device: String, outcome: String, explanation: String)
+    case missedNotice(device: String, PushOutcome)
     /// The BYE of an answered call passed (`fromCallee`: who sent it, when known).
     case hungUp(fromCallee: Bool?, afterTalk: TimeInterval)
 }
@@ -149,10 +149,10 @@ public struct JourneyRecorder: Sendable {
         case .lateReturn(let pushID, let device, let wake):
             if let index = journey.pushes.firstIndex(where: { $0.id == pushID }) { journey.pushes[index].wake = wake }
             line(now, "\(device) registered again after the call ended: INVITE and CANCEL sent")
-        case .stoppedRinging(let device, let reason, let outcome, let explanation):
-            line(now, "stopped ringing on \(device): call.canceled (\(reason.rawValue)) push \(outcome)" + (outcome == "accepted" ? "" : ": \(explanation)"))
-        case .missedNotice(let device, let outcome, let explanation):
-            line(now, "missed-call notice to \(device): \(outcome)" + (outcome == "accepted" ? "" : ": \(explanation)"))
+        case .stoppedRinging(let device, let reason, let outcome):
+            line(now, "stopped ringing on \(device): call.canceled (\(reason.rawValue)) push \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
+        case .missedNotice(let device, let outcome):
+            line(now, "missed-call notice to \(device): \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
         case .hungUp(let fromCallee, let talk):
             journey.endedAt = now
             let who = fromCallee.map { $0 ? "the callee" : "the caller" } ?? "one side"
