@@ -214,7 +214,12 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
         guard !plan.isEmpty else { return results }
         do {
             if let current = connection, !current.probe() { connection = nil }
-            if connection == nil { connection = try settings.connect() }
+            if connection == nil {
+                let opened = try settings.connect()
+                // The replica's change log records who wrote (so an instance skips its own changes).
+                try opened.query("SELECT set_config('rouse.origin', $1, false)", [origin])
+                connection = opened
+            }
             guard let current = connection else { return results }
             let outcome: BindingRecords.WriteOutcome
             do {
