@@ -99,17 +99,19 @@ public struct ReplicaFollower: Sendable, Equatable {
 
     /// Moves past the instance's own announced changes, then asks for the read that is due.
     private mutating func next(now: Date) -> [Action] {
+        // What the announced numbers ask for (looked at afresh each time: a read may have covered them).
+        var announced: Reason? = nil
         if var seen = lastSeen {
             while let own = heard[seen + 1], own {
                 heard[seen + 1] = nil
                 seen += 1
             }
             lastSeen = seen
-            if let lowest = heard.keys.min() { want(lowest == seen + 1 ? .follow : .catchUp) }
+            if let lowest = heard.keys.min() { announced = lowest == seen + 1 ? .follow : .catchUp }
         } else if !heard.isEmpty {
-            want(.start)
+            announced = .start
         }
-        guard reading == nil, let reason = wanted else { return [] }
+        guard reading == nil, let reason = [wanted, announced].compactMap({ $0 }).max() else { return [] }
         if let retryAt, now < retryAt { return [.wake(at: retryAt)] }
         retryAt = nil
         wanted = nil
