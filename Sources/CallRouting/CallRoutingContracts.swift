@@ -112,12 +112,15 @@ public struct CallSettings: Sendable, Equatable {
     /// How long a dead-token mark is held in memory (default 24 h); PostgreSQL keeps it, and
     /// the next call to the extension reads it again.
     public var deadTokenMemory: Duration
+    /// RFC 3261 §16.6 step 11: how long a branch may go without a final answer after its last
+    /// provisional (more than 3 min; Rouse uses 181 s). A limit, not a setting.
+    public var timerC: Duration
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
         cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2),
         endedCallKeep: Duration = .milliseconds(500) * 64, maxCallDuration: Duration = .seconds(12 * 3600),
-        deadTokenMemory: Duration = .seconds(24 * 3600)
+        deadTokenMemory: Duration = .seconds(24 * 3600), timerC: Duration = .seconds(181)
     ) {
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
@@ -128,6 +131,7 @@ public struct CallSettings: Sendable, Equatable {
         self.endedCallKeep = endedCallKeep
         self.maxCallDuration = maxCallDuration
         self.deadTokenMemory = deadTokenMemory
+        self.timerC = timerC
     }
 }
 

@@ -110,10 +110,8 @@ public final class RouseService: @unchecked Sendable {
                 ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,
                 trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers), endedCallKeep: configuration.timerT1 * 64),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
-            serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens
-        ) { event, fields in
-            logger.info(event, fields)
-        }
+            serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,
+            log: { event, fields in logger.info(event, fields) })
         self.coordinator = coordinator
         self.pushService = pushService
         let replica = PostgresReplica(

@@ -142,8 +142,18 @@ final class Harness: @unchecked Sendable {
     private var callerResponses: [SIPResponse] = []
     private var handle: ServerTransactionHandle?
 
-    init(bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil) {
+    /// The call timers and the coordinator's clock when the harness was made with `manualClock`:
+    /// time moves only by `advance(by:)`.
+    let clock: ManualTimerScheduler?
+
+    init(
+        bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil,
+        manualClock: Bool = false
+    ) {
         directory.set(bindings)
+        let clock = manualClock ? ManualTimerScheduler() : nil
+        self.clock = clock
+        let startedAt = Date()
         let box = Box()
         transactions = TransactionLayer<Int>(
             timers: TransactionTimers(), scheduler: DispatchTimerScheduler(queue: DispatchQueue(label: "test.timers")),
@@ -157,13 +167,25 @@ final class Harness: @unchecked Sendable {
                 wakeWait: settings.wakeWait, wakeWaitWithDeskPhone: settings.wakeWaitWithDeskPhone, ringTimeout: settings.ringTimeout,
                 cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"]),
                 tokenReadTimeout: settings.tokenReadTimeout, endedCallKeep: settings.endedCallKeep, maxCallDuration: settings.maxCallDuration,
-                deadTokenMemory: settings.deadTokenMemory),
-            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens)
+                deadTokenMemory: settings.deadTokenMemory, timerC: settings.timerC),
+            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens, scheduler: clock,
+            clock: { clock.map { startedAt.addingTimeInterval($0.now.timeInterval) } ?? Date() })
         coordinator.attach(signaling)
         box.harness = self
     }
 
     var serverHandle: ServerTransactionHandle? { lock.withLock { handle } }
+
+    /// What the caller has been sent so far (above 100 Trying).
+    var responsesToCaller: [SIPResponse] { lock.withLock { callerResponses } }
+
+    /// Moves the manual clock on by `duration` (the timers due fire) and waits for the call queue
+    /// to handle what they started.
+    func advance(by duration: Duration) {
+        coordinator.drain()
+        clock?.advance(by: duration)
+        coordinator.drain()
+    }
 
     func placeCall() {
         let text = "INVITE sip:1002@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcall\(UUID().uuidString)\r\n"

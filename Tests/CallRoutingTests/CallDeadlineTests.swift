@@ -6,16 +6,19 @@ import SIPMessage
 import XCTest
 
 /// Issue 17 item 4: nothing on a call waits without a deadline, and nothing the coordinator keeps
-/// grows without bound.
+/// grows without bound. The deadlines are the defaults, on a manual clock.
 final class CallDeadlineTests: XCTestCase {
     let callee = AddressOfRecord(number: "1002", domain: "example.com")
 
     func testACallToNobodyIsAnsweredWhenThePostedTokenReadNeverReturns() throws {
         let tokens = StalledTokens()
         defer { tokens.release() }
-        let harness = Harness(bindings: [], settings: CallSettings(tokenReadTimeout: .milliseconds(100)), tokens: tokens)
+        let harness = Harness(bindings: [], tokens: tokens, manualClock: true)
         harness.placeCall()
         try harness.waitUntil { tokens.stalledReads == 1 }
+        harness.advance(by: .milliseconds(1999))
+        XCTAssertNil(harness.responsesToCaller.first { $0.statusCode >= 200 }, "still within the 2 s read deadline")
+        harness.advance(by: .milliseconds(1))
         let final = try harness.waitForCallerResponse { $0 >= 200 }
         XCTAssertEqual(final.statusCode, 480)
         XCTAssertEqual(final.headers[.reason], "SIP;cause=480;text=\"no device is registered and none can be woken by push\"")
@@ -26,45 +29,53 @@ final class CallDeadlineTests: XCTestCase {
     func testTheRingTimerRunsWhileThePostedTokensAreStillBeingRead() throws {
         let tokens = StalledTokens()
         defer { tokens.release() }
-        let harness = Harness(
-            bindings: [], settings: CallSettings(ringTimeout: .milliseconds(200), tokenReadTimeout: .seconds(600)), tokens: tokens)
+        let harness = Harness(bindings: [], settings: CallSettings(tokenReadTimeout: .seconds(600)), tokens: tokens, manualClock: true)
         harness.placeCall()
+        try harness.waitUntil { tokens.stalledReads == 1 }
+        harness.advance(by: .seconds(45))
         let final = try harness.waitForCallerResponse { $0 >= 200 }
         XCTAssertEqual(final.statusCode, 480)
-        XCTAssertEqual(final.headers[.reason], "SIP;cause=480;text=\"no answer within 0.2 s\"")
+        XCTAssertEqual(final.headers[.reason], "SIP;cause=480;text=\"no answer within 45 s\"")
     }
 
     func testACallThatEndsWhileStartingKeepsNoEndedCallEntry() throws {
         let tokens = StalledTokens()
         defer { tokens.release() }
         let harness = Harness(
-            bindings: [], settings: CallSettings(tokenReadTimeout: .seconds(600), endedCallKeep: .milliseconds(50)),
-            callTokens: CallTokenSigner(secret: Array(repeating: 7, count: 32)), tokens: tokens)
+            bindings: [], settings: CallSettings(tokenReadTimeout: .seconds(600)), callTokens: CallTokenSigner(secret: Array(repeating: 7, count: 32)),
+            tokens: tokens, manualClock: true)
         harness.placeCall()
         try harness.waitUntil { tokens.stalledReads == 1 }
         harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         XCTAssertEqual(harness.coordinator.occupancy.endedCalls, 0, "no call token was issued: nothing can ask how it ended")
-        try harness.waitUntil { harness.coordinator.occupancy.calls == 0 }
+        harness.advance(by: .seconds(32))
+        let held = harness.coordinator.occupancy
+        XCTAssertEqual([held.calls, held.endedCalls, held.talking, held.graceDevices, held.callees], [0, 0, 0, 0, 0], "nothing is left of the call")
     }
 
     func testAnEndedCallIsForgottenAfter64T1() throws {
-        let harness = Harness(bindings: [desk()], settings: CallSettings(endedCallKeep: .seconds(1)))
+        let harness = Harness(bindings: [desk()], manualClock: true)
         harness.placeCall()
         let invite = try harness.waitForBranch()
         invite.respond(200)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
-        XCTAssertEqual(harness.coordinator.occupancy.calls, 1, "kept for 2xx retransmissions")
-        try harness.waitUntil { harness.coordinator.occupancy.calls == 0 }
+        harness.advance(by: .milliseconds(31_999))
+        XCTAssertEqual(harness.coordinator.occupancy.calls, 1, "kept 64·T1 (32 s) for 2xx retransmissions")
+        harness.advance(by: .milliseconds(1))
+        XCTAssertEqual(harness.coordinator.occupancy.calls, 0)
     }
 
     func testAnAnsweredCallWhoseByeNeverCameIsLetGoAfterTheLongestCall() throws {
-        let harness = Harness(bindings: [desk()], settings: CallSettings(maxCallDuration: .zero))
+        let harness = Harness(bindings: [desk()], manualClock: true)
         harness.placeCall()
         let invite = try harness.waitForBranch()
         invite.respond(200)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
-        try harness.waitUntil { harness.coordinator.occupancy.talking == 0 }
+        harness.advance(by: .seconds(12 * 3600 - 1))
+        XCTAssertEqual(harness.coordinator.occupancy.talking, 1)
+        harness.advance(by: .seconds(1))
+        XCTAssertEqual(harness.coordinator.occupancy.talking, 0, "let go after 12 h")
         let recorded = harness.journeys.calls.count
         harness.coordinator.dialogEnded(callID: try XCTUnwrap(invite.request.callID), fromCallee: true)
         harness.coordinator.drain()
@@ -96,10 +107,11 @@ final class CallDeadlineTests: XCTestCase {
     }
 
     func testADeadTokenMarkIsForgottenAfterItsMemory() throws {
-        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30), deadTokenMemory: .zero))
+        let harness = Harness(bindings: [app()], manualClock: true)
         harness.pusher.refuseAsDead(voip.token)
         harness.placeCall()
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 480)
+        harness.advance(by: .seconds(24 * 3600))
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 2 }
         harness.coordinator.drain()
@@ -141,13 +153,15 @@ final class CallDeadlineTests: XCTestCase {
     }
 
     func testAVoIPOnlyIPhoneThatNeverComesBackIsLetGoAfterTheGrace() throws {
-        let harness = Harness(bindings: [app()], settings: CallSettings(wakeWait: .seconds(30), cancelGrace: .seconds(1)))
+        let harness = Harness(bindings: [app()], manualClock: true)
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 1 }
         harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
-        XCTAssertEqual(harness.coordinator.occupancy.graceDevices, 1, "it may still register within the grace")
-        try harness.waitUntil { harness.coordinator.occupancy.graceDevices == 0 }
+        harness.advance(by: .milliseconds(29_999))
+        XCTAssertEqual(harness.coordinator.occupancy.graceDevices, 1, "it may still register within the 30 s grace")
+        harness.advance(by: .milliseconds(1))
+        XCTAssertEqual(harness.coordinator.occupancy.graceDevices, 0)
     }
 
     let voip = PushChannel(provider: .apns, token: String(repeating: "cd", count: 32), param: nil, kind: .voip)
