@@ -3,14 +3,18 @@ extension Migrator {
     /// of a binding (keyed by its extension), a posted token or a dead-token mark (keyed by
     /// `family:token`) gets the next number of `replica_change_seq` when its transaction commits,
     /// written by triggers so that every writer (every instance, the HTTP API, the command line)
-    /// is covered, and is announced on `rouse_replica` as `<seq> <kind> <origin>`.
+    /// is covered.
     ///
-    /// The triggers are deferred to commit and take one advisory lock there, so numbers are given
-    /// in commit order: once a change is visible, every change with a lower number is visible too
-    /// (or never happened), and an instance that has applied everything up to N can ask for
-    /// `seq > N` and miss nothing. A key changed several times in one transaction is numbered once.
-    /// Deletes leave their row (`tombstone`) until it is pruned; `replica_state.pruned_through` is
-    /// the highest number pruned, below which an instance must reload everything.
+    /// Statement triggers (with transition tables, so a batch of any size costs one statement
+    /// each) note the changed keys in `replica_pending`, once per key and transaction, and the
+    /// transaction in `replica_txns`, whose deferred trigger runs once at COMMIT: it takes one
+    /// advisory lock, numbers the transaction's keys into `replica_changes` and announces them with
+    /// one `NOTIFY rouse_replica '<first> <last> <kinds> <origin>'`. The lock makes numbers follow
+    /// commit order: once a change is visible, every change with a lower number is visible too (or
+    /// never happened), so an instance that has applied everything up to N can ask for `seq > N`
+    /// and miss nothing. Deletes leave their row (`tombstone`) until it is pruned;
+    /// `replica_state.pruned_through` is the highest number pruned, below which an instance must
+    /// reload everything.
     static let replicaMigrations: [Migration] = [
         Migration(
             version: 500, name: "replica change log",
@@ -22,88 +26,130 @@ extension Migrator {
                     key text NOT NULL,
                     tombstone boolean NOT NULL,
                     origin text NOT NULL DEFAULT '',
-                    txn bigint NOT NULL,
                     changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
                 );
-                CREATE INDEX replica_changes_txn_idx ON replica_changes (txn, kind, key);
                 CREATE INDEX replica_changes_changed_at_idx ON replica_changes (changed_at);
                 CREATE TABLE replica_state (
                     id smallint PRIMARY KEY CHECK (id = 1),
                     pruned_through bigint NOT NULL DEFAULT 0
                 );
                 INSERT INTO replica_state (id) VALUES (1);
+                -- Keys changed by transactions not yet committed (rows live only until their COMMIT).
+                CREATE UNLOGGED TABLE replica_pending (
+                    txn bigint NOT NULL,
+                    kind text NOT NULL,
+                    key text NOT NULL,
+                    tombstone boolean NOT NULL,
+                    PRIMARY KEY (txn, kind, key)
+                );
+                CREATE UNLOGGED TABLE replica_txns (txn bigint PRIMARY KEY);
 
-                CREATE FUNCTION rouse_replica_record(change_kind text, change_key text, is_tombstone boolean) RETURNS void
+                CREATE FUNCTION rouse_replica_note(change_kind text, keys text[], is_tombstone boolean) RETURNS void
                 LANGUAGE plpgsql AS $$
-                DECLARE
-                    this_txn bigint := txid_current();
-                    who text := coalesce(current_setting('rouse.origin', true), '');
-                    number bigint;
                 BEGIN
-                    IF change_key IS NULL THEN
-                        RETURN;
-                    END IF;
-                    -- Held until this transaction ends: numbers follow commit order.
-                    PERFORM pg_advisory_xact_lock(491496760422);
-                    UPDATE replica_changes SET tombstone = is_tombstone
-                    WHERE txn = this_txn AND kind = change_kind AND key = change_key;
+                    INSERT INTO replica_pending (txn, kind, key, tombstone)
+                    SELECT DISTINCT txid_current(), change_kind, k, is_tombstone FROM unnest(keys) AS k WHERE k IS NOT NULL
+                    ON CONFLICT (txn, kind, key) DO UPDATE SET tombstone = EXCLUDED.tombstone
+                    WHERE replica_pending.tombstone IS DISTINCT FROM EXCLUDED.tombstone;
                     IF FOUND THEN
-                        RETURN;
+                        INSERT INTO replica_txns (txn) VALUES (txid_current()) ON CONFLICT DO NOTHING;
                     END IF;
-                    number := nextval('replica_change_seq');
-                    INSERT INTO replica_changes (seq, kind, key, tombstone, origin, txn)
-                    VALUES (number, change_kind, change_key, is_tombstone, who, this_txn);
-                    PERFORM pg_notify('rouse_replica', number || ' ' || change_kind || ' ' || who);
                 END
                 $$;
 
+                CREATE FUNCTION rouse_replica_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                DECLARE
+                    who text := coalesce(current_setting('rouse.origin', true), '');
+                    first_seq bigint;
+                    last_seq bigint;
+                    kinds text;
+                BEGIN
+                    -- Held until this transaction ends: numbers follow commit order.
+                    PERFORM pg_advisory_xact_lock(491496760422);
+                    WITH moved AS (
+                        DELETE FROM replica_pending WHERE txn = NEW.txn RETURNING kind, key, tombstone
+                    ), numbered AS (
+                        INSERT INTO replica_changes (seq, kind, key, tombstone, origin)
+                        SELECT nextval('replica_change_seq'), m.kind, m.key, m.tombstone, who
+                        FROM (SELECT * FROM moved ORDER BY kind, key) AS m
+                        RETURNING seq, kind
+                    )
+                    SELECT min(seq), max(seq), string_agg(DISTINCT kind, ',') INTO first_seq, last_seq, kinds FROM numbered;
+                    DELETE FROM replica_txns WHERE txn = NEW.txn;
+                    IF first_seq IS NOT NULL THEN
+                        PERFORM pg_notify('rouse_replica', first_seq || ' ' || last_seq || ' ' || kinds || ' ' || who);
+                    END IF;
+                    RETURN NULL;
+                END
+                $$;
+
+                CREATE CONSTRAINT TRIGGER replica_txn_commits AFTER INSERT ON replica_txns
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rouse_replica_commit();
+
                 CREATE FUNCTION rouse_replica_bindings() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
-                    IF TG_OP <> 'INSERT' THEN
-                        PERFORM rouse_replica_record('binding', OLD.aor, TG_OP = 'DELETE');
-                    END IF;
-                    IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.aor IS DISTINCT FROM OLD.aor) THEN
-                        PERFORM rouse_replica_record('binding', NEW.aor, false);
+                    IF TG_OP = 'INSERT' THEN
+                        PERFORM rouse_replica_note('binding', ARRAY(SELECT aor FROM new_rows), false);
+                    ELSIF TG_OP = 'DELETE' THEN
+                        PERFORM rouse_replica_note('binding', ARRAY(SELECT aor FROM old_rows), true);
+                    ELSE
+                        -- A refresh-push claim (refresh_pushed_at alone) changes nothing another instance holds.
+                        PERFORM rouse_replica_note('binding', ARRAY(
+                            SELECT a FROM new_rows n JOIN old_rows o ON o.id = n.id, LATERAL (VALUES (n.aor), (o.aor)) AS v(a)
+                            WHERE n.updated_at IS DISTINCT FROM o.updated_at OR n.aor IS DISTINCT FROM o.aor), false);
                     END IF;
                     RETURN NULL;
                 END
                 $$;
 
                 CREATE FUNCTION rouse_replica_binding_channels() RETURNS trigger LANGUAGE plpgsql AS $$
-                DECLARE
-                    changed uuid := CASE WHEN TG_OP = 'DELETE' THEN OLD.binding_id ELSE NEW.binding_id END;
                 BEGIN
-                    -- A binding deleted with its channels was recorded by its own trigger.
-                    PERFORM rouse_replica_record('binding', (SELECT aor FROM bindings WHERE id = changed), false);
+                    -- A binding deleted with its channels is noted by its own trigger.
+                    IF TG_OP = 'DELETE' THEN
+                        PERFORM rouse_replica_note('binding', ARRAY(SELECT b.aor FROM old_rows c JOIN bindings b ON b.id = c.binding_id), false);
+                    ELSE
+                        PERFORM rouse_replica_note('binding', ARRAY(SELECT b.aor FROM new_rows c JOIN bindings b ON b.id = c.binding_id), false);
+                    END IF;
                     RETURN NULL;
                 END
                 $$;
 
                 CREATE FUNCTION rouse_replica_tokens() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
-                    IF TG_OP <> 'INSERT' THEN
-                        PERFORM rouse_replica_record(TG_ARGV[0], OLD.family || ':' || OLD.token, TG_OP = 'DELETE');
-                    END IF;
-                    IF TG_OP <> 'DELETE' THEN
-                        PERFORM rouse_replica_record(TG_ARGV[0], NEW.family || ':' || NEW.token, false);
+                    IF TG_OP = 'INSERT' THEN
+                        PERFORM rouse_replica_note(TG_ARGV[0], ARRAY(SELECT family || ':' || token FROM new_rows), false);
+                    ELSIF TG_OP = 'DELETE' THEN
+                        PERFORM rouse_replica_note(TG_ARGV[0], ARRAY(SELECT family || ':' || token FROM old_rows), true);
+                    ELSE
+                        PERFORM rouse_replica_note(TG_ARGV[0], ARRAY(SELECT family || ':' || token FROM old_rows), true);
+                        PERFORM rouse_replica_note(TG_ARGV[0], ARRAY(SELECT family || ':' || token FROM new_rows), false);
                     END IF;
                     RETURN NULL;
                 END
                 $$;
 
-                CREATE CONSTRAINT TRIGGER replica_bindings_changed AFTER INSERT OR DELETE ON bindings
-                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rouse_replica_bindings();
-                -- A refresh-push claim (refresh_pushed_at) changes nothing another instance holds.
-                CREATE CONSTRAINT TRIGGER replica_bindings_updated AFTER UPDATE ON bindings
-                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-                    WHEN (NEW.updated_at IS DISTINCT FROM OLD.updated_at OR NEW.aor IS DISTINCT FROM OLD.aor)
-                    EXECUTE FUNCTION rouse_replica_bindings();
-                CREATE CONSTRAINT TRIGGER replica_binding_channels_changed AFTER INSERT OR UPDATE OR DELETE ON binding_push_channels
-                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rouse_replica_binding_channels();
-                CREATE CONSTRAINT TRIGGER replica_posted_tokens_changed AFTER INSERT OR UPDATE OR DELETE ON posted_push_tokens
-                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rouse_replica_tokens('posted');
-                CREATE CONSTRAINT TRIGGER replica_dead_tokens_changed AFTER INSERT OR UPDATE OR DELETE ON push_dead_tokens
-                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION rouse_replica_tokens('dead');
+                CREATE TRIGGER replica_bindings_inserted AFTER INSERT ON bindings
+                    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_bindings();
+                CREATE TRIGGER replica_bindings_updated AFTER UPDATE ON bindings
+                    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_bindings();
+                CREATE TRIGGER replica_bindings_deleted AFTER DELETE ON bindings
+                    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_bindings();
+                CREATE TRIGGER replica_binding_channels_inserted AFTER INSERT ON binding_push_channels
+                    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_binding_channels();
+                CREATE TRIGGER replica_binding_channels_deleted AFTER DELETE ON binding_push_channels
+                    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_binding_channels();
+                CREATE TRIGGER replica_posted_tokens_inserted AFTER INSERT ON posted_push_tokens
+                    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_tokens('posted');
+                CREATE TRIGGER replica_posted_tokens_updated AFTER UPDATE ON posted_push_tokens
+                    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_tokens('posted');
+                CREATE TRIGGER replica_posted_tokens_deleted AFTER DELETE ON posted_push_tokens
+                    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_tokens('posted');
+                CREATE TRIGGER replica_dead_tokens_inserted AFTER INSERT ON push_dead_tokens
+                    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_tokens('dead');
+                CREATE TRIGGER replica_dead_tokens_updated AFTER UPDATE ON push_dead_tokens
+                    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_tokens('dead');
+                CREATE TRIGGER replica_dead_tokens_deleted AFTER DELETE ON push_dead_tokens
+                    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION rouse_replica_tokens('dead');
                 """)
     ]
 }

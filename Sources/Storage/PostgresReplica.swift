@@ -47,7 +47,8 @@ public struct ReplicaRead: Sendable, Equatable {
 public final class PostgresReplica: @unchecked Sendable {
     // @unchecked: `follower`, `wakeAt` and `stopped` are only touched on `queue`; `connection` only
     // on `readQueue`.
-    /// The channel change numbers are announced on: `<seq> <kind> <origin>`.
+    /// The channel change numbers are announced on, once per transaction:
+    /// `<first seq> <last seq> <kinds, comma-separated> <origin>`.
     public static let notificationChannel = "rouse_replica"
     /// How long a change (and a delete's tombstone) stays in the log by default: an instance away
     /// longer reloads everything.
@@ -102,9 +103,9 @@ public final class PostgresReplica: @unchecked Sendable {
     /// A `rouse_replica` notification's payload.
     public func notified(payload: String) {
         let parts = payload.split(separator: " ", omittingEmptySubsequences: false)
-        guard let first = parts.first, let seq = Int64(first) else { return }
-        let own = parts.count == 3 && parts[1] == "binding" && !origin.isEmpty && parts[2] == origin
-        handle(.notified(seq: seq, own: own))
+        guard parts.count == 4, let first = Int64(parts[0]), let last = Int64(parts[1]), first <= last else { return }
+        let own = parts[2] == "binding" && !origin.isEmpty && parts[3] == origin
+        handle(.notified(seqs: first...last, own: own))
     }
 
     /// Catch-up reads done (after a reconnect, or a gap in the announced numbers).

@@ -28,8 +28,9 @@ public struct ReplicaFollower: Sendable, Equatable {
     public enum Event: Sendable, Equatable {
         /// The listener's `LISTEN` is (again) in place.
         case listening
-        /// `rouse_replica` announced change `seq`; `own` when this instance's location store made it.
-        case notified(seq: Int64, own: Bool)
+        /// `rouse_replica` announced the changes `seqs` (one transaction's); `own` when this
+        /// instance's location store made them and they are all binding changes.
+        case notified(seqs: ClosedRange<Int64>, own: Bool)
         /// The read asked for ended: every change up to `through` is applied; `full` when it had
         /// to read everything (the changes after `lastSeen` were pruned).
         case readDone(through: Int64, full: Bool)
@@ -70,9 +71,8 @@ public struct ReplicaFollower: Sendable, Equatable {
         switch event {
         case .listening:
             want(lastSeen == nil ? .start : .catchUp)
-        case .notified(let seq, let own):
-            guard lastSeen.map({ seq > $0 }) ?? true else { break }
-            heard[seq] = own
+        case .notified(let seqs, let own):
+            for seq in seqs where lastSeen.map({ seq > $0 }) ?? true { heard[seq] = own }
         case .readDone(let through, let full):
             if let reason = reading {
                 if full && reason != .start { fullReloads += 1 }

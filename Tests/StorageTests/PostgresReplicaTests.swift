@@ -87,18 +87,19 @@ final class PostgresReplicaTests: XCTestCase {
         try store(origin: "instance-b").applyAndWait([.delete(binding, .removed)])
 
         let rows = try changes()
-        XCTAssertEqual(rows.map { $0[1] }, ["binding", "posted", "binding", "dead", "binding"])
+        XCTAssertEqual(rows.map { $0[1] }, ["binding", "binding", "posted", "dead", "binding"])
         XCTAssertEqual(rows.map { $0[0] }, ["1", "2", "3", "4", "5"], "numbers without gaps")
         XCTAssertEqual(rows[0][2], "1000@example.com")
         XCTAssertEqual(rows[0][4], "instance-a")
-        XCTAssertEqual(rows[1][2], "fcm:fcm-token-1")
         // Posting the token for bob took it from alice's binding, in the same transaction: her
         // extension changed too.
-        XCTAssertEqual(rows[2][2], "1000@example.com")
-        XCTAssertEqual(rows[2][4], "")
+        XCTAssertEqual(rows[1][2], "1000@example.com")
+        XCTAssertEqual(rows[1][4], "")
+        XCTAssertEqual(rows[2][2], "fcm:fcm-token-1")
         XCTAssertEqual(rows[3][2], "apns:abcdef")
         XCTAssertEqual(rows[4].map { $0 ?? "" }, ["5", "binding", "1000@example.com", "true", "instance-b"], "the delete's tombstone")
-        XCTAssertEqual(heard.wait(for: 5), ["1 binding instance-a", "2 posted ", "3 binding ", "4 dead ", "5 binding instance-b"])
+        // One announcement per transaction, naming its numbers, kinds and origin.
+        XCTAssertEqual(heard.wait(for: 4), ["1 1 binding instance-a", "2 3 binding,posted ", "4 4 dead ", "5 5 binding instance-b"])
     }
 
     func testAReplicaThatMissedChangesCatchesUpFromTheLastNumberItSaw() throws {
@@ -132,7 +133,7 @@ final class PostgresReplicaTests: XCTestCase {
         // A gap in the announced numbers is a catch-up too: the token removed (6) was not heard.
         XCTAssertTrue(try PostedPushTokens.remove(token: token.token, family: .fcm, from: bob, on: connection))
         try other.applyAndWait([.save(makeBinding(alice))])
-        replica.notified(payload: "7 binding instance-b")
+        replica.notified(payload: "7 7 binding instance-b")
         try waitUntil("the replica read the gap") { replica.lastSeen == 7 }
         XCTAssertEqual(replica.tokens.postedTokens(of: bob), [])
         XCTAssertEqual(index.ids(alice).count, 1)
