@@ -189,8 +189,9 @@ public final class Registrar: @unchecked Sendable {
         queue.async { [self] in core.supportedPushProviders = providers }
     }
 
-    /// Reloads one extension's bindings from the store (another instance changed them). Blocking
-    /// read; call it off the SIP path.
+    /// Reloads one extension's bindings from the store (another instance changed them), keeping
+    /// what the index holds while a local write of it may be missing from the read (see
+    /// `applyStored`). Blocking read; call it off the SIP path, never on the registrar's queue.
     public func reload(_ aor: AddressOfRecord) throws {
         let mark = localWriteMark()
         let loaded = try store.loadBindings(for: aor, now: clock())
