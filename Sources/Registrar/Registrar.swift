@@ -19,6 +19,13 @@ public final class Registrar: @unchecked Sendable {
     private var expiryTimer: DispatchSourceTimer?
     /// Extensions with writes not yet answered by the store, and what they held before the first.
     private var unwritten: [AddressOfRecord: UnwrittenChanges] = [:]
+    /// Local writes made so far (REGISTERs that changed something), and the count when each
+    /// extension's last one was made: a read of the store begun before that may predate it.
+    private var writesMade: UInt64 = 0
+    private var lastWrite: [AddressOfRecord: UInt64] = [:]
+    /// Extensions whose stored bindings were read while a local write of theirs was out: read
+    /// again once their last write is answered.
+    private var readAgainAfterWrites: Set<AddressOfRecord> = []
 
     /// The REGISTERs of one extension whose writes are still out: how many are out, how many were
     /// made and how many failed since none was out, and the bindings before the first of them.
@@ -54,9 +61,11 @@ public final class Registrar: @unchecked Sendable {
             case .respond(let response):
                 respond(response)
             case .commit(let changes, let events, let response, let previous):
+                writesMade += 1
                 for (aor, list) in previous {
                     unwritten[aor, default: UnwrittenChanges(before: list)].outstanding += 1
                     unwritten[aor]?.made += 1
+                    lastWrite[aor] = writesMade
                 }
                 store.apply(changes) { [self] result in
                     let failed: Bool
@@ -89,14 +98,59 @@ public final class Registrar: @unchecked Sendable {
             chain.outstanding -= 1
             if failed { chain.failures += 1 }
             unwritten[aor] = chain.outstanding == 0 ? nil : chain
-            guard chain.outstanding == 0, chain.failures > 0 else { continue }
-            if chain.failures == chain.made {
+            guard chain.outstanding == 0 else { continue }
+            let readAgain = readAgainAfterWrites.remove(aor) != nil
+            if chain.failures > 0 && chain.failures == chain.made {
                 core.replace(aor, with: chain.before)
-            } else {
-                // Some were written, some not: what the store holds is the truth.
+            }
+            if readAgain || (chain.failures > 0 && chain.failures < chain.made) {
+                // Some were written, some not, or another instance's change was read meanwhile:
+                // what the store holds is the truth.
                 DispatchQueue.global().async { [self] in try? reload(aor) }
             }
         }
+    }
+
+    /// A mark of the local writes made so far: take it before reading the store, and hand it to
+    /// `applyStored` with what the read found.
+    public func localWriteMark() -> UInt64 {
+        queue.sync { writesMade }
+    }
+
+    /// Puts bindings read from the store into the index (another instance changed them): each
+    /// extension's list replaces what the index holds, unless a local write of that extension is
+    /// still out or was made after `mark` (the read may predate it, and would drop its binding);
+    /// such an extension is read again once its writes are answered. `everything`: the read
+    /// covered every extension, so one the index holds that is not in `bindings` has none.
+    /// `applied` gets the extensions replaced, on the registrar's queue (it must not block).
+    public func applyStored(
+        _ bindings: [AddressOfRecord: [Binding]], everything: Bool, since mark: UInt64,
+        applied: @escaping @Sendable ([AddressOfRecord]) -> Void = { _ in }
+    ) {
+        queue.async { [self] in
+            var all = bindings
+            if everything {
+                for aor in core.bindings.keys where all[aor] == nil { all[aor] = [] }
+            }
+            var replaced: [AddressOfRecord] = []
+            for (aor, list) in all where replaceStored(aor, with: list, since: mark) { replaced.append(aor) }
+            applied(replaced)
+        }
+    }
+
+    /// On `queue`: replaces one extension's bindings with stored ones unless a local write may be
+    /// missing from them (see `applyStored`); says whether it did.
+    private func replaceStored(_ aor: AddressOfRecord, with list: [Binding], since mark: UInt64) -> Bool {
+        if unwritten[aor] != nil {
+            readAgainAfterWrites.insert(aor)
+            return false
+        }
+        if let last = lastWrite[aor], last > mark {
+            DispatchQueue.global().async { [self] in try? reload(aor) }
+            return false
+        }
+        core.replace(aor, with: list)
+        return true
     }
 
     /// The live bindings of an extension.
@@ -140,11 +194,13 @@ public final class Registrar: @unchecked Sendable {
         queue.async { [self] in core.supportedPushProviders = providers }
     }
 
-    /// Reloads one extension's bindings from the store (another instance changed them). Blocking
-    /// read; call it off the SIP path.
+    /// Reloads one extension's bindings from the store (another instance changed them), keeping
+    /// what the index holds while a local write of it may be missing from the read (see
+    /// `applyStored`). Blocking read; call it off the SIP path, never on the registrar's queue.
     public func reload(_ aor: AddressOfRecord) throws {
+        let mark = localWriteMark()
         let loaded = try store.loadBindings(for: aor, now: clock())
-        queue.async { [self] in core.replace(aor, with: loaded) }
+        queue.async { [self] in _ = replaceStored(aor, with: loaded, since: mark) }
     }
 
     /// Removes expired bindings now (the timer calls this every `interval`).

@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Metrics
 import Push
+import Registrar
 import Storage
 
 extension RouseService {
@@ -34,6 +35,39 @@ extension RouseService {
                 problems.append("\(pushRecords.queue.pendingCount) push record writes waiting for PostgreSQL (last attempt: \(failure))")
             }
             return problems
+        }
+    }
+}
+
+extension RouseService {
+    /// Where the replica puts the bindings it reads: the registrar's index (keeping what a local
+    /// write still out holds); a woken app that registered on another instance ends a wait parked
+    /// here.
+    static func replicaTarget(registrar: Registrar, coordinator: CallCoordinator<SIPService>) -> ReplicaBindingTarget {
+        ReplicaBindingTarget(mark: { registrar.localWriteMark() }) { bindings, everything, mark in
+            registrar.applyStored(bindings, everything: everything, since: mark) { replaced in
+                for aor in replaced { coordinator.bindingsChanged(aor) }
+            }
+        }
+    }
+
+    /// What `/metrics` shows of the replica: catch-ups after a reconnect or a lost notification,
+    /// full reloads, and the last change number applied.
+    static func registerReplicaMetrics(_ metrics: MetricsRegistry, replica: PostgresReplica) {
+        metrics.counter(
+            "rouse_replica_catchups_total",
+            help: "Catch-up reads of the replica change log (after the PostgreSQL listener reconnected, or a gap in the change numbers)."
+        ) {
+            Double(replica.catchUpCount)
+        }
+        metrics.counter(
+            "rouse_replica_full_reloads_total",
+            help: "Full reloads of the replica because the changes needed had been pruned from the change log."
+        ) {
+            Double(replica.fullReloadCount)
+        }
+        metrics.gauge("rouse_replica_change_seq", help: "The last change number of the replica change log applied here.") {
+            Double(replica.lastSeen)
         }
     }
 }

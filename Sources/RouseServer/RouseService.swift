@@ -22,6 +22,7 @@ public final class RouseService: @unchecked Sendable {
     private var registrar: Registrar?
     private var locationStore: PostgresLocationStore?
     private var listener: PostgresNotificationListener?
+    private var replica: PostgresReplica?
     private var http: HTTPAPIService?
     private var callPool: PostgresWorkerPool?
     private var coordinator: CallCoordinator<SIPService>?
@@ -76,9 +77,6 @@ public final class RouseService: @unchecked Sendable {
         metrics.gauge("rouse_bindings", help: "Live bindings (registered contacts) held by this instance.") {
             Double(registrar.bindingCount)
         }
-        try registrar.loadBindings()
-        registrar.startExpiryTimer()
-        logger.info("registrar.ready", ["bindings": String(registrar.bindingCount)])
 
         // Calls: the push service, the coordinator, and what they read and write.
         let callPool = PostgresWorkerPool(settings: settings, threads: 2, name: "rouse-calls-postgres")
@@ -98,9 +96,12 @@ public final class RouseService: @unchecked Sendable {
         let journeyStore = PostgresJourneyStore(settings: settings)
         self.journeyStore = journeyStore
         RouseService.registerFaultMetrics(metrics, pushService: pushService)
+        // Posted tokens and dead marks are held in memory (the replica), so a call reads no
+        // PostgreSQL before its pushes.
+        let wakeTokens = WakeTokenReplica()
         let callTokens = CallTokenSigner(secret: try RouseService.sharedSecret(named: "call_token_secret", connection))
         let coordinator = CallCoordinator<SIPService>(
-            directory: registrar, tokens: PostgresWakeTokens(pool: callPool), pusher: pushService, journeys: journeyStore,
+            directory: registrar, tokens: wakeTokens, pusher: pushService, journeys: journeyStore,
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds),
                 algorithms: configuration.digestAlgorithms),
             throttle: authFailureThrottle,
@@ -113,6 +114,15 @@ public final class RouseService: @unchecked Sendable {
             log: { event, fields in logger.info(event, fields) })
         self.coordinator = coordinator
         self.pushService = pushService
+        let replica = PostgresReplica(
+            settings: settings, origin: instanceID, bindings: RouseService.replicaTarget(registrar: registrar, coordinator: coordinator),
+            tokens: wakeTokens)
+        self.replica = replica
+        try replica.start()
+        replica.startPruning()
+        RouseService.registerReplicaMetrics(metrics, replica: replica)
+        registrar.startExpiryTimer()
+        logger.info("registrar.ready", ["bindings": String(registrar.bindingCount), "replica_seq": String(replica.lastSeen)])
         self.databaseSettings = settings
         let refresher = BindingRefresher(
             source: registrar, claims: PostgresRefreshClaims(pool: callPool), pusher: pushService,
@@ -135,8 +145,8 @@ public final class RouseService: @unchecked Sendable {
         self.registrar = registrar
         self.locationStore = store
         listener = startListening(
-            settings: settings, directory: directory, registrar: registrar, instanceID: instanceID, pushService: pushService,
-            coordinator: coordinator)
+            settings: settings, directory: directory, registrar: registrar, replica: replica, instanceID: instanceID,
+            pushService: pushService, coordinator: coordinator)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -193,19 +203,34 @@ public final class RouseService: @unchecked Sendable {
     }
 
     /// Follows changes made elsewhere: the directory (extensions added, passwords changed), push
-    /// apps (which providers Rouse can wake), and bindings written by other instances; this
-    /// instance's own announcements carry its id and are skipped.
+    /// apps (which providers Rouse can wake), and the replica's change log (bindings, posted tokens
+    /// and dead marks written anywhere). After every (re)connect of the listener the replica
+    /// catches up from the last change it applied and the directory is read again, since what was
+    /// announced while the connection was down is lost.
     private func startListening(
-        settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, instanceID: String, pushService: PushService,
-        coordinator: CallCoordinator<SIPService>
+        settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, replica: PostgresReplica, instanceID: String,
+        pushService: PushService, coordinator: CallCoordinator<SIPService>
     ) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
         let channels = [
-            PostgresDirectory.notificationChannel, PostgresLocationStore.notificationChannel, PostgresPushApps.notificationChannel,
+            PostgresDirectory.notificationChannel, PostgresReplica.notificationChannel, PostgresPushApps.notificationChannel,
             CallAPI.controlChannel,
         ]
-        let listener = PostgresNotificationListener(settings: settings, channels: channels) { notification in
+        let listener = PostgresNotificationListener(
+            settings: settings, channels: channels,
+            onListening: { [work] in
+                replica.listening()
+                work.async {
+                    do {
+                        registrar.updateDirectory(try directory.loadDirectory())
+                    } catch {
+                        logger.warning("database.directory_reload_failed", ["error": "\(error)"])
+                    }
+                }
+            }
+        ) { notification in
+            if notification.channel == PostgresReplica.notificationChannel { return replica.notified(payload: notification.payload) }
             work.async {
                 do {
                     if notification.channel == CallAPI.controlChannel {
@@ -219,19 +244,6 @@ public final class RouseService: @unchecked Sendable {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
                         pushService.replaceApps(try PostgresPushApps(connection: connection).all())
-                    } else if notification.payload.hasSuffix(" " + instanceID) {
-                        // This instance's own announcement (the origin comes last): nothing to read back.
-                        return
-                    } else if let change = BindingNotification(payload: notification.payload), change.origin != instanceID {
-                        // Written elsewhere (another instance, or an expiry sweep): read it back.
-                        if change.origin.isEmpty, change.kind == .expired,
-                            !registrar.bindings(for: change.aor).contains(where: { $0.id == change.bindingID })
-                        {
-                            return
-                        }
-                        try registrar.reload(change.aor)
-                        // A woken app that registered on another instance ends a wait parked here.
-                        coordinator.bindingsChanged(change.aor)
                     }
                 } catch {
                     logger.warning("database.notification_failed", ["channel": notification.channel, "error": "\(error)"])
@@ -266,6 +278,7 @@ public final class RouseService: @unchecked Sendable {
         http?.stop()
         registrar?.stopExpiryTimer()
         listener?.stop()
+        replica?.stop()
         locationStore?.shutdown()
         callPool?.shutdown()
         // Journeys still queued (PostgreSQL slow or away) get a last chance to be written.

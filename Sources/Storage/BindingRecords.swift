@@ -125,13 +125,9 @@ enum BindingRecords {
 
     static func announce(_ payloads: [String], on connection: PostgresConnection) throws {
         guard !payloads.isEmpty else { return }
-        var json = JSONText(capacity: payloads.count * 64)
-        json.beginArray()
-        for payload in payloads { json.string(payload) }
-        json.endArray()
         try connection.query(
             "SELECT pg_notify($1, n) FROM jsonb_array_elements_text($2::jsonb) AS n",
-            [PostgresLocationStore.notificationChannel, json.text])
+            [PostgresLocationStore.notificationChannel, JSONText.array(of: payloads)])
     }
 
     static let upsertSQL = """
@@ -252,6 +248,12 @@ enum BindingRecords {
         ORDER BY b.registered_at, b.id
         """
 
+    static let loadManySQL = """
+        SELECT \(columns) FROM bindings b
+        WHERE b.aor IN (SELECT jsonb_array_elements_text($2::jsonb)) AND b.expires_at > to_timestamp($1)
+        ORDER BY b.aor, b.registered_at, b.id
+        """
+
     static let deleteExpiredSQL = """
         WITH gone AS (DELETE FROM bindings WHERE expires_at < to_timestamp($1) RETURNING *)
         SELECT \(columns) FROM gone b ORDER BY b.aor, b.id
@@ -265,6 +267,27 @@ enum BindingRecords {
             rows = try connection.query(loadAllSQL, [String(now.timeIntervalSince1970)])
         }
         return try rows.rows.map(decodeBinding)
+    }
+
+    /// The live bindings of the extensions whose stored texts are `aors`, one list per extension
+    /// (empty when it has none).
+    static func load(_ connection: PostgresConnection, aors: Set<String>, now: Date) throws -> [AddressOfRecord: [Binding]] {
+        var found: [AddressOfRecord: [Binding]] = [:]
+        for text in aors {
+            if let aor = address(text) { found[aor] = [] }
+        }
+        guard !found.isEmpty else { return found }
+        let rows = try connection.query(loadManySQL, [String(now.timeIntervalSince1970), JSONText.array(of: Array(aors))])
+        for binding in try rows.rows.map(decodeBinding) { found[binding.aor, default: []].append(binding) }
+        return found
+    }
+
+    /// A stored address of record: `number@domain`, taken apart at the last `@` when it does not
+    /// parse (a number the directory allowed before today's rules).
+    static func address(_ text: String) -> AddressOfRecord? {
+        if let parsed = AddressOfRecord(parsing: text) { return parsed }
+        guard let at = text.lastIndex(of: "@") else { return nil }
+        return AddressOfRecord(number: String(text[..<at]), domain: String(text[text.index(after: at)...]))
     }
 
     static func deleteExpired(_ connection: PostgresConnection, before date: Date) throws -> [Binding] {
@@ -284,13 +307,7 @@ enum BindingRecords {
         guard let id = UUID(uuidString: try required(0)) else {
             throw PostgresError(kind: .unexpectedResult, message: "a stored binding has an unreadable id")
         }
-        let aorText = try required(1)
-        let aor: AddressOfRecord
-        if let parsed = AddressOfRecord(parsing: aorText) {
-            aor = parsed
-        } else if let at = aorText.lastIndex(of: "@") {
-            aor = AddressOfRecord(number: String(aorText[..<at]), domain: String(aorText[aorText.index(after: at)...]))
-        } else {
+        guard let aor = address(try required(1)) else {
             throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unreadable address of record")
         }
         let path = (try? JSONSerialization.jsonObject(with: Data(try required(10).utf8))) as? [Any] ?? []

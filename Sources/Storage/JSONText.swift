@@ -16,6 +16,15 @@ struct JSONText {
     /// The JSON written so far.
     var text: String { String(decoding: bytes, as: UTF8.self) }
 
+    /// A JSON array of strings, for `jsonb_array_elements_text`.
+    static func array(of strings: [String]) -> String {
+        var json = JSONText(capacity: strings.count * 64 + 2)
+        json.beginArray()
+        for string in strings { json.string(string) }
+        json.endArray()
+        return json.text
+    }
+
     private mutating func raw(_ ascii: String) {
         bytes.append(contentsOf: ascii.utf8)
     }

@@ -121,14 +121,24 @@ public enum PostedPushTokens {
 
     /// The posted tokens of one extension (or all), by extension then posting time.
     public static func list(for aor: AddressOfRecord?, on connection: PostgresConnection) throws -> [PostedPushToken] {
+        try list(for: aor, keys: nil, on: connection)
+    }
+
+    /// The posted tokens whose `family:token` is among `keys` (for the replica).
+    static func list(keys: [String], on connection: PostgresConnection) throws -> [PostedPushToken] {
+        keys.isEmpty ? [] : try list(for: nil, keys: keys, on: connection)
+    }
+
+    private static func list(for aor: AddressOfRecord?, keys: [String]?, on connection: PostgresConnection) throws -> [PostedPushToken] {
         let rows = try connection.query(
             """
             SELECT e.number, d.domain, p.provider, p.token, p.param, p.kind, p.device_id, extract(epoch FROM p.posted_at)
             FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
-            WHERE $1::text IS NULL OR (d.domain = $1 AND e.number = $2)
+            WHERE ($1::text IS NULL OR (d.domain = $1 AND e.number = $2))
+                AND ($3::jsonb IS NULL OR p.family || ':' || p.token IN (SELECT jsonb_array_elements_text($3::jsonb)))
             ORDER BY d.domain, e.number, p.posted_at
             """,
-            [aor?.domain, aor?.number])
+            [aor?.domain, aor?.number, keys.map(JSONText.array(of:))])
         return rows.rows.compactMap { row in
             guard let number = row[0], let domain = row[1], let provider = row[2].flatMap(PushProvider.init(rawValue:)),
                 let token = row[3], let kind = row[5].flatMap(PushChannelKind.init(rawValue:))

@@ -22,11 +22,12 @@ public final class PostgresConnection {
         let endpoint = PostgresConnection.describeEndpoint(conninfo)
         self.endpoint = endpoint
         // Notices ("relation already exists, skipping") are not for Rouse's users: warnings and up
-        // only. It and the TCP settings come before the conninfo (expanded from `dbname`), so
-        // options given there win.
+        // only. It, the TCP settings and `application_name` come before the conninfo (expanded
+        // from `dbname`), so options given there win: an `application_name` in the database URL
+        // tells instances apart in `pg_stat_activity`.
         let tcp = PostgresConnection.tcpSettings
-        let keywords = ["options"] + tcp.map(\.keyword) + ["dbname", "connect_timeout", "application_name"]
-        let values = ["-c client_min_messages=warning"] + tcp.map(\.value) + [conninfo, String(connectTimeout), "rouse"]
+        let keywords = ["options"] + tcp.map(\.keyword) + ["application_name", "dbname", "connect_timeout"]
+        let values = ["-c client_min_messages=warning"] + tcp.map(\.value) + ["rouse", conninfo, String(connectTimeout)]
         let pointer: OpaquePointer? = withCStrings(keywords) { keys in
             withCStrings(values) { vals in
                 PQconnectdbParams(keys, vals, 1)

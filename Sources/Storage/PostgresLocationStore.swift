@@ -31,6 +31,9 @@ public enum LocationStoreError: Error, Sendable, Hashable, CustomStringConvertib
 /// dead-token helpers block the caller while a reader pool thread runs them: call them off the
 /// SIP path, and never from a completion.
 ///
+/// The writer's connection carries the store's `origin` (`rouse.origin`), which the replica change
+/// log (migration 500) records with each change, so an instance need not read its own back.
+///
 /// Within one transaction, changes to the same binding id collapse to the last one, so each
 /// binding is announced once per transaction: `added` when its row is new, `refreshed` when it
 /// replaced one, or the kind its delete named (deletes of rows already gone are not announced).
@@ -214,7 +217,12 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
         guard !plan.isEmpty else { return results }
         do {
             if let current = connection, !current.probe() { connection = nil }
-            if connection == nil { connection = try settings.connect() }
+            if connection == nil {
+                let opened = try settings.connect()
+                // The replica's change log records who wrote (so an instance skips its own changes).
+                try opened.query("SELECT set_config('rouse.origin', $1, false)", [origin])
+                connection = opened
+            }
             guard let current = connection else { return results }
             let outcome: BindingRecords.WriteOutcome
             do {
