@@ -7,19 +7,21 @@ import Registrar
 import Storage
 
 /// Rouse's HTTP API as one piece: the server on its address, the token posting endpoint, health,
-/// the admin JSON API and the admin pages, and what they need (a worker pool of their own, the
-/// credentials loaded from the directory and reloaded on `NOTIFY rouse_directory`).
+/// the admin JSON API and the admin pages, and what they need (a worker pool of their own; the
+/// extensions' hashes from the `directory` it is given, or, without one, a `CredentialCache`
+/// loaded from PostgreSQL and reloaded on `NOTIFY rouse_directory`).
 ///
-/// Threading: `init` blocks the calling thread for the first directory load (bounded by the
-/// settings' connect timeout; a failure leaves the cache empty until the listener connects and
-/// reloads) and for binding the port. `stop()` may be called from any thread except the server's
+/// Threading: `init` blocks the calling thread for binding the port and, without a `directory`,
+/// for the first directory load (bounded by the settings' connect timeout; a failure leaves the
+/// cache empty until the listener connects and reloads). `stop()` may be called from any thread except the server's
 /// own; it stops the server, the listener and the pool, and waits for their threads.
 public final class HTTPAPIService: @unchecked Sendable {
     // @unchecked: every stored property is set in init and never changed; `stopped` is guarded by `lock`.
     public let server: HTTPServer
-    public let credentials: CredentialCache
+    public let credentials: any ExtensionDirectory
     private let pool: PostgresWorkerPool
-    private let listener: PostgresNotificationListener
+    /// Keeps its own `CredentialCache` current; nil when given the process's directory.
+    private let listener: PostgresNotificationListener?
     private let lock = NSLock()
     private var stopped = false
 
@@ -35,38 +37,32 @@ public final class HTTPAPIService: @unchecked Sendable {
     ///   go through as a call's would; nil: one made from the stored apps for each test.
     /// - Parameter testPushInterval: seconds between two test pushes to one device token
     ///   (`test_push_interval`), counted in PostgreSQL across instances.
+    /// - Parameter directory: the process's one directory of extensions (the registrar's under
+    ///   `rouse serve`); nil: the service keeps a `CredentialCache` of its own.
     public init(
         listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
         pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
         healthProblems: @escaping @Sendable () -> [String] = { [] }, pushService: PushService? = nil, testPushInterval: TimeInterval = 30,
-        log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+        directory shared: (any ExtensionDirectory)? = nil, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
             throw HTTPServer.StartError(description: "cannot listen for HTTP on \(listen): expected host:port")
         }
-        let credentials = CredentialCache()
         var poolSettings = settings
         poolSettings.statementTimeout = min(settings.statementTimeout, 5)
         // Each post is its own durable commit; PostgreSQL flushes concurrent commits together, so
         // more connections in flight means more posts per fsync (make bench: 1,200 → 1,500/s).
         let pool = PostgresWorkerPool(settings: poolSettings, threads: 8, name: "rouse-http-postgres")
-        let directory = PostgresDirectory(settings: settings)
-        let reloads = DispatchQueue(label: "rouse.http.directory")
-        let reload: @Sendable () -> Void = {
-            reloads.async {
-                do {
-                    credentials.update(try directory.loadDirectory())
-                } catch {
-                    log(.directoryLoadFailed("\(error)"))
-                }
-            }
+        let credentials: any ExtensionDirectory
+        let listener: PostgresNotificationListener?
+        if let shared {
+            credentials = shared
+            listener = nil
+        } else {
+            (credentials, listener) = Self.ownDirectory(settings: settings, log: log)
         }
-        let listener = PostgresNotificationListener(
-            settings: settings, channels: [PostgresDirectory.notificationChannel], onListening: reload
-        ) { _ in reload() }
-        if let snapshot = try? directory.loadDirectory() { credentials.update(snapshot) }
 
         var router = HTTPRouter()
         PushRegistrationAPI(credentials: credentials, pool: pool, throttle: authFailureThrottle).register(on: &router)
@@ -97,7 +93,7 @@ public final class HTTPAPIService: @unchecked Sendable {
             pool.shutdown()
             throw error
         }
-        listener.start()
+        listener?.start()
         self.server = server
         self.credentials = credentials
         self.pool = pool
@@ -115,12 +111,36 @@ public final class HTTPAPIService: @unchecked Sendable {
         lock.unlock()
         guard first else { return }
         server.stop()
-        listener.stop()
+        listener?.stop()
         pool.shutdown()
     }
 
     deinit {
         stop()
+    }
+
+    /// A `CredentialCache` loaded now (a failure leaves it empty until the listener connects) and
+    /// the listener that reloads it on `NOTIFY rouse_directory`.
+    private static func ownDirectory(
+        settings: PostgresSettings, log: @escaping @Sendable (HTTPAPIEvent) -> Void
+    ) -> (CredentialCache, PostgresNotificationListener) {
+        let cache = CredentialCache()
+        let directory = PostgresDirectory(settings: settings)
+        let reloads = DispatchQueue(label: "rouse.http.directory")
+        let reload: @Sendable () -> Void = {
+            reloads.async {
+                do {
+                    cache.update(try directory.loadDirectory())
+                } catch {
+                    log(.directoryLoadFailed("\(error)"))
+                }
+            }
+        }
+        let listener = PostgresNotificationListener(
+            settings: settings, channels: [PostgresDirectory.notificationChannel], onListening: reload
+        ) { _ in reload() }
+        if let snapshot = try? directory.loadDirectory() { cache.update(snapshot) }
+        return (cache, listener)
     }
 
     /// `host:port` or `[v6]:port` split; nil when malformed.

@@ -20,13 +20,13 @@ import Storage
 public struct PushRegistrationAPI: Sendable {
     public static let path = "/api/v1/push/register"
 
-    let credentials: CredentialCache
+    let credentials: any ExtensionDirectory
     let pool: PostgresWorkerPool
     let writeDeadline: Double
     /// Counts 401s per client address; a blocked address gets 429 before its credentials are checked.
     let throttle: AuthFailureThrottle?
 
-    public init(credentials: CredentialCache, pool: PostgresWorkerPool, writeDeadline: Double = 5, throttle: AuthFailureThrottle? = nil) {
+    public init(credentials: any ExtensionDirectory, pool: PostgresWorkerPool, writeDeadline: Double = 5, throttle: AuthFailureThrottle? = nil) {
         self.credentials = credentials
         self.pool = pool
         self.writeDeadline = writeDeadline

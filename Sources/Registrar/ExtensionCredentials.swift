@@ -43,6 +43,14 @@ public struct DirectorySnapshot: Sendable {
     }
 }
 
+/// The extensions' digest hashes as held in memory, read by whoever checks a password (the
+/// registrar's REGISTER and INVITE checks, the HTTP API's Basic). One holder per process: the
+/// registrar, so the hashes are held once. Thread-safe; never blocks on I/O.
+public protocol ExtensionDirectory: Sendable {
+    /// The extension's stored hashes; nil for an extension that does not exist.
+    func credentials(of aor: AddressOfRecord) -> ExtensionCredentials?
+}
+
 /// Where the registrar reads the directory from (PostgreSQL in production). Blocking: called off
 /// the SIP path, at start and when the directory changes.
 public protocol DirectorySource: Sendable {

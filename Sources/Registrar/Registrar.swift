@@ -9,7 +9,7 @@ import SIPMessage
 /// Threading: every public method is thread-safe and returns without waiting for storage; the core
 /// is only touched on `queue`. Responses and events are delivered on the store's completion thread
 /// or on `queue`; handlers must not block.
-public final class Registrar: @unchecked Sendable {
+public final class Registrar: ExtensionDirectory, @unchecked Sendable {
     // @unchecked: `core` and `subscribers` are only read and written on `queue`.
     private var core: RegistrarCore
     private var subscribers: [@Sendable (BindingEvent) -> Void] = []
@@ -182,6 +182,11 @@ public final class Registrar: @unchecked Sendable {
     /// Calls `handler` with every binding event from now on.
     public func subscribe(_ handler: @escaping @Sendable (BindingEvent) -> Void) {
         queue.sync { subscribers.append(handler) }
+    }
+
+    /// One extension's stored hashes, as the directory holds them now.
+    public func credentials(of aor: AddressOfRecord) -> ExtensionCredentials? {
+        queue.sync { core.directory.extensions[aor] }
     }
 
     /// Swaps in a new directory (after an extension was added, removed or changed its password).

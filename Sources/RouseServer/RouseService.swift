@@ -159,7 +159,7 @@ public final class RouseService: @unchecked Sendable {
             trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies),
             calls: CallAPIParts(signer: callTokens, control: coordinator, instanceID: instanceID),
             healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores),
-            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval
+            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval, directory: registrar
         ) { [logger] event in
             RouseService.log(event, to: logger)
         }
