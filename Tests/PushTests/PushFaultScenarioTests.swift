@@ -51,7 +51,9 @@ struct PushFaultScenarioTests {
         let started = ContinuousClock.now
         let outcome = await service.sendRing(
             call, to: PushChannel(provider: .fcm, token: token, param: nil, kind: .standard), expiresAt: Date().addingTimeInterval(5))
-        #expect(ContinuousClock.now - started < .seconds(5), "the push came back before its deadline")
+        // Not a speed check: the 30 s Retry-After was not waited for (a loaded machine may take
+        // seconds over the request itself).
+        #expect(ContinuousClock.now - started < .seconds(25), "the push did not wait out the 30 s Retry-After")
         guard case .refused(503, "UNAVAILABLE", let explanation) = outcome.result else {
             Issue.record("expected 503, got \(outcome)")
             return
