@@ -2,8 +2,9 @@ import Foundation
 
 /// A throw-away certificate authority for TLS client-certificate tests, made with the `openssl`
 /// command-line tool: a P-256 CA valid for 2 days that issues client certificates
-/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a new temporary directory. Blocks while
-/// `openssl` runs; thread-safe (each instance works in its own directory).
+/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a `TemporaryFolder` of its own that also holds
+/// every certificate it issues: removed by `remove()` or when the last copy of this value goes.
+/// Blocks while `openssl` runs; thread-safe (each instance works in its own folder).
 public struct TestCertificateAuthority: Sendable {
     /// Why a certificate could not be made.
     public struct Failure: Error, CustomStringConvertible {
@@ -12,20 +13,24 @@ public struct TestCertificateAuthority: Sendable {
 
     public let certificatePath: String
     public let keyPath: String
-    private let directory: String
+    /// The folder of the CA's files and of every certificate it issued.
+    public let folder: TemporaryFolder
+    private var directory: String { folder.path }
 
     /// A new CA named `commonName`.
     public init(commonName: String = "Rouse test client CA") throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("rouse-ca-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        certificatePath = directory + "/ca.pem"
-        keyPath = directory + "/ca-key.pem"
+        folder = try TemporaryFolder(prefix: "rouse-ca")
+        certificatePath = folder.file("ca.pem")
+        keyPath = folder.file("ca-key.pem")
         try Self.openssl([
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
             "-subj", "/CN=\(commonName)", "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", keyPath, "-out", certificatePath,
         ])
     }
+
+    /// Deletes the CA and every certificate it issued (the folder).
+    public func remove() { folder.remove() }
 
     /// A client certificate for `commonName`, signed by this CA: its certificate and key files.
     public func issueClientCertificate(commonName: String) throws -> (certificatePath: String, keyPath: String) {

@@ -59,7 +59,7 @@ final class AdminDeviceTests: XCTestCase {
         let key = try PushStandIn.makeAPNsKey()
         production = try PushStandIn.apns(keys: [Self.keyID: key.keyPath], teamID: Self.teamID, topics: ["com.example.app"])
         sandbox = try PushStandIn.apns(keys: [Self.keyID: key.keyPath], teamID: Self.teamID, topics: ["com.example.app"], environment: .sandbox)
-        fcm = try PushStandIn.fcm(serviceAccountPath: try PushStandIn.makeFCMServiceAccount())
+        fcm = try PushStandIn.fcm(serviceAccountPath: try PushStandIn.makeFCMServiceAccount().path)
         let caFile = production.stateDirectory + "/cas.pem"
         try [production.caFile, sandbox.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()
             .write(toFile: caFile, atomically: true, encoding: .utf8)

@@ -60,8 +60,7 @@ final class SecretsScanTests: XCTestCase {
     func testNoSecretInLogsOrAnswers() throws {
         let key = try PushStandIn.makeAPNsKey()
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
-        let accountPath = try PushStandIn.makeFCMServiceAccount()
-        fcm = try PushStandIn.fcm(serviceAccountPath: accountPath)
+        fcm = try PushStandIn.fcm(serviceAccountPath: try PushStandIn.makeFCMServiceAccount().path)
         let accountData = try Data(contentsOf: URL(fileURLWithPath: try XCTUnwrap(fcm.serviceAccountFile)))
         let account = try XCTUnwrap(try JSONSerialization.jsonObject(with: accountData) as? [String: Any])
         let accountKey = try XCTUnwrap(account["private_key"] as? String)
