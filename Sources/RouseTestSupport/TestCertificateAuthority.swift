@@ -2,8 +2,9 @@ import Foundation
 
 /// A throw-away certificate authority for TLS client-certificate tests, made with the `openssl`
 /// command-line tool: a P-256 CA valid for 2 days that issues client certificates
-/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a `TemporaryFolder` of its own that also holds
-/// every certificate it issues: removed by `remove()` or when the last copy of this value goes.
+/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a `TemporaryFolder` of its own, removed by
+/// `remove()` or when the last copy of this value goes; each certificate it issues is a
+/// `TestCertificate` in a folder of its own, which outlives the CA if kept.
 /// Blocks while `openssl` runs; thread-safe (each instance works in its own folder).
 public struct TestCertificateAuthority: Sendable {
     /// Why a certificate could not be made.
@@ -13,9 +14,8 @@ public struct TestCertificateAuthority: Sendable {
 
     public let certificatePath: String
     public let keyPath: String
-    /// The folder of the CA's files and of every certificate it issued.
+    /// The folder of the CA's certificate and key.
     public let folder: TemporaryFolder
-    private var directory: String { folder.path }
 
     /// A new CA named `commonName`.
     public init(commonName: String = "Rouse test client CA") throws {
@@ -29,16 +29,16 @@ public struct TestCertificateAuthority: Sendable {
         ])
     }
 
-    /// Deletes the CA and every certificate it issued (the folder).
+    /// Deletes the CA's files (the folder); certificates it issued stay until they are removed.
     public func remove() { folder.remove() }
 
-    /// A client certificate for `commonName`, signed by this CA: its certificate and key files.
-    public func issueClientCertificate(commonName: String) throws -> (certificatePath: String, keyPath: String) {
-        let name = UUID().uuidString
-        let key = directory + "/\(name)-key.pem"
-        let request = directory + "/\(name).csr"
-        let certificate = directory + "/\(name).pem"
-        let extensions = directory + "/\(name).ext"
+    /// A client certificate for `commonName`, signed by this CA, in a folder of its own.
+    public func issueClientCertificate(commonName: String) throws -> TestCertificate {
+        let issued = try TemporaryFolder(prefix: "rouse-client-cert")
+        let key = issued.file("key.pem")
+        let request = issued.file("request.csr")
+        let certificate = issued.file("certificate.pem")
+        let extensions = issued.file("extensions.ext")
         try "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
             .write(toFile: extensions, atomically: true, encoding: .utf8)
         try Self.openssl([
@@ -49,7 +49,7 @@ public struct TestCertificateAuthority: Sendable {
             "x509", "-req", "-in", request, "-CA", certificatePath, "-CAkey", keyPath, "-set_serial", String(UInt32.random(in: 1...UInt32.max)),
             "-days", "2", "-extfile", extensions, "-out", certificate,
         ])
-        return (certificate, key)
+        return TestCertificate(certificatePath: certificate, keyPath: key, folder: issued)
     }
 
     private static func openssl(_ arguments: [String]) throws {

@@ -65,7 +65,9 @@ struct FCMFixture {
     let account: FCMServiceAccount
 
     init(revokeAfter: Int? = nil) throws {
-        standIn = try PushStandIn.fcm(serviceAccountPath: try PushStandIn.makeFCMServiceAccount().path, revokeAfter: revokeAfter)
+        let original = try PushStandIn.makeFCMServiceAccount()
+        defer { original.remove() }  // the stand-in reads it at start
+        standIn = try PushStandIn.fcm(serviceAccountPath: original.path, revokeAfter: revokeAfter)
         account = try FCMServiceAccount(json: Array(FileManager.default.contents(atPath: standIn.serviceAccountFile!)!))
     }
 

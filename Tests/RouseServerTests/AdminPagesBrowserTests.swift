@@ -48,6 +48,7 @@ final class AdminPagesBrowserTests: XCTestCase {
         let key = try PushStandIn.makeAPNsKey()
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
         let account = try PushStandIn.makeFCMServiceAccount()
+        defer { key.remove(); account.remove() }  // the stand-ins read them at start
         fcm = try PushStandIn.fcm(serviceAccountPath: account.path)
         let caFile = apns.stateDirectory + "/cas.pem"
         try [apns.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()

@@ -185,6 +185,7 @@ final class DocsExamplesTests: XCTestCase {
         try FileManager.default.copyItem(
             atPath: key.keyPath, toPath: workDirectory.appendingPathComponent("AuthKey_KEY1234567.p8").path)
         let account = try PushStandIn.makeFCMServiceAccount(tokenURI: "https://127.0.0.1:1/token")
+        defer { key.remove(); account.remove() }
         try FileManager.default.copyItem(atPath: account.path, toPath: workDirectory.appendingPathComponent("service-account.json").path)
         let apns = try PushStandIn.apns(keys: ["KEY1234567": key.keyPath], teamID: "ABCDE12345", environment: .sandbox)
         defer { apns.stop() }

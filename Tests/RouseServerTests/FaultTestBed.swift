@@ -111,6 +111,7 @@ final class CallTestBed {
             try directory.addExtension(AddressOfRecord(number: number, domain: "example.com"), password: "pw-\(number)")
         }
         let key = try PushStandIn.makeAPNsKey()
+        defer { key.remove() }  // the stand-in reads it at start
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
         _ = try PostgresPushApps(connection: connection).add(PushApp(credentials: .apns(APNsCredentials(
             teamID: "DEF123GHIJ", keyID: "ABC123DEFG", topic: "com.example.app", privateKeyPEM: key.privateKeyPEM, environment: .production))))

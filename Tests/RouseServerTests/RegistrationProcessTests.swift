@@ -180,6 +180,7 @@ final class RegistrationProcessTests: XCTestCase {
 
         // The operator adds one while Rouse runs; Rouse hears of it and accepts the binding.
         let account = try PushStandIn.makeFCMServiceAccount(projectID: "rouse-test")
+        defer { account.remove() }
         let (added, addOutput) = try runRouse(["push-app", "add", "fcm", "--service-account", account.path])
         XCTAssertEqual(added, 0, addOutput)
         var response = try registerWithDigest(.tcp, contact: contact, algorithm: .md5)

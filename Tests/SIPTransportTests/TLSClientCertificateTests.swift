@@ -37,7 +37,7 @@ final class TLSClientCertificateTests: XCTestCase {
     /// Connects with `openssl s_client` (TLS 1.2 or 1.3, with `certificate` when given), sends one
     /// OPTIONS and waits for it to come back (the echo server returns what it reads). True when it
     /// came back: the connection was let in.
-    func served(by server: EchoServer, tls13: Bool, certificate: (certificatePath: String, keyPath: String)?) throws -> (Bool, String) {
+    func served(by server: EchoServer, tls13: Bool, certificate: TestCertificate?) throws -> (Bool, String) {
         var arguments = ["20", "openssl", "s_client", "-connect", "127.0.0.1:\(server.port(.tls))", tls13 ? "-tls1_3" : "-tls1_2", "-ign_eof"]
         if let certificate { arguments += ["-cert", certificate.certificatePath, "-key", certificate.keyPath] }
         let process = Process()
