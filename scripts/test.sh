@@ -52,7 +52,9 @@ check_leftovers() {
 }
 
 # The test bundle is run directly rather than by `swift test`, whose own TemporaryDirectory.XXXXXX
-# folders would land in the tests' TMPDIR: XCTest suites, then swift-testing ones.
+# folders would land in the tests' TMPDIR: XCTest suites, then swift-testing ones. Like `swift
+# test`, no colour codes when the output is not a terminal.
+if [ ! -t 1 ] || [ ! -t 2 ]; then export NO_COLOR=1; fi
 echo "== swift test (all suites)"
 swift build --build-tests 2>&1 | grep -vE "$quiet" || { echo "rouse: the build FAILED" >&2; exit 1; }
 bundle="$(swift build --show-bin-path)/RousePackageTests.xctest"
