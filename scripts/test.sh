@@ -44,7 +44,7 @@ check_leftovers() {
     local left
     left=$(cd "$tests_tmp" && find . -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)
     if [ -n "$left" ]; then
-        echo "rouse: tests left files in the temporary directory ($1): $(echo $left)" >&2
+        echo "rouse: tests left files in the temporary directory: $(echo $left) (after $1)" >&2
         (cd "$tests_tmp" && find . -mindepth 1 | sort | head -n 50) >&2
         status=1
         find "$tests_tmp" -mindepth 1 -delete
