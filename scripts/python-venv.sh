@@ -20,6 +20,7 @@ want="$(sha256sum "$requirements" | cut -d' ' -f1) $("$python" -c 'import sys; p
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     rm -rf "$venv"
     log=$(mktemp)
+    trap 'rm -f "$log"' EXIT
     if ! { "$python" -m venv "$venv" && "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
             --no-input --requirement "$requirements"; } >"$log" 2>&1; then
         cat "$log" >&2

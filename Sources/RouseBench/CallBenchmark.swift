@@ -139,10 +139,10 @@ enum CallBenchmark {
         // The APNs stand-in and a push app for it (passes 2 and 3 only).
         var standIn: PushStandIn?
         var tap: PushWireTap?
-        var keyDirectory: String?
+        var keyFile: APNsTestKey?
         do {
             let key = try PushStandIn.makeAPNsKey()
-            keyDirectory = (key.keyPath as NSString).deletingLastPathComponent
+            keyFile = key
             standIn = try PushStandIn.apns(keys: [keyID: key.keyPath], teamID: teamID, topics: [topic])
             try installPushApp(settings.databaseURL, privateKeyPEM: key.privateKeyPEM)
             if let standIn { tap = try PushWireTap(upstreamPort: UInt16(standIn.port)) }
@@ -158,7 +158,7 @@ enum CallBenchmark {
         defer {
             tap?.stop()
             standIn?.stop()
-            if let keyDirectory { try? FileManager.default.removeItem(atPath: keyDirectory) }
+            keyFile?.remove()
         }
 
         var environment = [

@@ -55,7 +55,7 @@ enum PushBenchmark {
 
     /// Runs the passes and returns their figures, printing a summary line for each.
     static func run(_ settings: Settings) throws(Failure) -> [BenchFigure] {
-        let key: (privateKeyPEM: String, keyPath: String)
+        let key: APNsTestKey
         let standIn: PushStandIn
         do {
             key = try PushStandIn.makeAPNsKey()
@@ -65,7 +65,7 @@ enum PushBenchmark {
         }
         defer {
             standIn.stop()
-            try? FileManager.default.removeItem(atPath: (key.keyPath as NSString).deletingLastPathComponent)
+            key.remove()
         }
         let standInPID = processID(withArgument: standIn.stateDirectory)
 

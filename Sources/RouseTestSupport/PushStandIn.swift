@@ -8,8 +8,9 @@ import Glibc
 /// throw-away CA (`caFile`), every request it gets logged with the answer it gave (`requests()`).
 ///
 /// `init` blocks while the Python venv is made or checked (`scripts/standins-venv.sh`) and until the
-/// stand-in says it listens. Thread-safe; `stop()` (also run by `deinit`) ends the process. The
-/// stand-in also exits by itself when the test process dies (its standard input closes).
+/// stand-in says it listens. Thread-safe; `stop()` (also run by `deinit`) ends the process and then
+/// removes its state folder (also removed when `init` fails). The stand-in also exits by itself when
+/// the test process dies (its standard input closes).
 ///
 /// Scripted answers by device-token prefix (after every validation passed), APNs: `dead` 410
 /// Unregistered, `badd` 400 BadDeviceToken, `0f0f` 400 DeviceTokenNotForTopic, `5555` 503
@@ -50,6 +51,9 @@ public final class PushStandIn: @unchecked Sendable {
     public var baseURL: String { "https://127.0.0.1:\(port)" }
     /// Its folder: `ca.pem`, `requests.jsonl`, `stderr.log`, and for FCM `service-account.json`.
     public let stateDirectory: String
+    /// The folder `stateDirectory` names; give it to a new stand-in (`stateFolder:`) to restart this
+    /// one after `stop(keepingState: true)`.
+    public let stateFolder: TemporaryFolder
     public let requestsFile: String
     /// FCM only: a copy of the service account whose `token_uri` is this stand-in's `/token`.
     public let serviceAccountFile: String?
@@ -65,19 +69,18 @@ public final class PushStandIn: @unchecked Sendable {
     private let standardInput: Pipe
 
     /// Starts `standin.py --role <role> <arguments>` (see `Tests/PushStandIns/README.md` for the
-    /// flags) and waits up to `readyTimeout` seconds for its ready line.
-    public init(role: Role, arguments: [String], readyTimeout: TimeInterval = 30) throws {
+    /// flags) and waits up to `readyTimeout` seconds for its ready line. Its state goes in a new
+    /// temporary folder, or in `stateFolder` (a stopped stand-in's: same CA, same request log).
+    public init(role: Role, arguments: [String], readyTimeout: TimeInterval = 30, stateFolder: TemporaryFolder? = nil) throws {
         let python = try Self.venvPython()
-        let directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("rouse-standin-\(role.rawValue)-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let stderrPath = directory.appendingPathComponent("stderr.log").path
+        let folder = try stateFolder ?? TemporaryFolder(prefix: "rouse-standin-\(role.rawValue)")
+        let stderrPath = folder.file("stderr.log")
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
 
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
         process.arguments = [Self.repositoryRoot + "/Tests/PushStandIns/standin.py",
-                             "--role", role.rawValue, "--state-dir", directory.path, "--exit-on-stdin-eof"] + arguments
+                             "--role", role.rawValue, "--state-dir", folder.path, "--exit-on-stdin-eof"] + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["PYTHONDONTWRITEBYTECODE"] = "1"
         process.environment = environment
@@ -121,7 +124,8 @@ public final class PushStandIn: @unchecked Sendable {
         self.standardInput = input
         port = fields.port
         caFile = fields.ca_file
-        stateDirectory = directory.path
+        stateDirectory = folder.path
+        self.stateFolder = folder
         requestsFile = fields.requests_file
         serviceAccountFile = fields.service_account_file
         tokenURI = fields.token_uri
@@ -134,13 +138,13 @@ public final class PushStandIn: @unchecked Sendable {
     /// are the allowed bundle IDs (empty: any).
     public static func apns(
         keys: [String: String], teamID: String? = nil, topics: [String] = [],
-        environment: APNsEnvironment = .production, arguments: [String] = []
+        environment: APNsEnvironment = .production, arguments: [String] = [], stateFolder: TemporaryFolder? = nil
     ) throws -> PushStandIn {
         var all = ["--environment", environment.rawValue]
         for (keyID, path) in keys.sorted(by: { $0.key < $1.key }) { all += ["--apns-key", "\(keyID)=\(path)"] }
         if let teamID { all += ["--apns-team-id", teamID] }
         if !topics.isEmpty { all += ["--apns-topics", topics.joined(separator: ",")] }
-        return try PushStandIn(role: .apns, arguments: all + arguments)
+        return try PushStandIn(role: .apns, arguments: all + arguments, stateFolder: stateFolder)
     }
 
     /// An FCM stand-in (token endpoint and messages:send) for the service account at
@@ -218,12 +222,14 @@ public final class PushStandIn: @unchecked Sendable {
         }
     }
 
-    /// Stops the stand-in (SIGTERM, then SIGKILL after 5 s) and waits for it. Idempotent.
-    public func stop() {
+    /// Stops the stand-in (SIGTERM, then SIGKILL after 5 s), waits for it, then removes its state
+    /// folder unless `keepingState` (to restart it with `stateFolder:`). Idempotent.
+    public func stop(keepingState: Bool = false) {
         lock.lock()
         let process = self.process
         self.process = nil
         lock.unlock()
+        defer { if !keepingState { stateFolder.remove() } }
         guard let process else { return }
         if process.isRunning {
             process.terminate()
@@ -237,28 +243,29 @@ public final class PushStandIn: @unchecked Sendable {
 
     deinit {
         stop()
-        try? FileManager.default.removeItem(atPath: stateDirectory)
     }
 
     // MARK: Keys and service accounts
 
     /// A new APNs-style signing key: P-256, PKCS#8 PEM like a `.p8` download, in a new temporary
-    /// directory. Blocks while `openssl` runs.
-    public static func makeAPNsKey() throws -> (privateKeyPEM: String, keyPath: String) {
-        let directory = try makeTemporaryDirectory("rouse-apns-key")
-        let keyPath = directory + "/AuthKey.p8"
+    /// folder (removed with the last copy of the answer, or by its `remove()`). Blocks while
+    /// `openssl` runs.
+    public static func makeAPNsKey() throws -> APNsTestKey {
+        let folder = try TemporaryFolder(prefix: "rouse-apns-key")
+        let keyPath = folder.file("AuthKey.p8")
         try runTool(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyPath])
-        return (try String(contentsOfFile: keyPath, encoding: .utf8), keyPath)
+        return APNsTestKey(privateKeyPEM: try String(contentsOfFile: keyPath, encoding: .utf8), keyPath: keyPath, folder: folder)
     }
 
     /// A new service-account JSON file (RSA 2048 key made by `openssl`) with `type`, `project_id`,
-    /// `private_key_id`, `private_key`, `client_email`, `client_id` and `token_uri`; returns its path.
-    /// An FCM stand-in started with it writes a copy pointing at itself (`serviceAccountFile`).
+    /// `private_key_id`, `private_key`, `client_email`, `client_id` and `token_uri`, in a new
+    /// temporary folder (removed with the last copy of the answer, or by its `remove()`). An FCM
+    /// stand-in reads it at start and writes a copy pointing at itself (`serviceAccountFile`).
     public static func makeFCMServiceAccount(
         tokenURI: String = "https://oauth2.googleapis.com/token", projectID: String = "rouse-test"
-    ) throws -> String {
-        let directory = try makeTemporaryDirectory("rouse-fcm-account")
-        let keyPath = directory + "/key.pem"
+    ) throws -> TemporaryFile {
+        let folder = try TemporaryFolder(prefix: "rouse-fcm-account")
+        let keyPath = folder.file("key.pem")
         try runTool(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyPath])
         let privateKey = try String(contentsOfFile: keyPath, encoding: .utf8)
         try FileManager.default.removeItem(atPath: keyPath)
@@ -273,10 +280,10 @@ public final class PushStandIn: @unchecked Sendable {
             "auth_uri": "https://accounts.google.com/o/oauth2/auth",
             "token_uri": tokenURI,
         ]
-        let path = directory + "/service-account.json"
+        let path = folder.file("service-account.json")
         let data = try JSONSerialization.data(withJSONObject: account, options: [.prettyPrinted, .sortedKeys])
         try data.write(to: URL(fileURLWithPath: path))
-        return path
+        return TemporaryFile(path: path, folder: folder)
     }
 
     // MARK: Internals
@@ -299,12 +306,6 @@ public final class PushStandIn: @unchecked Sendable {
         }
     }
 
-    private static func makeTemporaryDirectory(_ prefix: String) throws -> String {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url.path
-    }
-
     /// Runs a command found on PATH; returns its standard output, throws with its standard error.
     @discardableResult
     private static func runTool(_ command: [String]) throws -> String {
@@ -312,9 +313,10 @@ public final class PushStandIn: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = command
         process.currentDirectoryURL = URL(fileURLWithPath: repositoryRoot)
-        let errorsPath = try makeTemporaryDirectory("rouse-tool") + "/stderr"
+        let errorsFolder = try TemporaryFolder(prefix: "rouse-tool")
+        defer { errorsFolder.remove() }
+        let errorsPath = errorsFolder.file("stderr")
         _ = FileManager.default.createFile(atPath: errorsPath, contents: nil)
-        defer { try? FileManager.default.removeItem(atPath: (errorsPath as NSString).deletingLastPathComponent) }
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: errorsPath)
@@ -373,6 +375,17 @@ public final class PushStandIn: @unchecked Sendable {
             return made
         }
     }
+}
+
+/// An APNs signing key made by `PushStandIn.makeAPNsKey()`: its PEM, and its `.p8` file in a
+/// `TemporaryFolder` of its own (removed with the last copy of this value, or by `remove()`).
+public struct APNsTestKey: Sendable {
+    public let privateKeyPEM: String
+    public let keyPath: String
+    public let folder: TemporaryFolder
+
+    /// Deletes the key file (the folder).
+    public func remove() { folder.remove() }
 }
 
 /// One request a `PushStandIn` received, as logged in its `requests.jsonl`.

@@ -1,8 +1,17 @@
 import Foundation
 
-/// Makes throw-away self-signed certificates for TLS tests with the `openssl` command-line tool.
-/// Thread-safe: every call works in a directory of its own.
-public enum TestCertificate {
+/// A throw-away self-signed certificate for TLS tests, made with the `openssl` command-line tool:
+/// its PEM files live in a `TemporaryFolder` of their own, removed by `remove()` or when the last
+/// copy of this value goes. Thread-safe: every `make` works in a folder of its own.
+public struct TestCertificate: Sendable {
+    public let certificatePath: String
+    public let keyPath: String
+    /// The folder holding both files.
+    public let folder: TemporaryFolder
+
+    /// Deletes both files (the folder).
+    public func remove() { folder.remove() }
+
     /// Why a certificate could not be made.
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
@@ -10,19 +19,17 @@ public enum TestCertificate {
 
     /// A P-256 key and a self-signed certificate valid for 2 days, naming `commonName` and (as
     /// subject alternative names) `commonName`, 127.0.0.1 and ::1. Written as PEM files in a new
-    /// temporary directory. Blocks while `openssl` runs.
-    public static func make(commonName: String = "rouse.test") throws -> (certificatePath: String, keyPath: String) {
-        let directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("rouse-cert-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let certificatePath = directory.appendingPathComponent("certificate.pem").path
-        let keyPath = directory.appendingPathComponent("key.pem").path
+    /// temporary folder (removed again when `openssl` fails). Blocks while `openssl` runs.
+    public static func make(commonName: String = "rouse.test") throws -> TestCertificate {
+        let folder = try TemporaryFolder(prefix: "rouse-cert")
+        let certificatePath = folder.file("certificate.pem")
+        let keyPath = folder.file("key.pem")
         try run([
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
             "-subj", "/CN=\(commonName)", "-addext", "subjectAltName=DNS:\(commonName),IP:127.0.0.1,IP:::1",
             "-keyout", keyPath, "-out", certificatePath,
         ])
-        return (certificatePath, keyPath)
+        return TestCertificate(certificatePath: certificatePath, keyPath: keyPath, folder: folder)
     }
 
     private static func run(_ arguments: [String]) throws {

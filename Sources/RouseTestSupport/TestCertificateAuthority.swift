@@ -2,8 +2,10 @@ import Foundation
 
 /// A throw-away certificate authority for TLS client-certificate tests, made with the `openssl`
 /// command-line tool: a P-256 CA valid for 2 days that issues client certificates
-/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a new temporary directory. Blocks while
-/// `openssl` runs; thread-safe (each instance works in its own directory).
+/// (`extendedKeyUsage=clientAuth`). Files are PEM, in a `TemporaryFolder` of its own, removed by
+/// `remove()` or when the last copy of this value goes; each certificate it issues is a
+/// `TestCertificate` in a folder of its own, which outlives the CA if kept.
+/// Blocks while `openssl` runs; thread-safe (each instance works in its own folder).
 public struct TestCertificateAuthority: Sendable {
     /// Why a certificate could not be made.
     public struct Failure: Error, CustomStringConvertible {
@@ -12,14 +14,14 @@ public struct TestCertificateAuthority: Sendable {
 
     public let certificatePath: String
     public let keyPath: String
-    private let directory: String
+    /// The folder of the CA's certificate and key.
+    public let folder: TemporaryFolder
 
     /// A new CA named `commonName`.
     public init(commonName: String = "Rouse test client CA") throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("rouse-ca-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        certificatePath = directory + "/ca.pem"
-        keyPath = directory + "/ca-key.pem"
+        folder = try TemporaryFolder(prefix: "rouse-ca")
+        certificatePath = folder.file("ca.pem")
+        keyPath = folder.file("ca-key.pem")
         try Self.openssl([
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
             "-subj", "/CN=\(commonName)", "-addext", "basicConstraints=critical,CA:TRUE",
@@ -27,13 +29,16 @@ public struct TestCertificateAuthority: Sendable {
         ])
     }
 
-    /// A client certificate for `commonName`, signed by this CA: its certificate and key files.
-    public func issueClientCertificate(commonName: String) throws -> (certificatePath: String, keyPath: String) {
-        let name = UUID().uuidString
-        let key = directory + "/\(name)-key.pem"
-        let request = directory + "/\(name).csr"
-        let certificate = directory + "/\(name).pem"
-        let extensions = directory + "/\(name).ext"
+    /// Deletes the CA's files (the folder); certificates it issued stay until they are removed.
+    public func remove() { folder.remove() }
+
+    /// A client certificate for `commonName`, signed by this CA, in a folder of its own.
+    public func issueClientCertificate(commonName: String) throws -> TestCertificate {
+        let issued = try TemporaryFolder(prefix: "rouse-client-cert")
+        let key = issued.file("key.pem")
+        let request = issued.file("request.csr")
+        let certificate = issued.file("certificate.pem")
+        let extensions = issued.file("extensions.ext")
         try "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
             .write(toFile: extensions, atomically: true, encoding: .utf8)
         try Self.openssl([
@@ -44,7 +49,7 @@ public struct TestCertificateAuthority: Sendable {
             "x509", "-req", "-in", request, "-CA", certificatePath, "-CAkey", keyPath, "-set_serial", String(UInt32.random(in: 1...UInt32.max)),
             "-days", "2", "-extfile", extensions, "-out", certificate,
         ])
-        return (certificate, key)
+        return TestCertificate(certificatePath: certificate, keyPath: key, folder: issued)
     }
 
     private static func openssl(_ arguments: [String]) throws {

@@ -165,7 +165,7 @@ final class AdminAPITests: XCTestCase {
     }
 
     func testPushAppsValidateAndNeverAnswerTheirKeys() throws {
-        let (keyPEM, _) = try PushStandIn.makeAPNsKey()
+        let keyPEM = try PushStandIn.makeAPNsKey().privateKeyPEM
         let badKey = try call(
             "POST", "/api/v1/admin/push-apps",
             ["kind": "apns", "teamId": "ABCDE12345", "keyId": "KEY1234567", "topic": "com.example.app", "key": "not a key"])

@@ -57,9 +57,11 @@ final class AdminDeviceTests: XCTestCase {
         try directory.addExtension(alice, password: "alice-sip-password")
 
         let key = try PushStandIn.makeAPNsKey()
+        let original = try PushStandIn.makeFCMServiceAccount()
+        defer { key.remove(); original.remove() }  // the stand-ins read them at start
         production = try PushStandIn.apns(keys: [Self.keyID: key.keyPath], teamID: Self.teamID, topics: ["com.example.app"])
         sandbox = try PushStandIn.apns(keys: [Self.keyID: key.keyPath], teamID: Self.teamID, topics: ["com.example.app"], environment: .sandbox)
-        fcm = try PushStandIn.fcm(serviceAccountPath: try PushStandIn.makeFCMServiceAccount())
+        fcm = try PushStandIn.fcm(serviceAccountPath: original.path)
         let caFile = production.stateDirectory + "/cas.pem"
         try [production.caFile, sandbox.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()
             .write(toFile: caFile, atomically: true, encoding: .utf8)

@@ -339,9 +339,10 @@ final class AdminPagesTests: XCTestCase {
 
         XCTAssertEqual(try browser.signIn(admin.0, admin.1).status, 303)
         let sessionToken = try XCTUnwrap(browser.cookies["rouse_admin_session"])
-        let (keyPEM, _) = try PushStandIn.makeAPNsKey()
-        let accountPath = try PushStandIn.makeFCMServiceAccount()
-        let accountJSON = try String(contentsOfFile: accountPath, encoding: .utf8)
+        let keyPEM = try PushStandIn.makeAPNsKey().privateKeyPEM
+        let accountFile = try PushStandIn.makeFCMServiceAccount()
+        let accountJSON = try String(contentsOfFile: accountFile.path, encoding: .utf8)
+        accountFile.remove()
         var csrf = try browser.csrf(from: try browser.get("/admin/push/new?kind=apns"))
 
         // Validation errors beside the field; the pasted key is never written back.

@@ -23,7 +23,7 @@ actor MemoryPushStores: DeadTokenRecorder, PushRecordStore {
 struct APNsFixture {
     static let teamID = "DEF123GHIJ"
     static let keyID = "ABC123DEFG"
-    let key: (privateKeyPEM: String, keyPath: String)
+    let key: APNsTestKey
     let production: PushStandIn
     let sandbox: PushStandIn?
 
@@ -65,8 +65,9 @@ struct FCMFixture {
     let account: FCMServiceAccount
 
     init(revokeAfter: Int? = nil) throws {
-        let path = try PushStandIn.makeFCMServiceAccount()
-        standIn = try PushStandIn.fcm(serviceAccountPath: path, revokeAfter: revokeAfter)
+        let original = try PushStandIn.makeFCMServiceAccount()
+        defer { original.remove() }  // the stand-in reads it at start
+        standIn = try PushStandIn.fcm(serviceAccountPath: original.path, revokeAfter: revokeAfter)
         account = try FCMServiceAccount(json: Array(FileManager.default.contents(atPath: standIn.serviceAccountFile!)!))
     }
 
@@ -279,10 +280,10 @@ struct PushScenarioTests {
         #expect(await client.send(ring(apnsToken("0201")), environment: .production).isAccepted)
         #expect(await client.send(ring(apnsToken("0202")), environment: .production).isAccepted)
         // The service goes away, dropping the connection, and comes back on the same port.
-        fixture.production.stop()
+        fixture.production.stop(keepingState: true)
         let restarted = try PushStandIn.apns(
             keys: [APNsFixture.keyID: fixture.key.keyPath], teamID: APNsFixture.teamID, topics: ["com.example.app"],
-            arguments: ["--port", String(fixture.production.port), "--state-dir", fixture.production.stateDirectory])
+            arguments: ["--port", String(fixture.production.port)], stateFolder: fixture.production.stateFolder)
         let after = await client.send(ring(apnsToken("0203")), environment: .production)
         #expect(after.isAccepted, "\(after)")
         let requests = try restarted.requests()

@@ -48,7 +48,8 @@ final class AdminPagesBrowserTests: XCTestCase {
         let key = try PushStandIn.makeAPNsKey()
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
         let account = try PushStandIn.makeFCMServiceAccount()
-        fcm = try PushStandIn.fcm(serviceAccountPath: account)
+        defer { key.remove(); account.remove() }  // the stand-ins read them at start
+        fcm = try PushStandIn.fcm(serviceAccountPath: account.path)
         let caFile = apns.stateDirectory + "/cas.pem"
         try [apns.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()
             .write(toFile: caFile, atomically: true, encoding: .utf8)
@@ -230,9 +231,12 @@ final class AdminPagesBrowserTests: XCTestCase {
 }
 
 /// Tests/BrowserTests/admin_pages.py as a child process: one JSON line per step to its standard
-/// input, one JSON answer per line from its standard output, each awaited with a deadline.
+/// input, one JSON answer per line from its standard output, each awaited with a deadline. The
+/// script and Chromium get a home and temporary folder of their own (`HOME`, `TMPDIR`), removed
+/// once the script has exited (`stop()`, `deinit`).
 final class BrowserRobot {
     let process = Process()
+    private let home: TemporaryFolder
     private let input = Pipe()
     private let output = Pipe()
     private let errors = Pipe()
@@ -275,8 +279,14 @@ final class BrowserRobot {
     init(python: String, script: String, baseURL: String, artifacts: String, readyTimeout: TimeInterval = 120) throws {
         try? FileManager.default.removeItem(atPath: artifacts)
         try FileManager.default.createDirectory(atPath: artifacts, withIntermediateDirectories: true)
+        home = try TemporaryFolder(prefix: "rouse-browser")
+        try FileManager.default.createDirectory(atPath: home.file("tmp"), withIntermediateDirectories: true)
         process.executableURL = URL(fileURLWithPath: python)
         process.arguments = [script, "--base-url", baseURL, "--artifacts", artifacts, "--step-timeout", "60"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = home.path
+        environment["TMPDIR"] = home.file("tmp")
+        process.environment = environment
         process.standardInput = input
         process.standardOutput = output
         process.standardError = errors
@@ -336,14 +346,20 @@ final class BrowserRobot {
         }
         guard exited.wait(timeout: .now() + 60) == .success else {
             process.terminate()
+            if exited.wait(timeout: .now() + 10) == .success { home.remove() }
             return nil
         }
         output.fileHandleForReading.readabilityHandler = nil
         errors.fileHandleForReading.readabilityHandler = nil
+        home.remove()
         return process.terminationStatus
     }
 
     deinit {
-        if process.isRunning { process.terminate() }
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        home.remove()
     }
 }

@@ -37,7 +37,8 @@ final class CallProcessTests: XCTestCase {
         let key = try PushStandIn.makeAPNsKey()
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
         let account = try PushStandIn.makeFCMServiceAccount()
-        fcm = try PushStandIn.fcm(serviceAccountPath: account)
+        defer { key.remove(); account.remove() }  // the stand-ins read them at start
+        fcm = try PushStandIn.fcm(serviceAccountPath: account.path)
         caFile = apns.stateDirectory + "/cas.pem"
         try [apns.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()
             .write(toFile: caFile, atomically: true, encoding: .utf8)

@@ -185,7 +185,8 @@ final class DocsExamplesTests: XCTestCase {
         try FileManager.default.copyItem(
             atPath: key.keyPath, toPath: workDirectory.appendingPathComponent("AuthKey_KEY1234567.p8").path)
         let account = try PushStandIn.makeFCMServiceAccount(tokenURI: "https://127.0.0.1:1/token")
-        try FileManager.default.copyItem(atPath: account, toPath: workDirectory.appendingPathComponent("service-account.json").path)
+        defer { key.remove(); account.remove() }
+        try FileManager.default.copyItem(atPath: account.path, toPath: workDirectory.appendingPathComponent("service-account.json").path)
         let apns = try PushStandIn.apns(keys: ["KEY1234567": key.keyPath], teamID: "ABCDE12345", environment: .sandbox)
         defer { apns.stop() }
 
@@ -201,6 +202,10 @@ final class DocsExamplesTests: XCTestCase {
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
         environment.merge(settings) { $1 }
         environment["PATH"] = RouseProcess.executable.deletingLastPathComponent().path + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
+        // What the examples' tools put in a temporary directory goes with the work directory.
+        let scratch = workDirectory.appendingPathComponent(".tmp")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        environment["TMPDIR"] = scratch.path
         if !marked.setup.isEmpty {
             let (status, stdout, stderr) = try Self.runShell("set -e\n" + marked.setup, in: workDirectory, environment: environment)
             guard status == 0 else {

@@ -11,12 +11,15 @@ import XCTest
 
 /// A PostgreSQL cluster of a test's own, made and started with `scripts/pg.sh` (as `make test`
 /// makes its own), which the test may stop and start again to play an outage. It listens only on a
-/// Unix socket inside its folder, so its port number collides with no other cluster.
+/// Unix socket inside its folder, so its port number collides with no other cluster. The folder is
+/// a `TemporaryFolder` (the temporary directory must be reachable by the postgres user, as
+/// `make test`'s is), removed by `remove()`, and by `init` when the cluster could not be made.
 final class PrivateCluster {
     static let repositoryRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 
-    let folder: String
+    private let temporaryFolder: TemporaryFolder
+    var folder: String { temporaryFolder.path }
     let port = 5432
     var clusterDirectory: String { folder + "/c" }
     /// The database Rouse uses on it.
@@ -24,13 +27,16 @@ final class PrivateCluster {
 
     /// Makes the cluster, starts it and creates the `rouse` database (a few seconds: `initdb`).
     init() throws {
-        folder = "/tmp/rouse-cluster-" + UUID().uuidString.lowercased().prefix(8)
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         // The postgres user must reach the cluster folder inside it.
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: folder)
-        try start()
-        let admin = try PostgresConnection(conninfo: "host=\(clusterDirectory) port=\(port) user=postgres dbname=postgres")
-        try admin.query("CREATE DATABASE rouse")
+        temporaryFolder = try TemporaryFolder(prefix: "rouse-cluster", mode: 0o755)
+        do {
+            try start()
+            let admin = try PostgresConnection(conninfo: "host=\(clusterDirectory) port=\(port) user=postgres dbname=postgres")
+            try admin.query("CREATE DATABASE rouse")
+        } catch {
+            remove()
+            throw error
+        }
     }
 
     func start() throws { try pg("start", clusterDirectory, String(port)) }
@@ -41,7 +47,7 @@ final class PrivateCluster {
     /// Stops the server and removes the folder.
     func remove() {
         try? stop()
-        try? FileManager.default.removeItem(atPath: folder)
+        temporaryFolder.remove()
     }
 
     /// Runs `scripts/pg.sh` and waits for it. Not through Foundation's `Process`, which learns of
@@ -105,6 +111,7 @@ final class CallTestBed {
             try directory.addExtension(AddressOfRecord(number: number, domain: "example.com"), password: "pw-\(number)")
         }
         let key = try PushStandIn.makeAPNsKey()
+        defer { key.remove() }  // the stand-in reads it at start
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
         _ = try PostgresPushApps(connection: connection).add(PushApp(credentials: .apns(APNsCredentials(
             teamID: "DEF123GHIJ", keyID: "ABC123DEFG", topic: "com.example.app", privateKeyPEM: key.privateKeyPEM, environment: .production))))

@@ -17,6 +17,7 @@ final class HostileInputTests: XCTestCase {
     var rouse: RouseProcess?
     var points: [ListenPoint] = []
     var phone: TestUserAgent!
+    var certificate: TestCertificate!
 
     /// The limits the server runs with: small enough to reach from a test, large enough for 1,000 Contacts.
     static let maxMessageBytes = 40_000
@@ -26,7 +27,7 @@ final class HostileInputTests: XCTestCase {
 
     override func setUpWithError() throws {
         database = try TestDatabase()
-        let certificate = try TestCertificate.make(commonName: "rouse.test")
+        certificate = try TestCertificate.make(commonName: "rouse.test")
         try Migrator.migrate(try database.connect())
         let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
         _ = try directory.addDomain("example.com")
@@ -63,6 +64,7 @@ final class HostileInputTests: XCTestCase {
         }
         rouse = nil
         database?.drop()
+        certificate?.remove()
     }
 
     // MARK: Helpers

@@ -9,7 +9,8 @@ import XCTest
 
 /// What the interop tests with third-party SIP stacks share: a database with extensions 1001 and
 /// 1002 of example.com, `rouse serve` on loopback, a workspace folder for the stacks' files (removed
-/// afterwards), SIPp runs of the scenarios in `Tests/Interop/sipp`, and reads of what Rouse stored.
+/// afterwards; every tool gets its `HOME` and `TMPDIR` in it), SIPp runs of the scenarios in
+/// `Tests/Interop/sipp`, and reads of what Rouse stored.
 ///
 /// Threading: used from one test's thread.
 final class InteropBed {
@@ -17,6 +18,7 @@ final class InteropBed {
     private(set) var rouse: RouseProcess?
     private(set) var points: [ListenPoint] = []
     let workspace: URL
+    private let workspaceFolder: TemporaryFolder
     private var tools: [RouseProcess] = []
 
     static let domain = "example.com"
@@ -30,8 +32,9 @@ final class InteropBed {
         for (number, password) in Self.passwords {
             try directory.addExtension(AddressOfRecord(number: number, domain: Self.domain), password: password)
         }
-        workspace = FileManager.default.temporaryDirectory.appendingPathComponent("rouse-interop-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: workspace, withIntermediateDirectories: true)
+        workspaceFolder = try TemporaryFolder(prefix: "rouse-interop")
+        workspace = URL(fileURLWithPath: workspaceFolder.path, isDirectory: true)
+        try FileManager.default.createDirectory(at: workspace.appendingPathComponent("tmp"), withIntermediateDirectories: true)
     }
 
     /// Stops every tool and Rouse, drops the database and removes the workspace.
@@ -41,7 +44,7 @@ final class InteropBed {
         _ = rouse?.stop()
         rouse = nil
         database.drop()
-        try? FileManager.default.removeItem(at: workspace)
+        workspaceFolder.remove()
     }
 
     /// `rouse serve` on UDP and TCP ports of 127.0.0.1, with `settings` (ROUSE_* variables).
@@ -61,13 +64,19 @@ final class InteropBed {
         try XCTUnwrap(points.first { $0.transport == transport }).port
     }
 
-    /// Starts a third-party program in the workspace, with `environment` added to the test's; it is
+    /// `HOME` and `TMPDIR` for a tool: the workspace and its `tmp` folder, removed at `tearDown`.
+    var scratchEnvironment: [String: String] {
+        ["HOME": workspace.path, "TMPDIR": workspace.appendingPathComponent("tmp").path]
+    }
+
+    /// Starts a third-party program in the workspace, with `environment` added to the test's (`HOME`
+    /// is the workspace and `TMPDIR` its `tmp` folder unless `environment` says otherwise); it is
     /// stopped at `tearDown` if still running. With `keepsInputOpen`, its standard input stays open
     /// for `send(_:)`.
     func launch(_ path: String, _ arguments: [String], environment: [String: String] = [:], keepsInputOpen: Bool = false) throws -> RouseProcess {
         let process = try RouseProcess(
-            arguments: arguments, environment: environment, keepsInputOpen: keepsInputOpen, executable: URL(fileURLWithPath: path),
-            workingDirectory: workspace)
+            arguments: arguments, environment: scratchEnvironment.merging(environment) { $1 }, keepsInputOpen: keepsInputOpen,
+            executable: URL(fileURLWithPath: path), workingDirectory: workspace)
         tools.append(process)
         return process
     }

@@ -47,6 +47,7 @@ final class InteropNetSIPTests: XCTestCase {
         let port = try bed.port(transport)
         let phone = Process()
         phone.executableURL = URL(fileURLWithPath: "/usr/bin/perl")
+        phone.environment = ProcessInfo.processInfo.environment.merging(bed.scratchEnvironment) { $1 }
         phone.arguments = [
             Self.script, "--registrar", "127.0.0.1:\(port)", "--transport", transport.rawValue,
             "--user", Self.aor.number, "--domain", Self.aor.domain, "--password", Self.password, "--timeout", "30",
@@ -101,6 +102,7 @@ final class InteropNetSIPTests: XCTestCase {
         func phone(_ arguments: [String]) throws -> (Process, RouseProcess.Collected) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/perl")
+            process.environment = ProcessInfo.processInfo.environment.merging(bed.scratchEnvironment) { $1 }
             process.arguments = [script, "--proxy", "127.0.0.1:\(port)", "--domain", "example.com", "--timeout", "30"] + arguments
             let output = Pipe()
             let collected = RouseProcess.Collected()

@@ -113,8 +113,12 @@ final class OpenAPIPropertyTests: XCTestCase {
             "--exclude-path", "/api/v1/admin/push-apps/{id}/test",
         ]
         // A scratch working directory: schemathesis writes its .hypothesis database and any
-        // reports there.
+        // reports there; its home and temporary files go there too.
         process.currentDirectoryURL = work
+        let scratch = work.appendingPathComponent("tmp")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        environment["HOME"] = work.path
+        environment["TMPDIR"] = scratch.path
         environment["NO_COLOR"] = "1"
         environment["COLUMNS"] = "120"
         process.environment = environment

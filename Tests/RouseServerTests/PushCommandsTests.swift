@@ -16,9 +16,12 @@ final class PushCommandsTests: XCTestCase {
         let database = try TestDatabase()
         defer { database.drop() }
         let key = try PushStandIn.makeAPNsKey()
+        defer { key.remove() }
         let production = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
         let sandbox = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"], environment: .sandbox)
-        let accountPath = try PushStandIn.makeFCMServiceAccount()
+        let account = try PushStandIn.makeFCMServiceAccount()
+        defer { account.remove() }
+        let accountPath = account.path
         let fcm = try PushStandIn.fcm(serviceAccountPath: accountPath)
         let caFile = production.stateDirectory + "/cas.pem"
         try [production.caFile, sandbox.caFile, fcm.caFile].map { try String(contentsOfFile: $0, encoding: .utf8) }.joined()
@@ -137,6 +140,7 @@ final class PushCommandsTests: XCTestCase {
         let environment = ["ROUSE_DATABASE_URL": database.conninfo]
         XCTAssertEqual(try run(["migrate"], environment).0, 0)
         let key = try PushStandIn.makeAPNsKey()
+        defer { key.remove() }
         let (added, output) = try run(
             ["push-app", "add", "apns", "--team-id", "DEF123GHIJ", "--key-id", "ABC123DEFG", "--topic", "com.example.app",
              "--key-file", key.keyPath, "--param", "DEF123GHIJ.com.example.app.voip", "--json"], environment)
@@ -153,8 +157,9 @@ final class PushCommandsTests: XCTestCase {
             ["VoIP topic com.example.app.voip derived from bundle id com.example.app (ring pushes go there; cancel pushes to com.example.app)"])
         XCTAssertFalse(output.contains("PRIVATE KEY") || output.contains(key.privateKeyPEM.split(separator: "\n")[1]), output)
 
-        let accountPath = try PushStandIn.makeFCMServiceAccount()
-        let (fcmAdded, fcmOutput) = try run(["push-app", "add", "fcm", "--service-account", accountPath, "--json"], environment)
+        let account = try PushStandIn.makeFCMServiceAccount()
+        defer { account.remove() }
+        let (fcmAdded, fcmOutput) = try run(["push-app", "add", "fcm", "--service-account", account.path, "--json"], environment)
         XCTAssertEqual(fcmAdded, 0, fcmOutput)
         let fcmApp = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(fcmOutput.utf8)) as? [String: Any], fcmOutput)
         XCTAssertEqual(fcmApp["id"] as? Int, 2)

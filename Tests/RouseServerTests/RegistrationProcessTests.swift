@@ -13,7 +13,7 @@ final class RegistrationProcessTests: XCTestCase {
     var database: TestDatabase!
     var rouse: RouseProcess?
     var points: [ListenPoint] = []
-    var certificate: (certificatePath: String, keyPath: String)!
+    var certificate: TestCertificate!
 
     override func setUpWithError() throws {
         database = try TestDatabase()
@@ -31,6 +31,7 @@ final class RegistrationProcessTests: XCTestCase {
         _ = rouse?.stop()
         rouse = nil
         database?.drop()
+        certificate?.remove()
     }
 
     func startRouse(_ settings: [String: String] = [:]) throws {
@@ -179,7 +180,8 @@ final class RegistrationProcessTests: XCTestCase {
 
         // The operator adds one while Rouse runs; Rouse hears of it and accepts the binding.
         let account = try PushStandIn.makeFCMServiceAccount(projectID: "rouse-test")
-        let (added, addOutput) = try runRouse(["push-app", "add", "fcm", "--service-account", account])
+        defer { account.remove() }
+        let (added, addOutput) = try runRouse(["push-app", "add", "fcm", "--service-account", account.path])
         XCTAssertEqual(added, 0, addOutput)
         var response = try registerWithDigest(.tcp, contact: contact, algorithm: .md5)
         let deadline = Date().addingTimeInterval(30)

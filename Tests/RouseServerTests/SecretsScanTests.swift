@@ -59,9 +59,10 @@ final class SecretsScanTests: XCTestCase {
 
     func testNoSecretInLogsOrAnswers() throws {
         let key = try PushStandIn.makeAPNsKey()
+        let original = try PushStandIn.makeFCMServiceAccount()
+        defer { key.remove(); original.remove() }  // the stand-ins read them at start
         apns = try PushStandIn.apns(keys: ["ABC123DEFG": key.keyPath], teamID: "DEF123GHIJ", topics: ["com.example.app"])
-        let accountPath = try PushStandIn.makeFCMServiceAccount()
-        fcm = try PushStandIn.fcm(serviceAccountPath: accountPath)
+        fcm = try PushStandIn.fcm(serviceAccountPath: original.path)
         let accountData = try Data(contentsOf: URL(fileURLWithPath: try XCTUnwrap(fcm.serviceAccountFile)))
         let account = try XCTUnwrap(try JSONSerialization.jsonObject(with: accountData) as? [String: Any])
         let accountKey = try XCTUnwrap(account["private_key"] as? String)

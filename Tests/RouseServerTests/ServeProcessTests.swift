@@ -10,10 +10,11 @@ final class ServeProcessTests: XCTestCase {
     var database: TestDatabase!
     var rouse: RouseProcess!
     var points: [ListenPoint] = []
+    var certificate: TestCertificate!
 
     override func setUpWithError() throws {
         database = try TestDatabase()
-        let certificate = try TestCertificate.make(commonName: "rouse.test")
+        certificate = try TestCertificate.make(commonName: "rouse.test")
         rouse = try RouseProcess(
             arguments: ["serve"],
             environment: [
@@ -33,6 +34,7 @@ final class ServeProcessTests: XCTestCase {
         _ = rouse?.stop()
         rouse = nil
         database?.drop()
+        certificate?.remove()
     }
 
     func point(_ transport: SIPTransportKind, ipv6: Bool = false) throws -> ListenPoint {

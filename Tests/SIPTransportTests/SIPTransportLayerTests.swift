@@ -217,6 +217,7 @@ final class SIPTransportLayerTests: XCTestCase {
 
     func testTLSMessagesAreEchoedOnIPv4AndIPv6() throws {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
+        defer { certificate.remove() }
         let server = try EchoServer(
             ["tls:127.0.0.1:0", "tls:[::1]:0"],
             tls: TLSConfiguration(certificatePath: certificate.certificatePath, privateKeyPath: certificate.keyPath))
@@ -235,6 +236,7 @@ final class SIPTransportLayerTests: XCTestCase {
 
     func testTLSClientThatNeverFinishesItsHandshakeIsDropped() throws {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
+        defer { certificate.remove() }
         var limits = TransportLimits()
         limits.tlsHandshakeTimeout = .seconds(1)
         let server = try EchoServer(
@@ -250,6 +252,7 @@ final class SIPTransportLayerTests: XCTestCase {
 
     func testPlaintextOnTheTLSPortClosesTheConnection() throws {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
+        defer { certificate.remove() }
         let server = try EchoServer(
             ["tls:127.0.0.1:0"],
             tls: TLSConfiguration(certificatePath: certificate.certificatePath, privateKeyPath: certificate.keyPath))
@@ -265,6 +268,7 @@ final class SIPTransportLayerTests: XCTestCase {
 
     func testOutboundSendsOpenOneConnectionPerAddressAndGetAnswers() throws {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
+        defer { certificate.remove() }
         let tls = TLSConfiguration(certificatePath: certificate.certificatePath, privateKeyPath: certificate.keyPath)
         let remote = try EchoServer(["udp:127.0.0.1:0", "tcp:127.0.0.1:0", "tls:[::1]:0"], tls: tls)
         defer { remote.shutdown() }
@@ -309,7 +313,9 @@ final class SIPTransportLayerTests: XCTestCase {
 
     func testOutboundTLSWithVerificationAcceptsOnlyTheTrustedCertificate() throws {
         let serverCertificate = try TestCertificate.make(commonName: "rouse.test")
+        defer { serverCertificate.remove() }
         let otherCertificate = try TestCertificate.make(commonName: "other.test")
+        defer { otherCertificate.remove() }
         let remote = try EchoServer(
             ["tls:127.0.0.1:0"],
             tls: TLSConfiguration(certificatePath: serverCertificate.certificatePath, privateKeyPath: serverCertificate.keyPath))

@@ -10,7 +10,7 @@ import XCTest
 /// optional and refused when it is required. A reload (SIGHUP) reads the CA file again.
 final class TLSClientCertificateTests: XCTestCase {
     var authority: TestCertificateAuthority!
-    var serverCertificate: (certificatePath: String, keyPath: String)!
+    var serverCertificate: TestCertificate!
     var servers: [EchoServer] = []
 
     override func setUpWithError() throws {
@@ -20,6 +20,8 @@ final class TLSClientCertificateTests: XCTestCase {
 
     override func tearDown() {
         servers.forEach { $0.shutdown() }
+        authority?.remove()
+        serverCertificate?.remove()
     }
 
     func server(caPath: String? = nil, required: Bool) throws -> EchoServer {
@@ -35,7 +37,7 @@ final class TLSClientCertificateTests: XCTestCase {
     /// Connects with `openssl s_client` (TLS 1.2 or 1.3, with `certificate` when given), sends one
     /// OPTIONS and waits for it to come back (the echo server returns what it reads). True when it
     /// came back: the connection was let in.
-    func served(by server: EchoServer, tls13: Bool, certificate: (certificatePath: String, keyPath: String)?) throws -> (Bool, String) {
+    func served(by server: EchoServer, tls13: Bool, certificate: TestCertificate?) throws -> (Bool, String) {
         var arguments = ["20", "openssl", "s_client", "-connect", "127.0.0.1:\(server.port(.tls))", tls13 ? "-tls1_3" : "-tls1_2", "-ign_eof"]
         if let certificate { arguments += ["-cert", certificate.certificatePath, "-key", certificate.keyPath] }
         let process = Process()
@@ -101,7 +103,9 @@ final class TLSClientCertificateTests: XCTestCase {
     }
 
     func testAReloadReadsTheCAFileAgain() throws {
-        let caPath = FileManager.default.temporaryDirectory.appendingPathComponent("rouse-client-ca-\(UUID().uuidString).pem").path
+        let folder = try TemporaryFolder(prefix: "rouse-client-ca")
+        defer { folder.remove() }
+        let caPath = folder.file("ca.pem")
         try FileManager.default.copyItem(atPath: authority.certificatePath, toPath: caPath)
         let server = try server(caPath: caPath, required: true)
         let renewed = try TestCertificateAuthority(commonName: "Rouse test client CA, renewed")

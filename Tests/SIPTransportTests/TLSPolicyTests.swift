@@ -11,6 +11,7 @@ final class TLSPolicyTests: XCTestCase {
 
     override func setUpWithError() throws {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
+        defer { certificate.remove() }  // the listen point reads it at start
         server = try EchoServer(
             ["tls:127.0.0.1:0"], tls: TLSConfiguration(certificatePath: certificate.certificatePath, privateKeyPath: certificate.keyPath))
     }

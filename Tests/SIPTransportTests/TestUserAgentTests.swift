@@ -22,6 +22,7 @@ final class TestUserAgentTests: XCTestCase {
 
     func testRegistersWithDigestOverUDPTCPAndTLS() throws {
         let certificate = try TestCertificate.make()
+        defer { certificate.remove() }
         let server = try ScriptedSIPServer(
             ["udp:127.0.0.1:0", "tcp:127.0.0.1:0", "tls:127.0.0.1:0"],
             tls: TLSConfiguration(certificatePath: certificate.certificatePath, privateKeyPath: certificate.keyPath),
