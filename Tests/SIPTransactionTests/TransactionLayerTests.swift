@@ -277,8 +277,9 @@ final class TransactionLayerTests: XCTestCase {
 
         comparisons.reset()
         layer.transportFailed(on: closing)
-        // A lookup in the flow index compares a handful of flows; a scan compares every one.
-        XCTAssertLessThan(comparisons.count, 100, "failing one flow compared \(comparisons.count) flows")
+        // A lookup in the flow index compares a few flows (a few hundred when the run's hash seed
+        // makes a long probe chain in the dictionaries); a scan compares every one of the 3,000.
+        XCTAssertLessThan(comparisons.count, others / 4, "failing one flow compared \(comparisons.count) flows")
         XCTAssertEqual(results.all, [.transportError(SIPResponse(replyingTo: bye, statusCode: 503))])
         XCTAssertTrue(failures.all.contains {
             if case .serverTransactionFailed(_, .transportError) = $0 { return true }
