@@ -716,13 +716,15 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     /// The push that stops a device ringing (when `cancelReason` is given), then its missed-call
     /// notice (when the call was missed). Issue 11: a call that ended unanswered shows as missed on
     /// each device that took part and can show one (FCM data, or an APNs alert to the regular
-    /// token); a device that declined, one whose push failed, and a VoIP-only iPhone get none.
+    /// token), its ring push accepted or still unanswered (the caller may hang up before the
+    /// provider's answer is in); a device that declined, one whose push failed, and a VoIP-only
+    /// iPhone get none.
     /// The missed notice gives the call's own reason (`caller_hangup` when the caller gave up),
     /// whether or not the device rang over SIP.
     private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, endedBecause reason: CallEndReason, until: Date) {
         let device = devices[index]
         guard let channel = device.device.cancelChannel else { return }
-        let wantsMissed = missed && device.accepted && device.declined == nil
+        let wantsMissed = missed && (device.accepted || !device.answered) && device.declined == nil
         let missedReason = wantsMissed ? reason.missedReason : nil
         guard cancelReason != nil || missedReason != nil else { return }
         out.append(.endOfCallPush(EndOfCallPush(

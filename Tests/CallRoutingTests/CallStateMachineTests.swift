@@ -171,8 +171,8 @@ final class CallStateMachineTests: XCTestCase {
         _ = step(&call, .branchResponse(0, response(180, on: 0)), at: 3.1)
         XCTAssertEqual(signals(&call, .timerFired(.ring), at: 45),
                        ["respond 480 no answer within 45 s", "cancel Desk Reason: SIP;cause=480;text=\"no answer within 45 s\"",
-                        "end-push Pixel cancel=timeout missed=-", "stop ring", "ended unanswered 480"],
-                       "the pushed phone is told to stop; no missed notice, since its push was never accepted")
+                        "end-push Pixel cancel=timeout missed=no_answer", "stop ring", "ended unanswered 480"],
+                       "the pushed phone is told to stop, and of the missed call: its push may still get through")
         let late = step(&call, .pushAnswered(device: 0, accepted, appID: 2), at: 50)
         XCTAssertEqual(lines(late), [])
         XCTAssertEqual(facts(late), ["push Pixel accepted no re-register in time"])
