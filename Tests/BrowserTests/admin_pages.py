@@ -101,19 +101,27 @@ class AdminPagesRobot:
             return False
         return isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(error)
 
-    def text_of(self, css, *expected):
-        """The text of `css` once it holds every one of `expected`."""
-        def holds(driver):
+    def wait_for(self, look):
+        """Waits (the step's deadline) until `look(driver)` gives a value; an element gone stale or
+        renumbered while `look` reads it counts as not yet."""
+        def attempt(driver):
             try:
-                found = driver.find_elements(By.CSS_SELECTOR, css)
-                if found and all(piece in found[0].text for piece in expected):
-                    return found[0].text
+                return look(driver)
             except (StaleElementReferenceException, WebDriverException) as error:
                 if not self.renumbered(error):
                     raise
+                return False
+        return self.wait().until(attempt)
+
+    def text_of(self, css, *expected):
+        """The text of `css` once it holds every one of `expected`."""
+        def holds(driver):
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            if found and all(piece in found[0].text for piece in expected):
+                return found[0].text
             return False
         try:
-            return self.wait().until(holds)
+            return self.wait_for(holds)
         except TimeoutException:
             found = self.driver.find_elements(By.CSS_SELECTOR, css)
             shown = found[0].text if found else "(no such element)"
@@ -247,16 +255,12 @@ class AdminPagesRobot:
         self.text_of("#devices", user_agent)
 
         def device_named(driver):
-            try:
-                for device in driver.find_elements(By.CSS_SELECTOR, "#devices div.device"):
-                    if user_agent in device.text:
-                        return device.get_attribute("id").removeprefix("device-")
-            except (StaleElementReferenceException, WebDriverException) as error:
-                if not self.renumbered(error):
-                    raise
+            for device in driver.find_elements(By.CSS_SELECTOR, "#devices div.device"):
+                if user_agent in device.text:
+                    return device.get_attribute("id").removeprefix("device-")
             return False
         try:
-            return self.wait().until(device_named)
+            return self.wait_for(device_named)
         except TimeoutException:
             raise StepFailed(f"no device of {address} shows {user_agent!r} within {self.step_timeout} s")
 

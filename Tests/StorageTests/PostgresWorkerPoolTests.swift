@@ -49,16 +49,8 @@ final class PostgresWorkerPoolTests: XCTestCase {
     }
 
     func testABoundedWaitGivesUpAtItsDeadlineAndAJobNotStartedThenNeverRuns() throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let (pool, busy) = try poolWithItsOneWorkerBusy()
         defer { pool.shutdown() }
-        // The one worker is busy until the test lets it go.
-        let busy = DispatchSemaphore(value: 0)
-        let started = DispatchSemaphore(value: 0)
-        pool.submit({ _ in
-            started.signal()
-            busy.wait()
-        }) { _ in }
-        XCTAssertEqual(started.wait(timeout: .now() + 30), .success)
         let ran = Collector<Int>()
         XCTAssertThrowsError(try pool.run(within: 0.2) { _ in ran.append(1) }) { error in
             XCTAssertTrue("\(error)".contains("did not answer within"), "\(error)")
@@ -70,15 +62,8 @@ final class PostgresWorkerPoolTests: XCTestCase {
     }
 
     func testAnAsyncBoundedWaitGivesUpAtItsDeadlineWithoutRunningTheJob() async throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let (pool, busy) = try poolWithItsOneWorkerBusy()
         defer { pool.shutdown() }
-        let busy = DispatchSemaphore(value: 0)
-        let started = DispatchSemaphore(value: 0)
-        pool.submit({ _ in
-            started.signal()
-            busy.wait()
-        }) { _ in }
-        XCTAssertEqual(started.wait(timeout: .now() + 30), .success)
         let ran = Collector<Int>()
         do {
             _ = try await pool.perform(within: 0.2) { _ in ran.append(1) }
@@ -90,6 +75,19 @@ final class PostgresWorkerPoolTests: XCTestCase {
         let answer = try await pool.perform(within: 30) { try $0.query("SELECT 1 AS v").value(0, "v") }
         XCTAssertEqual(answer, "1")
         XCTAssertTrue(ran.all.isEmpty)
+    }
+
+    /// A pool of one worker, busy until the test signals the semaphore.
+    func poolWithItsOneWorkerBusy() throws -> (PostgresWorkerPool, DispatchSemaphore) {
+        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let busy = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        pool.submit({ _ in
+            started.signal()
+            busy.wait()
+        }) { _ in }
+        XCTAssertEqual(started.wait(timeout: .now() + 30), .success, "the worker took the job")
+        return (pool, busy)
     }
 
     func testABrokenConnectionIsReplacedBeforeTheNextJob() throws {
