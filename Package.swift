@@ -35,17 +35,19 @@ var targets: [Target] = [
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // INVITE handling: the wake-then-ring coordinator, proxy rules, journeys.
-    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics", "Crypto"]),
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
+    // The value-type logger every layer takes, and the process's standard-error writer.
+    .target(name: "RouseLog", dependencies: ["Crypto"]),
     // The HTTP server, the token posting endpoint and health.
     .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting", "RouseLog"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -54,7 +56,7 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL", "Crypto"]),
     .executableTarget(
         name: "RouseBench",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
@@ -67,9 +69,10 @@ var targets: [Target] = [
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar"]),
     .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
+    .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push"]),
+        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),
 ]
 
 var products: [Product] = [

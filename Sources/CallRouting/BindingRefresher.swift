@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Push
 import Registrar
+import RouseLog
 
 /// The bindings a refresh may be due for (the registrar implements it).
 public protocol RefreshCandidateSource: Sendable {
@@ -40,21 +41,21 @@ public final class BindingRefresher: @unchecked Sendable {
     private let pusher: any BindingRefreshPushing
     public let lead: TimeInterval
     public let minimumInterval: TimeInterval
-    private let log: @Sendable (String, KeyValuePairs<String, String>) -> Void
+    private let logger: Logger
     private var timer: (any DispatchSourceTimer)?
     private var lastPushByToken: [String: Date] = [:]
 
     /// - Parameter lead: how long before expiry the push goes; raised to 120 s when shorter.
     public init(
         source: any RefreshCandidateSource, claims: any RefreshClaims, pusher: any BindingRefreshPushing, lead: TimeInterval,
-        minimumInterval: TimeInterval = 60, log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
+        minimumInterval: TimeInterval = 60, logger: Logger = .discarding
     ) {
         self.source = source
         self.claims = claims
         self.pusher = pusher
         self.lead = max(120, lead)
         self.minimumInterval = minimumInterval
-        self.log = log
+        self.logger = logger
     }
 
     /// How often `start` looks for due bindings: a tenth of the lead, between 1 and 15 s.
@@ -119,11 +120,11 @@ public final class BindingRefresher: @unchecked Sendable {
         do {
             guard try await claims.claim(bindingID: item.binding.id) else { return nil }
         } catch {
-            log("binding.refresh_unclaimed", ["aor": item.binding.aor.description, "error": "\(error)"])
+            logger.info("binding.refresh_unclaimed", ["aor": item.binding.aor.description, "error": "\(error)"])
             return nil
         }
         let outcome = await pusher.sendBindingRefresh(aor: item.binding.aor.description, expiresAt: item.binding.expiresAt, to: item.channel)
-        log("binding.refresh_push", ["aor": item.binding.aor.description, "provider": item.channel.provider.rawValue, "outcome": outcome.word])
+        logger.info("binding.refresh_push", ["aor": item.binding.aor.description, "provider": item.channel.provider.rawValue, "outcome": outcome.word])
         return BindingRefreshPush(bindingID: item.binding.id, channel: item.channel, outcome: outcome)
     }
 

@@ -3,6 +3,7 @@ import Foundation
 import Metrics
 import Push
 import Registrar
+import RouseLog
 import SIPMessage
 import SIPTransaction
 
@@ -39,7 +40,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private let callTokens: CallTokenSigner?
     private let scheduler: any TimerScheduler
     private let clock: @Sendable () -> Date
-    private let log: @Sendable (String, KeyValuePairs<String, String>) -> Void
+    private let logger: Logger
 
     /// What this instance holds for each callee.
     private var callees: [AddressOfRecord: CalleeCalls] = [:]
@@ -62,13 +63,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     ///   - scheduler: the call timers (a `DispatchTimerScheduler` by default; tests may pass a
     ///     manual one together with `clock`).
     ///   - clock: the time events are handled at.
-    ///   - log: one line per call event (`call.started`, `call.ended`, …); must not block.
+    ///   - logger: one line per call event (`call.started`, `call.ended`, …).
     public init(
         directory: any CalleeDirectory, tokens: (any WakeTokenSource)?, pusher: any CallPushing, journeys: (any JourneyStore)?,
         authenticator: DigestAuthenticator, throttle: AuthFailureThrottle? = nil, settings: CallSettings, ownNames: Set<String>,
         serverName: String, instanceID: String, metrics: MetricsRegistry? = nil, callTokens: CallTokenSigner? = nil,
         scheduler: (any TimerScheduler)? = nil, clock: @escaping @Sendable () -> Date = { Date() },
-        log: @escaping @Sendable (String, KeyValuePairs<String, String>) -> Void = { _, _ in }
+        logger: Logger = .discarding
     ) {
         self.callTokens = callTokens
         self.directory = directory
@@ -84,7 +85,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         self.metrics = metrics.map(CallMetrics.init)
         self.scheduler = scheduler ?? DispatchTimerScheduler(queue: DispatchQueue(label: "rouse.calls.timers"))
         self.clock = clock
-        self.log = log
+        self.logger = logger
         deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
         talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
     }
@@ -230,7 +231,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         liveCalls += 1
         callByHandle[handle] = (callee, id)
         metrics?.live.set(Double(liveCalls))
-        log("call.started", ["call": journey.callID, "callee": callee.description, "caller": journey.caller])
+        logger.info("call.started", ["call": journey.callID, "callee": callee.description, "caller": journey.caller])
 
         let bindings = directory.bindings(for: callee)
         deadTokens.prune(now: arrivedAt)
@@ -245,7 +246,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 found = try await tokens.wakeTokens(for: callee, checking: channels)
             } catch {
                 found = nil
-                log("call.tokens_unavailable", ["call": journey.callID, "error": "\(error)"])
+                logger.info("call.tokens_unavailable", ["call": journey.callID, "error": "\(error)"])
             }
             queue.async { [self] in
                 let now = clock()
@@ -286,7 +287,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             let now = clock()
             if case .branchSent(let index, .some) = event, entry.machine.branches.indices.contains(index) {
                 let branch = entry.machine.branches[index]
-                log("call.fork", ["call": entry.recorder.journey.callID, "binding": branch.binding.id.uuidString, "late": branch.isLate ? "yes" : "no"])
+                logger.info("call.fork", ["call": entry.recorder.journey.callID, "binding": branch.binding.id.uuidString, "late": branch.isLate ? "yes" : "no"])
             }
             for action in entry.machine.handle(event, at: now, callee: view) {
                 switch action {
@@ -333,13 +334,13 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         case .pushAnswered(let line):
             metrics?.pushes.increment(["provider": line.provider.rawValue, "outcome": line.outcome])
             metrics?.pushLatency.observe(Double(line.latencyMilliseconds) / 1000)
-            log("call.push", ["call": entry.recorder.journey.callID, "device": line.device, "outcome": line.outcome, "ms": String(line.latencyMilliseconds)])
+            logger.info("call.push", ["call": entry.recorder.journey.callID, "device": line.device, "outcome": line.outcome, "ms": String(line.latencyMilliseconds)])
         case .woke(_, _, let wake):
             if let ms = wake.milliseconds { metrics?.wakeLatency.observe(Double(ms) / 1000) }
         case .declined(let device, let reason):
-            log("call.declined", ["call": entry.recorder.journey.callID, "device": device, "reason": reason.rawValue])
+            logger.info("call.declined", ["call": entry.recorder.journey.callID, "device": device, "reason": reason.rawValue])
         case .tokensOverdue(let timeout):
-            log("call.tokens_unavailable", ["call": entry.recorder.journey.callID, "error": "no answer within \(CallText.seconds(timeout.timeInterval))"])
+            logger.info("call.tokens_unavailable", ["call": entry.recorder.journey.callID, "error": "no answer within \(CallText.seconds(timeout.timeInterval))"])
         default:
             break
         }
@@ -467,7 +468,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         liveCalls -= 1
         metrics?.live.set(Double(liveCalls))
         metrics?.calls.increment(["outcome": ending.outcome.rawValue])
-        log("call.ended", ["call": entry.recorder.journey.callID, "outcome": ending.outcome.rawValue, "status": String(ending.finalStatus),
+        logger.info("call.ended", ["call": entry.recorder.journey.callID, "outcome": ending.outcome.rawValue, "status": String(ending.finalStatus),
                            "reason": ending.reason])
         // How it ended, while its call tokens may still ask; a call that pushed nobody issued none.
         if callTokens != nil, ending.pushedAnyDevice {
@@ -549,7 +550,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     self.cancelGraceInvite(holder, reason: device.reason)
                 }
             })
-            log("call.grace_invite", ["call": device.invite.callID ?? "", "binding": binding.id.uuidString])
+            logger.info("call.grace_invite", ["call": device.invite.callID ?? "", "binding": binding.id.uuidString])
         }
         callees[aor]?.grace = remaining
         forgetIfEmpty(aor)

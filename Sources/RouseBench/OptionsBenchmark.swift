@@ -1,3 +1,4 @@
+import RouseLog
 import RouseServer
 import SIPTransport
 

@@ -1,4 +1,5 @@
 import Foundation
+import RouseLog
 import Storage
 
 /// Rouse's command line. Each command returns the process exit status; messages for people go to

@@ -2,6 +2,7 @@ import CallRouting
 import Crypto
 import Foundation
 import Registrar
+import RouseLog
 import SIPMessage
 import SIPTransport
 

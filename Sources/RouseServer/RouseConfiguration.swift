@@ -1,6 +1,7 @@
 import Crypto
 import Push
 import Registrar
+import RouseLog
 import SIPMessage
 import SIPTransport
 

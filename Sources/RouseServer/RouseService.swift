@@ -7,6 +7,7 @@ import HTTPAPI
 import Metrics
 import Push
 import Registrar
+import RouseLog
 import SIPTransport
 import Storage
 
@@ -111,7 +112,7 @@ public final class RouseService: @unchecked Sendable {
                 trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers), endedCallKeep: configuration.timerT1 * 64),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,
-            log: { event, fields in logger.info(event, fields) })
+            logger: logger)
         self.coordinator = coordinator
         self.pushService = pushService
         let replica = PostgresReplica(
@@ -126,10 +127,7 @@ public final class RouseService: @unchecked Sendable {
         self.databaseSettings = settings
         let refresher = BindingRefresher(
             source: registrar, claims: PostgresRefreshClaims(pool: callPool), pusher: pushService,
-            lead: configuration.bindingRefreshLead.timeInterval
-        ) { event, fields in
-            logger.info(event, fields)
-        }
+            lead: configuration.bindingRefreshLead.timeInterval, logger: logger)
         self.refresher = refresher
         registrar.subscribe { event in
             coordinator.bindingsChanged(event.binding.aor)

@@ -4,6 +4,7 @@ import Dispatch
 import Foundation
 import Metrics
 import Registrar
+import RouseLog
 import SIPMessage
 import SIPTransaction
 import SIPTransport

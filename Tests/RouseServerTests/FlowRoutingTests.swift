@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Registrar
+import RouseLog
 import RouseServer
 import RouseTestSupport
 import SIPMessage

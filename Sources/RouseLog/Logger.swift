@@ -23,43 +23,102 @@ public enum LogFormat: String, Sendable, CaseIterable {
     case logfmt, json
 }
 
-/// Writes one line per event to standard error with stable keys. Values are passed by the caller;
-/// callers never pass secrets (passwords, keys, tokens in full). Thread-safe, and never blocks the
-/// caller on the terminal or pipe: a line is handed to the sink's writer thread, which formats and
-/// writes it (so the SIP loop, which logs each malformed datagram, never waits on standard error).
-public struct Logger: Sendable {
-    public let level: LogLevel
-    public let format: LogFormat
-    private let sink: LogSink
+/// One event as logged: its name, its fields (the logger's metadata first), when and how loud.
+public struct LogEntry: Sendable {
+    public var time: Date
+    public var level: LogLevel
+    public var event: String
+    public var fields: [(String, String)]
 
-    public init(level: LogLevel = .info, format: LogFormat = .logfmt) {
+    public init(time: Date, level: LogLevel, event: String, fields: [(String, String)]) {
+        self.time = time
         self.level = level
-        self.format = format
-        self.sink = LogSink.standardError
+        self.event = event
+        self.fields = fields
+    }
+}
+
+/// Where a logger's entries go. `write` is called on the logging thread (the SIP loop, a queue, an
+/// HTTP worker) and must not block it.
+public protocol LogHandler: Sendable {
+    func write(_ entry: LogEntry)
+    /// Waits (at most `timeout` seconds) until what was written so far is out.
+    func flush(timeout: TimeInterval)
+}
+
+/// The logger every layer takes, in swift-log's shape: a value with a level and metadata that is
+/// cheap to copy and to pass; messages and fields are `@autoclosure`s, built only when the level
+/// lets the entry through. Values are passed by the caller, who never passes secrets (passwords,
+/// keys, tokens in full). Thread-safe (a value over a `Sendable` handler); the process's handler
+/// (`standardError`) never blocks the caller on the terminal or pipe: a line is handed to the
+/// sink's writer thread, which formats and writes it (so the SIP loop, which logs each malformed
+/// datagram, never waits on standard error).
+public struct Logger: Sendable {
+    public var level: LogLevel
+    /// Fields every entry of this logger carries before its own (`call=…` for one call's lines).
+    public var metadata: [(String, String)]
+    private let handler: (any LogHandler)?
+
+    /// Writes to the process's standard error in `format`.
+    public init(level: LogLevel = .info, format: LogFormat = .logfmt) {
+        self.init(level: level, handler: StandardErrorLogHandler(format: format))
     }
 
-    public func debug(_ event: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.debug, event, fields) }
-    public func info(_ event: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.info, event, fields) }
-    public func warning(_ event: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.warning, event, fields) }
-    public func error(_ event: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.error, event, fields) }
+    public init(level: LogLevel, handler: any LogHandler) {
+        self.level = level
+        self.metadata = []
+        self.handler = handler
+    }
 
-    public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String>) {
-        guard level >= self.level else { return }
-        sink.enqueue(LogSink.Entry(time: Date(), level: level, event: event, fields: fields.map { ($0.key, $0.value) }, format: format))
+    private init(discarding: Void) {
+        self.level = .error
+        self.metadata = []
+        self.handler = nil
+    }
+
+    /// A logger that writes nothing: the default of a library used without one.
+    public static let discarding = Logger(discarding: ())
+
+    /// This logger with `fields` added to every entry's metadata.
+    public func with(_ fields: KeyValuePairs<String, String>) -> Logger {
+        var copy = self
+        copy.metadata.append(contentsOf: fields.map { ($0.key, $0.value) })
+        return copy
+    }
+
+    public func debug(_ event: @autoclosure () -> String, _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
+        log(.debug, event(), fields())
+    }
+
+    public func info(_ event: @autoclosure () -> String, _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
+        log(.info, event(), fields())
+    }
+
+    public func warning(_ event: @autoclosure () -> String, _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
+        log(.warning, event(), fields())
+    }
+
+    public func error(_ event: @autoclosure () -> String, _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
+        log(.error, event(), fields())
+    }
+
+    public func log(_ level: LogLevel, _ event: @autoclosure () -> String, _ fields: @autoclosure () -> KeyValuePairs<String, String>) {
+        guard let handler, level >= self.level else { return }
+        handler.write(LogEntry(time: Date(), level: level, event: event(), fields: metadata + fields().map { ($0.key, $0.value) }))
     }
 
     /// Waits (at most `timeout` seconds) until every line logged so far is written: before the
     /// process exits.
     public func flush(timeout: TimeInterval = 5) {
-        sink.flush(timeout: timeout)
+        handler?.flush(timeout: timeout)
     }
 
-    /// One line in the logger's format.
-    static func line(_ entry: LogSink.Entry) -> String {
+    /// One line in `format`.
+    static func line(_ entry: LogEntry, format: LogFormat) -> String {
         let time = timestamp(entry.time)
         var pairs: [(String, String)] = [("time", time), ("level", entry.level.rawValue), ("event", entry.event)]
         pairs.append(contentsOf: entry.fields)
-        switch entry.format {
+        switch format {
         case .logfmt:
             return pairs.map { "\($0.0)=\(Logger.logfmtValue($0.1))" }.joined(separator: " ")
         case .json:
@@ -89,6 +148,18 @@ public struct Logger: Sendable {
     static func jsonString(_ value: String) -> String { JSONString.quoted(value) }
 }
 
+
+/// The process's standard error, in one format, through the one `LogSink`.
+public struct StandardErrorLogHandler: LogHandler {
+    public let format: LogFormat
+
+    public init(format: LogFormat) { self.format = format }
+
+    public func write(_ entry: LogEntry) { LogSink.standardError.enqueue(LogSink.Entry(entry: entry, format: format)) }
+
+    public func flush(timeout: TimeInterval) { LogSink.standardError.flush(timeout: timeout) }
+}
+
 /// The lines waiting for standard error and the thread that writes them (the one piece of state
 /// every logger shares: one writer, so lines never interleave). At most `capacity` lines wait; past that new lines are dropped
 /// and counted, and a `log.dropped` line says how many once there is room again: a flood of bad
@@ -97,10 +168,7 @@ public struct Logger: Sendable {
 final class LogSink: @unchecked Sendable {
     /// A line as logged, formatted on the writer thread.
     struct Entry: Sendable {
-        var time: Date
-        var level: LogLevel
-        var event: String
-        var fields: [(String, String)]
+        var entry: LogEntry
         var format: LogFormat
     }
 
@@ -152,13 +220,14 @@ final class LogSink: @unchecked Sendable {
             pending.removeAll(keepingCapacity: true)
             if dropped > 0 {
                 batch.append(Entry(
-                    time: Date(), level: .warning, event: "log.dropped", fields: [("lines", String(dropped))], format: batch.last?.format ?? .logfmt))
+                    entry: LogEntry(time: Date(), level: .warning, event: "log.dropped", fields: [("lines", String(dropped))]),
+                    format: batch.last?.format ?? .logfmt))
                 dropped = 0
             }
             writing = true
             condition.unlock()
             var text = ""
-            for entry in batch { text += Logger.line(entry) + "\n" }
+            for line in batch { text += Logger.line(line.entry, format: line.format) + "\n" }
             write(text)
             condition.lock()
             writing = false

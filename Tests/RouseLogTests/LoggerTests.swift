@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 
-@testable import RouseServer
+@testable import RouseLog
 
 /// The log sink writes on its own thread: a caller never waits on standard error, and a flood
 /// past the sink's capacity is dropped and counted, never buffered without end.
@@ -16,7 +16,7 @@ final class LoggerTests: XCTestCase {
             output.append(text, thread: Thread.current)
         }
         func log(_ index: Int) {
-            sink.enqueue(LogSink.Entry(time: Date(), level: .info, event: "sip.malformed", fields: [("n", String(index))], format: .logfmt))
+            sink.enqueue(LogSink.Entry(entry: LogEntry(time: Date(), level: .info, event: "sip.malformed", fields: [("n", String(index))]), format: .logfmt))
         }
         // The writer is stuck on a slow terminal with the first line: logging still returns at once.
         log(0)
@@ -42,6 +42,39 @@ final class LoggerTests: XCTestCase {
             XCTAssertEqual(Logger.timestamp(date), text)
             XCTAssertEqual(Logger.timestamp(date), date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true)))
         }
+    }
+
+    /// What a library sees: a value with a level and metadata; below the level nothing is built.
+    func testMetadataComesFirstAndMessagesBelowTheLevelAreNeverBuilt() {
+        let handler = Collected()
+        let logger = Logger(level: .info, handler: handler).with(["call": "c1"])
+        let built = Counter()
+        logger.debug({ built.bump(); return "call.detail" }(), ["n": "1"])
+        logger.info("call.started", ["callee": "alice"])
+        logger.error("call.failed", [:])
+        XCTAssertEqual(built.count, 0, "a debug event was built at level info")
+        XCTAssertEqual(handler.entries.map(\.event), ["call.started", "call.failed"])
+        XCTAssertEqual(handler.entries.first?.fields.map { "\($0.0)=\($0.1)" }, ["call=c1", "callee=alice"])
+        XCTAssertEqual(Logger.line(handler.entries[0], format: .json).dropFirst(34), #""level":"info","event":"call.started","call":"c1","callee":"alice"}"#)
+        Logger.discarding.error({ built.bump(); return "never" }())
+        XCTAssertEqual(built.count, 0, "the discarding logger built an event")
+    }
+
+    final class Collected: LogHandler, @unchecked Sendable {
+        // @unchecked: `kept` only touched under `lock`.
+        private let lock = NSLock()
+        private var kept: [LogEntry] = []
+        func write(_ entry: LogEntry) { lock.withLock { kept.append(entry) } }
+        func flush(timeout: TimeInterval) {}
+        var entries: [LogEntry] { lock.withLock { kept } }
+    }
+
+    final class Counter: @unchecked Sendable {
+        // @unchecked: `value` only touched under `lock`.
+        private let lock = NSLock()
+        private var value = 0
+        func bump() { lock.withLock { value += 1 } }
+        var count: Int { lock.withLock { value } }
     }
 
     final class Output: @unchecked Sendable {
