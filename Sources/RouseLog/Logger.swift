@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 import Glibc
 
 /// How much Rouse logs.

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// The differential check of the two ways bytes reach Rouse's SIP core: as a UDP datagram
 /// (`SIPParser` alone) and as a TCP/TLS stream (`SIPStreamFramer`, then `SIPParser` on each framed

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// What a client transaction state machine asks its owner to do; a value, carried out in order.
 public enum ClientTransactionAction: Hashable, Sendable {

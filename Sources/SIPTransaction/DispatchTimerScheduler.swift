@@ -1,4 +1,4 @@
-import Dispatch
+public import Dispatch
 
 /// The production `TimerScheduler`: each timer is a `DispatchWorkItem` run by `asyncAfter` on the
 /// given queue. Thread-safe; bodies run on that queue.

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// The non-INVITE client transaction of RFC 3261 §17.1.2: a value whose `mutating` event methods
 /// return the actions its owner must carry out. It does no I/O and reads no clock; it is not

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 extension SIPRequest {
     /// The ACK a client transaction sends for a non-2xx final response (RFC 3261 §17.1.1.3):

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// Identifies a transaction for matching (RFC 3261 §17.1.3, §17.2.3); a value, safe anywhere.
 ///

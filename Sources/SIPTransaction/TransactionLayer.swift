@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 import Synchronization
 
 /// Owns every server and client transaction (RFC 3261 §17): matches incoming messages to them

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// What the transaction layer hands the core; a value, delivered on the thread that caused it
 /// (the transport's event loop, a timer, or a caller of `respond`), so the core must not block.

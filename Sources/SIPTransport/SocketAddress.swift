@@ -1,3 +1,4 @@
+import CLinuxShims
 import Glibc
 
 /// An IPv4 or IPv6 address and a port, with the address kept in its canonical text form

@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// Certificate and key for TLS listen points, and how outbound TLS connections check their peer.
 /// A value type, safe to share between threads.
