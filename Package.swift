@@ -28,6 +28,8 @@ var targets: [Target] = [
     .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
     // The datagram-versus-stream check shared by the differential fuzz harness and its replay test.
     .target(name: "SIPDifferential", dependencies: ["SIPMessage"]),
+    // DNS for SIP: the message codec, RFC 3263 next-hop location, a stub resolver off the SIP loop.
+    .target(name: "SIPDNS"),
     // REGISTER, digest authentication, bindings and their push channels.
     .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto"]),
     // Sockets, the event loop, flows and TLS.
@@ -70,6 +72,7 @@ var targets: [Target] = [
     .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
+    .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
     .testTarget(
         name: "RouseServerTests",
         dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),

@@ -18,7 +18,7 @@ import sys
 LAYERS = [
     ("C libraries", "system-library module maps, each wrapped once above", ["CLinuxShims", "COpenSSL", "CLibPQ", "CCurl", "CMicroHTTPD"]),
     ("leaves", "vocabulary, the SIP message model, metrics, crypto", ["RouseVocabulary", "SIPMessage", "Metrics", "Crypto"]),
-    ("services below the SIP and HTTP cores", "logging, transactions, transport, the generic HTTP server", ["RouseLog", "SIPTransaction", "SIPDifferential", "SIPTransport", "HTTPServer"]),
+    ("services below the SIP and HTTP cores", "logging, transactions, transport, DNS, the generic HTTP server", ["RouseLog", "SIPTransaction", "SIPDifferential", "SIPTransport", "SIPDNS", "HTTPServer"]),
     ("registrar", "REGISTER, digest, bindings", ["Registrar"]),
     ("push", "push apps and providers", ["Push"]),
     ("calls", "the wake-then-ring call core", ["CallRouting"]),
