@@ -4,6 +4,7 @@ import Metrics
 import Push
 import Registrar
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 
 /// The shell around each call's `CallStateMachine` (product.md "What happens on a call"): admits

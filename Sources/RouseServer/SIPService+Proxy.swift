@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Registrar
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 import SIPTransport
 

@@ -5,6 +5,7 @@ import Foundation
 import Metrics
 import Registrar
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 import SIPTransport
 

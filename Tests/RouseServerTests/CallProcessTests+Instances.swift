@@ -3,6 +3,7 @@ import Foundation
 @testable import RouseServer
 import RouseTestSupport
 import SIPMessage
+import SIPProxy
 import SIPTransport
 import XCTest
 
