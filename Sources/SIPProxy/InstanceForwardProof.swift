@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SIPMessage
+import SIPTransport
 
 /// Proves that an INVITE arriving at one Rouse instance was forwarded by another instance of the
 /// same deployment, for one binding the receiving instance holds (issue 17 item 3). The
@@ -26,6 +27,15 @@ public struct InstanceForwardProof: Sendable {
     static let validity: TimeInterval = 30
 
     private let key: [UInt8]
+
+    /// The Route entry that sends a request through the instance listening at `point`, for
+    /// `binding`, with `proof` (a `sign` value): `<sip:host:port;transport=…;lr;rouse-b=…;rouse-p=…>`.
+    /// That instance pops it (`ProxyCore.popOwnRoutes`) and finds the binding and the proof.
+    public static func routeEntry(to point: ListenPoint, binding: UUID, proof: String) -> String {
+        let host = point.isIPv6 ? "[\(point.host)]" : point.host
+        let transportParameter = point.transport == .udp ? "" : ";transport=\(point.transport.rawValue)"
+        return "<sip:\(host):\(point.port)\(transportParameter);lr;\(bindingParameter)=\(binding.uuidString.lowercased());\(proofParameter)=\(proof)>"
+    }
 
     /// - Parameter secret: the deployment's shared secret (`instance_forward_secret` in
     ///   `rouse_settings`); a key of its own is derived from it, used for nothing else.
