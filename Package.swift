@@ -36,8 +36,11 @@ var targets: [Target] = [
     .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
-    // INVITE handling: the wake-then-ring coordinator, proxy rules, journeys.
-    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
+    // RFC 3261 §16 in one place: request checks, Route popping, Record-Route flow tokens, branch
+    // copies, CANCEL, the best response, the instance forward proof, answers about Rouse itself.
+    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Crypto"]),
+    // INVITE handling: the wake-then-ring coordinator, journeys.
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
@@ -49,7 +52,7 @@ var targets: [Target] = [
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting", "RouseLog"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -60,7 +63,8 @@ var targets: [Target] = [
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
-    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "Registrar", "Push"]),
+    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "Crypto"]),
+    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
     .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "SIPTransaction"]),
@@ -75,7 +79,7 @@ var targets: [Target] = [
     .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),
+        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),
 ]
 
 var products: [Product] = [

@@ -5,6 +5,7 @@ import Push
 import Registrar
 import RouseLog
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 
 /// The shell around each call's `CallStateMachine` (product.md "What happens on a call"): admits

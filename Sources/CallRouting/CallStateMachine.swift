@@ -2,6 +2,7 @@ import Foundation
 import Push
 import Registrar
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 
 /// The wake-then-ring logic of one call (product.md "What happens on a call"), as a value: events

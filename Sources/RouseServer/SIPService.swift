@@ -6,6 +6,7 @@ import Metrics
 import Registrar
 import RouseLog
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 import SIPTransport
 
@@ -34,17 +35,16 @@ public final class SIPService: Sendable {
     /// Handles INVITEs for extensions when given; without it they get 405 (benchmarks of the
     /// registrar alone).
     let coordinator: CallCoordinator<SIPService>?
-    /// The names a Request-URI or Route may use for this server.
-    let ownNames: Set<String>
-    /// Signs the flow tokens put in Record-Route and Route (shared by every instance, so one
+    /// Rouse's Route, Record-Route and Via, and where requests inside dialogs go (RFC 3261 §16):
+    /// the names of this server and the key of its flow tokens (shared by every instance, so one
     /// instance can route through another's flows and nobody else can forge them).
-    let flowTokenKey: [UInt8]
+    let proxy: ProxyCore
     /// Signs the INVITEs this instance forwards through another and checks those others forward
     /// here (a secret shared by every instance, so the trust is proven, never taken from an address).
     let forwardProofs: ForwardProofs
     /// INVITEs forwarded statefully outside the coordinator (through this instance's flow for
     /// another instance), by the server transaction they came in, for the caller's CANCEL.
-    let forwardedInvites = ForwardedInvites()
+    let forwardedInvites = Locked(ForwardedInvites<ServerTransactionHandle>())
     /// Drops what a source sends beyond `sip_rate_limit` messages a second (nil: no limit).
     let rateLimiter: SourceRateLimiter?
     /// Set when Rouse is stopping: new transactions outside a dialog get 503.
@@ -64,9 +64,9 @@ public final class SIPService: Sendable {
     ) {
         self.registrar = registrar
         self.coordinator = coordinator
-        self.flowTokenKey = flowTokenKey
         self.forwardProofs = ForwardProofs(secret: forwardSecret)
-        self.ownNames = SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases)
+        let ownNames = SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases)
+        self.proxy = ProxyCore(instanceID: instanceID, ownNames: ownNames, flowTokenKey: flowTokenKey)
         self.registerResults = metrics?.counter(
             "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
         self.instanceID = instanceID
@@ -229,8 +229,8 @@ public final class SIPService: Sendable {
         response.headers.add(.server, selfHandler.serverName)
         transactions.respond(response, to: handle)
         guard let invite else { return }
-        if let forwarded = forwardedInvites.remove(invite) {
-            sendCancel(ProxyRules.cancel(of: forwarded.sent, reason: cancel.headers[.reason]), over: forwarded.flow)
+        if let forwarded = forwardedInvites.withLock({ $0.cancel(invite, reason: cancel.headers[.reason]) }) {
+            sendCancel(forwarded.cancel, over: forwarded.flow)
         } else {
             coordinator?.handleCancel(of: invite, reason: cancel.headers[.reason])
         }

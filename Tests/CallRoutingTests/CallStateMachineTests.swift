@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import SIPMessage
+import SIPProxy
 import SIPTransaction
 import XCTest
 

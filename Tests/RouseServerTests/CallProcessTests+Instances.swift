@@ -3,6 +3,7 @@ import Foundation
 @testable import RouseServer
 import RouseTestSupport
 import SIPMessage
+import SIPProxy
 import SIPTransport
 import XCTest
 
@@ -69,7 +70,7 @@ extension CallProcessTests {
             // way to the phone past the 407, even sent straight to the instance holding the flow.
             let ok = try XCTUnwrap(call.responses.first { $0.statusCode == 200 })
             let entry = try SIPNameAddress(parsing: try XCTUnwrap(ok.headers.values(.recordRoute).first))
-            let token = try XCTUnwrap(entry.uri.parameters.value(SIPService.deviceFlowParameter))
+            let token = try XCTUnwrap(entry.uri.parameters.value(ProxyCore.deviceFlowParameter))
             let sneaky = try TestUserAgent(
                 transport: .udp, serverPort: try XCTUnwrap(other.first { $0.transport == .udp }).port, user: "1001", domain: "example.com",
                 password: "pw-1001")

@@ -1,4 +1,4 @@
-@testable import RouseServer
+@testable import SIPProxy
 import XCTest
 
 /// `sip_rate_limit`'s table, with time passed in.

@@ -35,7 +35,7 @@ public struct ExpiringTable<Key: Hashable, Value> {
     var orderCount: Int { order.count - head }
 
     /// When the oldest entry was inserted.
-    var oldestInsertedAt: Date? {
+    public var oldestInsertedAt: Date? {
         order[head...].first { entries[$0.key]?.serial == $0.serial }?.at
     }
 

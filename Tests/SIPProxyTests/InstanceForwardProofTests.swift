@@ -1,6 +1,6 @@
 import Foundation
-@testable import RouseServer
 import SIPMessage
+@testable import SIPProxy
 import XCTest
 
 /// The proof on an INVITE one instance forwards to another (issue 17 item 3), on bytes as they

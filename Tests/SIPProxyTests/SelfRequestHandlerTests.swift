@@ -1,5 +1,5 @@
-import RouseServer
 import SIPMessage
+import SIPProxy
 import XCTest
 
 final class SelfRequestHandlerTests: XCTestCase {

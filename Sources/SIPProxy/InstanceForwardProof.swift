@@ -1,7 +1,7 @@
-import CallRouting
 import Crypto
 import Foundation
 import SIPMessage
+import SIPTransport
 
 /// Proves that an INVITE arriving at one Rouse instance was forwarded by another instance of the
 /// same deployment, for one binding the receiving instance holds (issue 17 item 3). The
@@ -17,33 +17,42 @@ import SIPMessage
 /// and once only (`ForwardProofChecker`). Trust is never taken from an address.
 ///
 /// A value, safe to share between threads.
-struct InstanceForwardProof: Sendable {
+public struct InstanceForwardProof: Sendable {
     /// The Route URI parameter naming the binding the request is for.
-    static let bindingParameter = "rouse-b"
+    public static let bindingParameter = "rouse-b"
     /// The Route URI parameter carrying `<seconds since 1970>.<hex MAC>`.
-    static let proofParameter = "rouse-p"
+    public static let proofParameter = "rouse-p"
     /// How far (seconds) a proof's time may be from the receiver's clock, either way: a forwarded
     /// INVITE arrives within milliseconds; the rest is room for clocks a little apart.
     static let validity: TimeInterval = 30
 
     private let key: [UInt8]
 
+    /// The Route entry that sends a request through the instance listening at `point`, for
+    /// `binding`, with `proof` (a `sign` value): `<sip:host:port;transport=…;lr;rouse-b=…;rouse-p=…>`.
+    /// That instance pops it (`ProxyCore.popOwnRoutes`) and finds the binding and the proof.
+    public static func routeEntry(to point: ListenPoint, binding: UUID, proof: String) -> String {
+        let host = point.isIPv6 ? "[\(point.host)]" : point.host
+        let transportParameter = point.transport == .udp ? "" : ";transport=\(point.transport.rawValue)"
+        return "<sip:\(host):\(point.port)\(transportParameter);lr;\(bindingParameter)=\(binding.uuidString.lowercased());\(proofParameter)=\(proof)>"
+    }
+
     /// - Parameter secret: the deployment's shared secret (`instance_forward_secret` in
     ///   `rouse_settings`); a key of its own is derived from it, used for nothing else.
-    init(secret: [UInt8]) {
+    public init(secret: [UInt8]) {
         key = Digest.hmacSHA256(key: secret, message: Array("rouse instance forward proof v1".utf8))
     }
 
     /// The `rouse-p` value for `request` (as it will be sent, with the forwarding instance's Via on
     /// top) towards `binding`, made at `now`. Nil when the request lacks a Call-ID, CSeq or branch.
-    func sign(_ request: SIPRequest, binding: UUID, at now: Date) -> String? {
+    public func sign(_ request: SIPRequest, binding: UUID, at now: Date) -> String? {
         let seconds = Int64(now.timeIntervalSince1970.rounded(.down))
         guard let message = Self.message(request, binding: binding, seconds: seconds) else { return nil }
         return "\(seconds).\(Hex.encode(mac(message)))"
     }
 
     /// Why a proof was not accepted.
-    enum Refusal: String, Error, Equatable {
+    public enum Refusal: String, Error, Equatable {
         /// Not of the `<seconds>.<hex>` shape, or the request lacks what the MAC covers.
         case malformed
         /// The MAC does not match: made without the secret, or for another request or binding.
@@ -115,18 +124,18 @@ struct ForwardProofChecker {
 
 /// The service's `ForwardProofChecker` behind a lock. Thread-safe; a check is two HMACs and a
 /// table lookup, cheap enough for the SIP loop thread.
-final class ForwardProofs: @unchecked Sendable {
+public final class ForwardProofs: @unchecked Sendable {
     // @unchecked: `checker` is only touched under `lock`.
     private let lock = NSLock()
     private var checker: ForwardProofChecker
-    let proof: InstanceForwardProof
+    public let proof: InstanceForwardProof
 
-    init(secret: [UInt8]) {
+    public init(secret: [UInt8]) {
         proof = InstanceForwardProof(secret: secret)
         checker = ForwardProofChecker(proof: proof)
     }
 
-    func check(_ value: String, of request: SIPRequest, binding: UUID, at now: Date) -> InstanceForwardProof.Refusal? {
+    public func check(_ value: String, of request: SIPRequest, binding: UUID, at now: Date) -> InstanceForwardProof.Refusal? {
         lock.lock()
         defer { lock.unlock() }
         return checker.check(value, of: request, binding: binding, at: now)

@@ -1,5 +1,5 @@
-@testable import CallRouting
 import Foundation
+@testable import SIPProxy
 import XCTest
 
 /// The bounded tables of the call core, with time passed in.

@@ -1,4 +1,3 @@
-import CallRouting
 import Foundation
 
 /// A token bucket per source address (setting `sip_rate_limit`): each source may send `rate`
@@ -8,7 +7,7 @@ import Foundation
 /// Threading: thread-safe behind a lock; `allow` is a dictionary lookup and a little arithmetic,
 /// cheap enough for the SIP loop thread. Bounded: it tracks at most `maxSources` addresses; a new
 /// one beyond that makes the longest-tracked go (it starts again with a full bucket), in O(1).
-final class SourceRateLimiter: @unchecked Sendable {
+public final class SourceRateLimiter: @unchecked Sendable {
     // @unchecked: `buckets` and `dropped` are only touched under `lock`.
     private struct Bucket {
         var tokens: Double
@@ -24,7 +23,7 @@ final class SourceRateLimiter: @unchecked Sendable {
     private var buckets: ExpiringTable<String, Bucket>
     private var dropped = 0
 
-    init(rate: Double, maxSources: Int = 100_000) {
+    public init(rate: Double, maxSources: Int = 100_000) {
         self.rate = rate
         self.burst = max(1, rate * 2)
         self.maxSources = maxSources
@@ -32,7 +31,7 @@ final class SourceRateLimiter: @unchecked Sendable {
     }
 
     /// Whether a message from `source` may be handled now (`now` in seconds, monotonic).
-    func allow(_ source: String, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Bool {
+    public func allow(_ source: String, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         var bucket = buckets[source] ?? Bucket(tokens: burst, updated: now)
