@@ -38,7 +38,7 @@ var targets: [Target] = [
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // RFC 3261 §16 in one place: request checks, Route popping, Record-Route flow tokens, branch
     // copies, CANCEL, the best response, the instance forward proof, answers about Rouse itself.
-    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Crypto"]),
+    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
     // INVITE handling: the wake-then-ring coordinator, journeys.
     .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
     // PostgreSQL.
@@ -63,7 +63,7 @@ var targets: [Target] = [
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
-    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "Crypto"]),
+    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
