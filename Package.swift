@@ -42,7 +42,7 @@ var targets: [Target] = [
     // INVITE handling: the wake-then-ring coordinator, journeys.
     .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
     // The value-type logger every layer takes, and the process's standard-error writer.
@@ -72,7 +72,7 @@ var targets: [Target] = [
     .testTarget(
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage"]),
     .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),

@@ -170,6 +170,22 @@ public enum CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     /// The caller's From as it came.
     case unchanged
 
+    /// Reads what `description` writes: `asserted-identity`, `unchanged` or `from:<number>`.
+    public init(parsing text: String) throws(RoutePattern.Invalid) {
+        switch text.lowercased() {
+        case "asserted-identity": self = .assertedIdentity
+        case "unchanged": self = .unchanged
+        case _ where text.lowercased().hasPrefix("from:") && text.count > 5:
+            let number = String(text.dropFirst(5))
+            guard number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "+") }) else {
+                throw RoutePattern.Invalid(description: "a caller number is digits with an optional +, not \"\(number)\"")
+            }
+            self = .fromNumber(number)
+        default:
+            throw RoutePattern.Invalid(description: "caller identity is asserted-identity, unchanged or from:<number>, not \"\(text)\"")
+        }
+    }
+
     public var description: String {
         switch self {
         case .assertedIdentity: return "asserted-identity"
