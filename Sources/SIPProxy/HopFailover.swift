@@ -146,8 +146,16 @@ public struct HopFailover: Sendable {
             ? [.exhausted(status: 408, reason: "Request Timeout")] : [.exhausted(status: 503, reason: "Service Unavailable")]
     }
 
-    static func seconds(_ duration: Duration) -> String {
-        let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    /// `4 s`, `2.5 s`: a hop timeout in the journey's words.
+    public static func seconds(_ duration: Duration) -> String {
+        let milliseconds = Duration.milliseconds(of: duration)
         return milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(Double(milliseconds) / 1000) s"
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds of a duration (what routes store).
+    public static func milliseconds(of duration: Duration) -> Int {
+        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
     }
 }

@@ -5,7 +5,8 @@ import SIPProxy
 public struct RouteDraft: Sendable, Equatable {
     public var organisation: String
     public var name: String
-    public var position: Int
+    /// Where among the organisation's routes it is tried; nil: after the last (its position + 10).
+    public var position: Int?
     public var pattern: String
     public var strip: Int
     public var prepend: String
@@ -18,7 +19,7 @@ public struct RouteDraft: Sendable, Equatable {
     public var emergency: Bool
 
     public init(
-        organisation: String, name: String, position: Int, pattern: String, strip: Int = 0, prepend: String = "", hops: [String],
+        organisation: String, name: String, position: Int? = nil, pattern: String, strip: Int = 0, prepend: String = "", hops: [String],
         hopTimeoutMilliseconds: Int = 4000, username: String? = nil, password: String? = nil, callerIdentity: String = "asserted-identity",
         emergency: Bool = false
     ) {
@@ -61,7 +62,7 @@ public struct RouteDraft: Sendable, Equatable {
         let identity: CallerIdentity
         do { identity = try CallerIdentity(parsing: callerIdentity) } catch { throw RouteError(field: "caller_identity", problem: error.description) }
         return OutboundRoute(
-            id: 0, organisation: organisation.lowercased(), name: name, position: position, pattern: pattern, strip: strip, prepend: prepend,
+            id: 0, organisation: organisation.lowercased(), name: name, position: position ?? 0, pattern: pattern, strip: strip, prepend: prepend,
             hops: parsedHops, hopTimeout: .milliseconds(hopTimeoutMilliseconds), username: username, callerIdentity: identity,
             emergency: emergency)
     }
@@ -104,12 +105,12 @@ public struct PostgresRoutes {
                 """
                 INSERT INTO outbound_routes
                     (domain_id, name, position, pattern, strip, prepend, hops, hop_timeout_ms, username, password, caller_identity, emergency)
-                SELECT d.id, $2, $3::integer, $4, $5::integer, $6, $7::jsonb, $8::integer, $9, $10, $11, $12::boolean
+                SELECT d.id, $2, COALESCE($3::integer, (SELECT max(position) + 10 FROM outbound_routes WHERE domain_id = d.id), 10), $4, $5::integer, $6, $7::jsonb, $8::integer, $9, $10, $11, $12::boolean
                 FROM sip_domains d WHERE d.domain = $1
                 RETURNING id
                 """,
                 [
-                    route.organisation, route.name, String(route.position), route.pattern.description, String(route.strip), route.prepend,
+                    route.organisation, route.name, draft.position.map(String.init), route.pattern.description, String(route.strip), route.prepend,
                     JSONText.array(of: route.hops.map(\.description)), String(draft.hopTimeoutMilliseconds), draft.username, draft.password,
                     route.callerIdentity.description, route.emergency ? "true" : "false",
                 ])
