@@ -58,7 +58,7 @@ var targets: [Target] = [
     // Tests and benchmarks.
     .target(
         name: "RouseTestSupport",
-        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL", "Crypto"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "Registrar", "CLinuxShims", "COpenSSL", "Crypto"]),
     .executableTarget(
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),

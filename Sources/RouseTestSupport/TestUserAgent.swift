@@ -1,4 +1,5 @@
 import Crypto
+import Registrar
 import SIPMessage
 
 /// What went wrong in a `TestUserAgent`, `TestDialog` or `TestOutgoingCall`.
@@ -73,7 +74,8 @@ public final class TestUserAgent {
     private var localTags: [String: String] = [:]
     private var calls: [String: OutgoingInvite] = [:]
     private var acksFor2xx: [AckKey: [UInt8]] = [:]
-    private var nonceCounts: [String: Int] = [:]
+    /// Answers the server's challenges (and keeps each nonce's count).
+    private lazy var digest = DigestClient(username: user, password: password)
     private var linked: [WeakAgent] = []
     private var awaitedMethod: SIPMethod?
     private let registrationCallID = SecureRandom.hex(12)
@@ -391,26 +393,8 @@ public final class TestUserAgent {
     /// The digest credentials answering `challenge` (401: Authorization, 407: Proxy-Authorization),
     /// or nil when it offers no digest this agent can compute.
     func credentials(answering challenge: SIPResponse, method: String, uri: String) -> (SIPHeaderName, String)? {
-        let proxy = challenge.statusCode == 407
-        let offers = challenge.headers.lines(proxy ? .proxyAuthenticate : .wwwAuthenticate).compactMap(DigestChallenge.init(header:))
-        guard let offer = offers.first(where: { $0.algorithm == preferredDigestAlgorithm }) ?? offers.first else { return nil }
-        let ha1 = Digest.hex(offer.algorithm, "\(user):\(offer.realm):\(password)")
-        let ha2 = Digest.hex(offer.algorithm, "\(method):\(uri)")
-        var value = "Digest username=\"\(user)\", realm=\"\(offer.realm)\", nonce=\"\(offer.nonce)\", uri=\"\(uri)\""
-        if offer.qop.contains("auth") {
-            let count = nonceCounts[offer.nonce, default: 0] + 1
-            nonceCounts[offer.nonce] = count
-            let hex = String(count, radix: 16)
-            let nonceCount = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
-            let cnonce = SecureRandom.hex(8)
-            let response = Digest.hex(offer.algorithm, "\(ha1):\(offer.nonce):\(nonceCount):\(cnonce):auth:\(ha2)")
-            value += ", response=\"\(response)\", algorithm=\(offer.algorithm.rawValue), cnonce=\"\(cnonce)\", qop=auth, nc=\(nonceCount)"
-        } else {
-            let response = Digest.hex(offer.algorithm, "\(ha1):\(offer.nonce):\(ha2)")
-            value += ", response=\"\(response)\", algorithm=\(offer.algorithm.rawValue)"
-        }
-        if let opaque = offer.opaque { value += ", opaque=\"\(opaque)\"" }
-        return (proxy ? .proxyAuthorization : .authorization, value)
+        digest.preferredAlgorithm = preferredDigestAlgorithm
+        return digest.authorization(answering: challenge, method: method, uri: uri).map { ($0.name, $0.value) }
     }
 
     /// Waits until `take` finds something, reading and dispatching messages meanwhile.
@@ -620,36 +604,6 @@ private struct AckKey: Hashable {
     let callID: String
     let toTag: String
     let cseq: UInt32
-}
-
-/// One offer of a `WWW-Authenticate`/`Proxy-Authenticate` line: `Digest realm="…", nonce="…", …`.
-struct DigestChallenge {
-    var realm = ""
-    var nonce = ""
-    var opaque: String?
-    var algorithm: Digest.Algorithm = .md5
-    var qop: [String] = []
-
-    /// Nil when the line is not a digest challenge or names an algorithm this agent cannot compute.
-    init?(header: String) {
-        let fields = TestDigest.parameters(of: header)
-        guard !fields.isEmpty else { return nil }
-        var nonce: String?
-        for (name, value) in fields {
-            switch name {
-            case "realm": realm = value
-            case "nonce": nonce = value
-            case "opaque": opaque = value
-            case "qop": qop = value.split(separator: ",").map { String($0).trimmingSIPWhitespace.lowercased() }
-            case "algorithm":
-                guard let algorithm = Digest.Algorithm.allCases.first(where: { $0.rawValue.caseInsensitiveEquals(value) }) else { return nil }
-                self.algorithm = algorithm
-            default: continue
-            }
-        }
-        guard let nonce else { return nil }
-        self.nonce = nonce
-    }
 }
 
 /// Digest arithmetic for scripted test servers (RFC 7616/8760 with `qop=auth` or none), so a test
