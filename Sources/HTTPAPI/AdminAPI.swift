@@ -1,126 +1,25 @@
 import CallRouting
 import Crypto
-import Dispatch
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
 
 /// The admin JSON API under `/api/v1/admin/` (issue 5, item 4): organisations, extensions (with
 /// an extension's bindings, posted tokens, recent pushes and recent calls), push apps (keys
-/// write-only), the test push, and calls with their journeys. Every route requires an
-/// administrator's HTTP Basic credentials (`rouse admin add`); otherwise 401 with
-/// `WWW-Authenticate: Basic realm="rouse-admin"`.
+/// write-only), the test push, and calls with their journeys. Every route runs behind
+/// `AdminAuthentication` (an administrator's HTTP Basic credentials, `rouse admin add`; otherwise
+/// 401 with `WWW-Authenticate: Basic realm="rouse-admin"`) inside a `DatabaseDeadline` whose
+/// answer for an error is `response(for:)`.
 ///
-/// Threading: the handlers run on the HTTP server's threads and never block: each request's work
-/// (the PBKDF2 check when not cached, the directory and storage calls, which wait for the worker
-/// pool) runs on a queue of its own and answers through the responder; a test push awaits the
-/// push service in a task. Answers never hold a password, hash or push app key.
+/// Threading: the handlers are async and never block: storage is awaited through the request's
+/// `Store`, a test push awaits the push service. Answers never hold a password, hash or push app key.
 public struct AdminAPI: Sendable {
     public static let base = "/api/v1/admin"
-    /// Every route as `(method, path)`, `{…}` marking a path parameter (for the OpenAPI document
-    /// and the tests).
-    public static let routes: [(String, String)] = [
-        ("GET", "/organisations"), ("POST", "/organisations"), ("DELETE", "/organisations/{domain}"),
-        ("GET", "/extensions"), ("POST", "/extensions"), ("GET", "/extensions/{address}"),
-        ("PUT", "/extensions/{address}/password"), ("DELETE", "/extensions/{address}"),
-        ("GET", "/push-apps"), ("POST", "/push-apps"), ("PUT", "/push-apps/{id}"), ("DELETE", "/push-apps/{id}"),
-        ("POST", "/push-apps/{id}/test"), ("POST", "/extensions/{address}/devices/{id}/test"),
-        ("GET", "/calls"), ("GET", "/calls/{id}"),
-    ].map { ($0.0, base + $0.1) }
 
-    let pool: PostgresWorkerPool
-    let directory: PostgresDirectory
     let reads: AdminReads
-    let sessions: AdminSessionCache
-    /// Counts wrong admin credentials per client address, with SIP and the other HTTP routes; a
-    /// blocked address gets 429 before its credentials are checked (issue 9).
-    let throttle: AuthFailureThrottle?
     let log: @Sendable (HTTPAPIEvent) -> Void
-    let queue = DispatchQueue(label: "rouse.http.admin", attributes: .concurrent)
-
-    /// - Parameter pusher: the instance's push service, which a device's test push goes through.
-    /// - Parameter testPushInterval: seconds between two test pushes to one device token.
-    /// - Parameter log: gets the test pushes and the tokens shown, by whom (never a whole token).
-    /// - Parameter databaseDeadline: seconds a request waits for one database job (the worker
-    ///   queue, connecting and its statements) before it answers 503 with `Retry-After`.
-    public init(
-        pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessions: AdminSessionCache = AdminSessionCache(),
-        throttle: AuthFailureThrottle? = nil, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
-        databaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
-    ) {
-        self.throttle = throttle
-        self.log = log
-        self.pool = pool
-        self.reads = AdminReads(
-            pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval, databaseDeadline: databaseDeadline)
-        self.directory = reads.directory
-        self.sessions = sessions
-    }
-
-    /// Adds every admin route to `router`.
-    public func register(on router: inout HTTPRouter) {
-        let b = Self.base
-        router.add("GET", b + "/organisations") { request, respond in guarded(request, respond) { try listOrganisations() } }
-        router.add("POST", b + "/organisations") { request, respond in guarded(request, respond) { try addOrganisation(request) } }
-        router.add("DELETE", prefix: b + "/organisations/") { request, rest, respond in
-            guarded(request, respond) {
-                try directory.removeDomain(rest)
-                return .json(200, ["status": "removed"])
-            }
-        }
-        router.add("GET", b + "/extensions") { request, respond in guarded(request, respond) { try listExtensions(request) } }
-        router.add("POST", b + "/extensions") { request, respond in guarded(request, respond) { try addExtension(request) } }
-        router.add("GET", prefix: b + "/extensions/") { request, rest, respond in
-            guarded(request, respond) { try extensionDetail(try DirectoryError.parseAddress(rest), request) }
-        }
-        router.add("POST", prefix: b + "/extensions/") { request, rest, respond in
-            authorized(request, respond) { testDevice(request, rest, respond) }
-        }
-        router.add("PUT", prefix: b + "/extensions/") { request, rest, respond in
-            guarded(request, respond) {
-                guard rest.hasSuffix("/password") else { return Self.notFound }
-                let aor = try DirectoryError.parseAddress(String(rest.dropLast("/password".count)))
-                try directory.changePassword(aor, password: try Self.parsePasswordBody(request.body))
-                return .json(200, ["status": "changed"])
-            }
-        }
-        router.add("DELETE", prefix: b + "/extensions/") { request, rest, respond in
-            guarded(request, respond) {
-                try directory.removeExtension(try DirectoryError.parseAddress(rest))
-                return .json(200, ["status": "removed"])
-            }
-        }
-        router.add("GET", b + "/push-apps") { request, respond in guarded(request, respond) { try listPushApps() } }
-        router.add("POST", b + "/push-apps") { request, respond in guarded(request, respond) { try addPushApp(request) } }
-        router.add("DELETE", prefix: b + "/push-apps/") { request, rest, respond in
-            guarded(request, respond) {
-                guard let id = Int64(rest) else { return Self.notFound }
-                guard try reads.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
-                    return .error(404, code: "not_found", message: "there is no push app #\(id)")
-                }
-                return .json(200, ["status": "removed"])
-            }
-        }
-        router.add("POST", prefix: b + "/push-apps/") { request, rest, respond in
-            authorized(request, respond) { testPush(request, rest, respond) }
-        }
-        router.add("PUT", prefix: b + "/push-apps/") { request, rest, respond in
-            guarded(request, respond) {
-                guard let id = Int64(rest) else { return Self.notFound }
-                return try updatePushApp(id: id, request)
-            }
-        }
-        router.add("GET", b + "/calls") { request, respond in guarded(request, respond) { try listCalls(request) } }
-        router.add("GET", prefix: b + "/calls/") { request, rest, respond in guarded(request, respond) { try callDetail(rest) } }
-    }
-
-    // MARK: - Authentication
-
-    /// The one 401 of the admin API.
-    static let unauthorized = HTTPResponse.error(
-        401, code: "unauthorized", message: "admin credentials are required",
-        headers: [("WWW-Authenticate", "Basic realm=\"rouse-admin\"")])
 
     static let notFound = HTTPResponse.error(404, code: "not_found", message: "no such path")
 
@@ -130,61 +29,36 @@ public struct AdminAPI: Sendable {
     /// The `Retry-After` of a 503 for a database failure (API and pages).
     static let retryAfterSeconds = 5
 
-    /// Runs `then` on the admin queue once the request's credentials are an administrator's.
-    func authorized(_ request: HTTPRequest, _ respond: HTTPResponder, then: @escaping @Sendable () -> Void) {
-        if let throttle, let address = request.remoteAddress, let left = throttle.isBlocked(address) {
-            let seconds = max(1, Int(left.rounded(.up)))
-            respond(.error(
-                429, code: "too_many_failures", message: "too many failed credentials from this address; try again in \(seconds) s",
-                headers: [("Retry-After", String(seconds))]))
-            return
-        }
-        guard let (name, password) = Self.basicCredentials(request) else {
-            respond(Self.unauthorized)
-            return
-        }
-        let key = AdminSessionCache.key(name: name, password: password)
-        queue.async {
-            if sessions.contains(key) {
-                then()
-                return
-            }
-            // A database failure is not a wrong password: 503, and nothing counted against the
-            // address (phones behind the same NAT share it).
-            let valid: Bool
-            do {
-                valid = try reads.run { try PostgresAdmins.verify(name: name, password: password, on: $0) }
-            } catch {
-                respond(Self.response(for: error))
-                return
-            }
-            guard valid else {
-                if let address = request.remoteAddress { throttle?.recordFailure(address) }
-                respond(Self.unauthorized)
-                return
-            }
-            sessions.insert(key)
-            then()
-        }
+    /// The administrator `AdminAuthentication` let in.
+    static func admin(_ context: APIContext) -> String { context.adminName ?? "" }
+
+    // MARK: - Organisations and extensions
+
+    @Sendable func removeOrganisation(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let domain = context.parameter("domain")
+        try await context.store().directory { try $0.removeDomain(domain) }
+        return .json(200, ["status": "removed"])
     }
 
-    /// Authorizes, then runs `job` on the admin queue and answers with its response or its error.
-    func guarded(_ request: HTTPRequest, _ respond: HTTPResponder, _ job: @escaping @Sendable () throws -> HTTPResponse) {
-        authorized(request, respond) {
-            do {
-                respond(try job())
-            } catch {
-                respond(Self.response(for: error))
-            }
-        }
+    @Sendable func changePassword(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let aor = try DirectoryError.parseAddress(context.parameter("address"))
+        let password = try Self.parsePasswordBody(request.body)
+        try await context.store().directory { try $0.changePassword(aor, password: password) }
+        return .json(200, ["status": "changed"])
     }
 
-    static func basicCredentials(_ request: HTTPRequest) -> (String, String)? {
-        guard let header = request.header("Authorization"), header.count > 6, header.prefix(6).lowercased() == "basic ",
-            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else { return nil }
-        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
+    @Sendable func removeExtension(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let aor = try DirectoryError.parseAddress(context.parameter("address"))
+        try await context.store().directory { try $0.removeExtension(aor) }
+        return .json(200, ["status": "removed"])
+    }
+
+    @Sendable func removePushApp(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        guard let id = Int64(context.parameter("id")) else { return Self.notFound }
+        guard try await context.store().perform({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
+            return .error(404, code: "not_found", message: "there is no push app #\(id)")
+        }
+        return .json(200, ["status": "removed"])
     }
 
     // MARK: - Errors
@@ -255,9 +129,9 @@ public struct AdminAPI: Sendable {
 
     // MARK: - Organisations and extensions
 
-    func listOrganisations() throws -> HTTPResponse {
-        let items = try directory.listDomains().map(Self.item)
-        return .json(200, ["items": items, "total": items.count])
+    @Sendable func listOrganisations(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let items = try await context.store().directory { try $0.listDomains() }.map(Self.item)
+        return .jsonObject(200, ["items": items, "total": items.count])
     }
 
     // MARK: - Items, as the API and `rouse … --json` show them
@@ -311,12 +185,13 @@ public struct AdminAPI: Sendable {
         ]
     }
 
-    func addOrganisation(_ request: HTTPRequest) throws -> HTTPResponse {
-        let domain = try directory.addDomain(try Self.parseOrganisationBody(request.body))
+    @Sendable func addOrganisation(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let given = try Self.parseOrganisationBody(request.body)
+        let domain = try await context.store().directory { try $0.addDomain(given) }
         return .json(201, ["domain": domain])
     }
 
-    func listExtensions(_ request: HTTPRequest) throws -> HTTPResponse {
+    @Sendable func listExtensions(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let domain = request.query["domain"].flatMap { $0.isEmpty ? nil : $0 }
         let search = request.query["search"] ?? ""
         func number(_ name: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
@@ -328,27 +203,28 @@ public struct AdminAPI: Sendable {
         }
         let limit = try number("limit", 50, 1...500)
         let offset = try number("offset", 0, 0...Int(Int32.max))
-        let all = try reads.extensions(domain: domain, search: search)
+        let all = try await reads.extensions(domain: domain, search: search, context.store())
         let page = all.dropFirst(offset).prefix(limit).map(Self.item)
-        return .json(200, ["items": page, "total": all.count, "limit": limit, "offset": offset])
+        return .jsonObject(200, ["items": page, "total": all.count, "limit": limit, "offset": offset])
     }
 
-    func addExtension(_ request: HTTPRequest) throws -> HTTPResponse {
+    @Sendable func addExtension(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let (aor, password) = try Self.parseExtensionBody(request.body)
-        try directory.addExtension(aor, password: password)
+        try await context.store().directory { try $0.addExtension(aor, password: password) }
         return .json(201, ["address": aor.description])
     }
 
     /// `GET /extensions/{address}`: tokens shortened; with `tokens=true`, whole (answered
     /// `Cache-Control: no-store`, and logged as shown, never the token itself).
-    func extensionDetail(_ aor: AddressOfRecord, _ request: HTTPRequest) throws -> HTTPResponse {
+    @Sendable func extensionDetail(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let aor = try DirectoryError.parseAddress(context.parameter("address"))
         let whole: Bool
         switch request.query["tokens"] ?? "" {
         case "", "false": whole = false
         case "true": whole = true
         default: throw FieldProblem(field: "tokens", message: "tokens must be true or false")
         }
-        let detail = try reads.extensionDetail(aor)
+        let detail = try await reads.extensionDetail(aor, context.store())
         let now = detail.now
         let isDead = detail.isDead
         let bindingItems = detail.bindings.map { Self.item($0, now: now, isDead: isDead, wholeTokens: whole) }
@@ -362,9 +238,9 @@ public struct AdminAPI: Sendable {
             ]
         }
         if whole, !detail.bindings.allSatisfy({ $0.pushChannels.isEmpty }) || !detail.postedTokens.isEmpty {
-            log(.tokensShown(admin: Self.basicCredentials(request)?.0 ?? "", target: "\(aor) (every device, admin API)"))
+            log(.tokensShown(admin: Self.admin(context), target: "\(aor) (every device, admin API)"))
         }
-        return .json(
+        return .jsonObject(
             200,
             [
                 "address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems,
@@ -388,7 +264,7 @@ public struct AdminAPI: Sendable {
     /// `GET /calls`: newest first, of one extension (`extension`), `limit` (1–500, default 50) at
     /// a time; `before` (a call's `startedAt`, as `next` gives it) pages back; `missed=true` (or
     /// `false`) keeps only missed (or only other) calls.
-    func listCalls(_ request: HTTPRequest) throws -> HTTPResponse {
+    @Sendable func listCalls(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         var aor: AddressOfRecord? = nil
         if let text = request.query["extension"], !text.isEmpty {
             guard let parsed = AddressOfRecord(parsing: text) else {
@@ -415,13 +291,14 @@ public struct AdminAPI: Sendable {
             guard text == "true" || text == "false" else { throw FieldProblem(field: "missed", message: "missed must be true or false") }
             missed = text == "true"
         }
-        let (page, next) = try reads.calls(of: aor, limit: limit, before: before, missed: missed)
-        return .json(200, ["calls": page.map(Self.callSummary), "next": next.map(MillisecondTime.string) ?? NSNull()])
+        let (page, next) = try await reads.calls(of: aor, limit: limit, before: before, missed: missed, context.store())
+        return .jsonObject(200, ["calls": page.map(Self.callSummary), "next": next.map(MillisecondTime.string) ?? NSNull()])
     }
 
     /// `GET /calls/{id}`: one call's journey; 404 for an unknown or malformed id.
-    func callDetail(_ rest: String) throws -> HTTPResponse {
-        guard let id = UUID(uuidString: rest), let journey = try reads.journey(id: id) else {
+    @Sendable func callDetail(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let rest = context.parameter("id")
+        guard let id = UUID(uuidString: rest), let journey = try await reads.journey(id: id, context.store()) else {
             return .error(404, code: "not_found", message: "there is no call \(rest)")
         }
         var detail = Self.callSummary(journey)
@@ -445,7 +322,7 @@ public struct AdminAPI: Sendable {
             ]
         }
         detail["events"] = journey.events.map { ["at": MillisecondTime.string($0.at), "text": $0.text] }
-        return .json(200, detail)
+        return .jsonObject(200, detail)
     }
 
     /// A call as the call list and an extension's detail show it.
@@ -469,15 +346,15 @@ public struct AdminAPI: Sendable {
 
     // MARK: - Push apps
 
-    func listPushApps() throws -> HTTPResponse {
-        let items = try reads.pushApps().map(Self.item)
-        return .json(200, ["items": items, "total": items.count])
+    @Sendable func listPushApps(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let items = try await reads.pushApps(context.store()).map(Self.item)
+        return .jsonObject(200, ["items": items, "total": items.count])
     }
 
-    func addPushApp(_ request: HTTPRequest) throws -> HTTPResponse {
+    @Sendable func addPushApp(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let app = try Self.parsePushAppBody(request.body)
-        let (id, notes) = try reads.run { try PostgresPushApps(connection: $0).add(app) }
-        return .json(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+        let (id, notes) = try await context.store().perform { try PostgresPushApps(connection: $0).add(app) }
+        return .jsonObject(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
     }
 
     /// Reads a `POST /push-apps` body into an app (not yet validated: storing it validates).
@@ -551,9 +428,11 @@ public struct AdminAPI: Sendable {
     /// `PUT /push-apps/{id}`: changes an app in place. Every field is optional and keeps its stored
     /// value when absent; the key (`key`, `serviceAccount`) too, so an operator can change a topic
     /// or parameter without pasting the secret again. The kind cannot change.
-    func updatePushApp(id: Int64, _ request: HTTPRequest) throws -> HTTPResponse {
+    @Sendable func updatePushApp(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        guard let id = Int64(context.parameter("id")) else { return Self.notFound }
         let body = try Self.object(request)
-        guard let stored = try reads.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
+        let store = try context.store()
+        guard let stored = try await store.perform({ try PostgresPushApps(connection: $0).app(id: id) }) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
         let kind = try Self.string(body, "kind", optional: true)
@@ -596,80 +475,45 @@ public struct AdminAPI: Sendable {
             }
             app = PushApp(id: id, credentials: .fcm(account), param: param)
         }
-        guard let notes = try reads.run({ try PostgresPushApps(connection: $0).update(app) }) else {
+        let edited = app
+        guard let notes = try await store.perform({ try PostgresPushApps(connection: $0).update(edited) }) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
-        return .json(200, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+        return .jsonObject(200, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
     }
 
     /// `POST /push-apps/{id}/test`: one test push, recorded like `rouse push test`.
-    func testPush(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
-        guard rest.hasSuffix("/test"), let id = Int64(rest.dropLast("/test".count)) else {
-            respond(Self.notFound)
-            return
+    @Sendable func testPush(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        guard let id = Int64(context.parameter("id")) else { return Self.notFound }
+        let (token, chosen) = try Self.parseTestPushBody(request.body)
+        guard let answer = try await reads.sendTestPush(appID: id, token: token, provider: chosen, context.store()) else {
+            return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
-        do {
-            let (token, chosen) = try Self.parseTestPushBody(request.body)
-            let reads = reads
-            Task {
-                do {
-                    guard let answer = try await reads.sendTestPush(appID: id, token: token, provider: chosen) else {
-                        respond(.error(404, code: "not_found", message: "there is no push app #\(id)"))
-                        return
-                    }
-                    log(.testPush(admin: Self.basicCredentials(request)?.0 ?? "", target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word))
-                    respond(Self.testAnswer(answer, interval: reads.testPushInterval))
-                } catch {
-                    respond(Self.response(for: error))
-                }
-            }
-        } catch {
-            respond(Self.response(for: error))
-        }
+        log(.testPush(admin: Self.admin(context), target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word))
+        return Self.testAnswer(answer, interval: reads.testPushInterval)
     }
 
     /// `POST /extensions/{address}/devices/{id}/test`: one test push to a device of the extension
     /// (a binding's id, or a posted token's), exactly as a call rings it; no body.
-    func testDevice(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
-        let parts = rest.components(separatedBy: "/devices/")
-        guard parts.count == 2, parts[1].hasSuffix("/test") else {
-            respond(Self.notFound)
-            return
+    @Sendable func testDevice(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let id = context.parameter("id")
+        let aor = try DirectoryError.parseAddress(context.parameter("address"))
+        let store = try context.store()
+        guard let device = try await reads.extensionDetail(aor, store).device(id: id) else {
+            return .error(404, code: "not_found", message: "\(aor) has no device \(id) now (it may have unregistered or expired)")
         }
-        let id = String(parts[1].dropLast("/test".count))
-        let found: (AddressOfRecord, AdminReads.Device)
-        do {
-            let aor = try DirectoryError.parseAddress(parts[0])
-            guard let device = try reads.extensionDetail(aor).device(id: id) else {
-                respond(.error(404, code: "not_found", message: "\(aor) has no device \(id) now (it may have unregistered or expired)"))
-                return
-            }
-            found = (aor, device)
-        } catch {
-            respond(Self.response(for: error))
-            return
-        }
-        let (aor, device) = found
         guard let channel = device.ringChannel else {
-            respond(.error(409, code: "conflict", message: "no test push for this device: \(device.untestableReason ?? "")"))
-            return
+            return .error(409, code: "conflict", message: "no test push for this device: \(device.untestableReason ?? "")")
         }
-        let reads = reads
-        Task {
-            do {
-                let answer = try await reads.sendTestPush(to: device, of: aor)
-                log(.testPush(
-                    admin: Self.basicCredentials(request)?.0 ?? "", target: "\(aor) device \(device.id) (\(device.name))",
-                    token: PushRecord.shorten(channel.token), outcome: answer.word))
-                var appID: Any = NSNull()
-                if case .sent(_, let id?) = answer { appID = id }
-                respond(Self.testAnswer(
-                    answer, interval: reads.testPushInterval,
-                    also: ["device": device.name, "provider": channel.provider.rawValue, "token": Binding.shortenedToken(channel.token), "appId": appID]))
-            } catch {
-                respond(Self.response(for: error))
-            }
-        }
+        let answer = try await reads.sendTestPush(to: device, of: aor, store)
+        log(.testPush(
+            admin: Self.admin(context), target: "\(aor) device \(device.id) (\(device.name))",
+            token: PushRecord.shorten(channel.token), outcome: answer.word))
+        var appID: Any = NSNull()
+        if case .sent(_, let id?) = answer { appID = id }
+        return Self.testAnswer(
+            answer, interval: reads.testPushInterval,
+            also: ["device": device.name, "provider": channel.provider.rawValue, "token": Binding.shortenedToken(channel.token), "appId": appID])
     }
 
     /// A test push's answer: 200 with the outcome in words (and `also`), or 429 with `Retry-After`.
@@ -677,7 +521,7 @@ public struct AdminAPI: Sendable {
         switch answer {
         case .sent(let outcome, _):
             let words: [String: Any] = ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]
-            return .json(200, words.merging(also) { first, _ in first })
+            return .jsonObject(200, words.merging(also) { first, _ in first })
         case .limited(let seconds):
             return .error(
                 429, code: "too_many_test_pushes",

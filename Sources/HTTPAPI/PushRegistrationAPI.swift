@@ -1,6 +1,6 @@
 import Crypto
-import Dispatch
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
@@ -14,35 +14,24 @@ import Storage
 /// Order of checks: credentials (the same 401 for a wrong password and an unknown extension),
 /// then the body (400 naming the field), then that `sipUser` is the credentials' extension (403).
 ///
-/// Threading: the handlers run on the HTTP server's threads and never block: the password is
-/// checked against the in-memory `CredentialCache`, writes go to the `PostgresWorkerPool`, and the
-/// answer comes from the worker (or from a timer when the write outlasts `writeDeadline`: 503).
-public struct PushRegistrationAPI: Sendable {
+/// Threading: the handlers are async and never block: the password is checked (by
+/// `ExtensionAuthentication`) against the in-memory directory, and writes are awaited on the
+/// worker pool until the route's `DatabaseDeadline` (then 503).
+public enum PushRegistrationAPI {
     public static let path = "/api/v1/push/register"
+    /// Seconds a posting or removal waits for PostgreSQL before it is answered 503.
+    static let writeDeadline: Double = 5
 
-    let credentials: any ExtensionDirectory
-    let pool: PostgresWorkerPool
-    let writeDeadline: Double
-    /// Counts 401s per client address; a blocked address gets 429 before its credentials are checked.
-    let throttle: AuthFailureThrottle?
-
-    public init(credentials: any ExtensionDirectory, pool: PostgresWorkerPool, writeDeadline: Double = 5, throttle: AuthFailureThrottle? = nil) {
-        self.credentials = credentials
-        self.pool = pool
-        self.writeDeadline = writeDeadline
-        self.throttle = throttle
+    /// The route's 503: the write failed, or did not end by the deadline.
+    static func unavailable(_ error: any Error) -> HTTPResponse {
+        let when = error is StorageDeadlinePassed ? "in time" : "now"
+        return .error(503, code: "storage_unavailable", message: "the token could not be stored \(when); try again")
     }
 
-    /// Adds the two routes to `router`.
-    public func register(on router: inout HTTPRouter) {
-        router.add("POST", Self.path) { request, respond in post(request, respond) }
-        router.add("DELETE", Self.path) { request, respond in delete(request, respond) }
+    /// What a posting or removal answers: `{"status": "stored"}` or `{"status": "removed"}`.
+    struct Done: Encodable {
+        let status: String
     }
-
-    /// The one 401: the same status, headers and body whatever was wrong.
-    static let unauthorized = HTTPResponse.error(
-        401, code: "unauthorized", message: "the credentials are not those of an extension",
-        headers: [("WWW-Authenticate", "Basic realm=\"rouse\"")])
 
     /// A field problem: 400 naming the field.
     struct FieldProblem: Error {
@@ -96,114 +85,64 @@ public struct PushRegistrationAPI: Sendable {
         .error(400, code: "invalid_field", message: problem.message, field: problem.field)
     }
 
-    /// What both methods do first: refuse a throttled source (429), check the credentials (the one
-    /// 401, counted as a failure), and read the JSON body (400). Nil once an answer was sent.
-    private func authenticatedBody(_ request: HTTPRequest, _ respond: HTTPResponder) -> (AddressOfRecord, [String: Any])? {
-        if let refusal = throttled(request) {
-            respond(refusal)
-            return nil
-        }
-        guard let authenticated = authenticate(request) else {
-            if let address = request.remoteAddress { throttle?.recordFailure(address) }
-            respond(Self.unauthorized)
-            return nil
-        }
-        let object: [String: Any]
-        switch Self.jsonObject(request.body) {
-        case .success(let parsed): object = parsed
-        case .failure(let failure):
-            respond(failure.response)
-            return nil
-        }
-        return (authenticated, object)
+    /// The extension `ExtensionAuthentication` let in.
+    static func authenticated(_ context: APIContext) throws -> AddressOfRecord {
+        guard let aor = context.extensionUser else { throw HTTPError(ExtensionAuthentication.unauthorized) }
+        return aor
     }
 
-    func post(_ request: HTTPRequest, _ respond: HTTPResponder) {
-        guard let (authenticated, object) = authenticatedBody(request, respond) else { return }
+    /// The body as a JSON object, or the 400 for it.
+    static func body(_ request: HTTPRequest) throws -> [String: Any] {
+        switch jsonObject(request.body) {
+        case .success(let object): return object
+        case .failure(let failure): throw HTTPError(failure.response)
+        }
+    }
+
+    /// `POST`: checks the body (400), that `sipUser` is the credentials' extension (403), and stores the token.
+    @Sendable static func post(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let authenticated = try authenticated(context)
         let posting: Posting
         do {
-            posting = try Self.posting(from: object)
-        } catch {
-            respond(Self.refusal(error))
-            return
+            posting = try Self.posting(from: try body(request))
+        } catch let problem as FieldProblem {
+            return refusal(problem)
         }
         guard posting.sipUser == authenticated else {
-            respond(.error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser"))
-            return
+            return .error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser")
         }
-        write(respond) { connection in
+        let stored = try await context.store().perform { connection -> Bool in
             guard let keys = posting.webPushKeys else {
-                guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
-                else { return Self.unauthorized }
-                return .json(200, ["status": "stored"])
+                return try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
             }
             // A subscription: its token and its keys commit together.
-            return try connection.transaction { connection -> HTTPResponse in
+            return try connection.transaction { connection -> Bool in
                 guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
-                else { return Self.unauthorized }
+                else { return false }
                 try PostgresWebPushSubscriptions.store(endpoint: posting.channel.token, keys: keys, on: connection)
-                return .json(200, ["status": "stored"])
+                return true
             }
         }
+        return stored ? .json(200, Done(status: "stored")) : ExtensionAuthentication.unauthorized
     }
 
-    func delete(_ request: HTTPRequest, _ respond: HTTPResponder) {
-        guard let (authenticated, object) = authenticatedBody(request, respond) else { return }
+    /// `DELETE`: checks the body (400) and `sipUser` if given (403), and removes the token (404 if it was not there).
+    @Sendable static func delete(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let authenticated = try authenticated(context)
         let removal: Removal
         do {
-            removal = try Self.removal(from: object)
-        } catch {
-            respond(Self.refusal(error))
-            return
+            removal = try Self.removal(from: try body(request))
+        } catch let problem as FieldProblem {
+            return refusal(problem)
         }
         if let sipUser = removal.sipUser, sipUser != authenticated {
-            respond(.error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser"))
-            return
+            return .error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser")
         }
-        write(respond) { connection in
-            guard try PostedPushTokens.remove(token: removal.token, family: removal.family, from: authenticated, on: connection) else {
-                return .error(404, code: "not_found", message: "this extension holds no such token", field: "token")
-            }
-            return .json(200, ["status": "removed"])
+        let removed = try await context.store().perform { connection in
+            try PostedPushTokens.remove(token: removal.token, family: removal.family, from: authenticated, on: connection)
         }
-    }
-
-    /// 429 with Retry-After when the client's address is blocked for failed credentials (issue 5).
-    func throttled(_ request: HTTPRequest) -> HTTPResponse? {
-        guard let throttle, let address = request.remoteAddress, let left = throttle.isBlocked(address) else { return nil }
-        let seconds = max(1, Int(left.rounded(.up)))
-        return .error(
-            429, code: "too_many_failures", message: "too many failed credentials from this address; try again in \(seconds) s",
-            headers: [("Retry-After", String(seconds))])
-    }
-
-    /// The extension the Basic credentials belong to, or nil (no header, malformed, wrong).
-    func authenticate(_ request: HTTPRequest) -> AddressOfRecord? {
-        var user = ""
-        var password = ""
-        if let header = request.header("Authorization"), header.count > 6, header.prefix(6).lowercased() == "basic ",
-            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        {
-            user = String(text[..<colon])
-            password = String(text[text.index(after: colon)...])
-        }
-        // The hash work runs whatever the header held, so every refusal costs the same.
-        return credentials.verify(user: user, password: password)
-    }
-
-    /// Runs `job` on a worker; answers with its response, or 503 when it fails or outlasts the
-    /// deadline (whichever comes first; the responder keeps only the first answer).
-    private func write(_ respond: HTTPResponder, _ job: @escaping @Sendable (PostgresConnection) throws -> HTTPResponse) {
-        pool.submit(job) { result in
-            switch result {
-            case .success(let response): respond(response)
-            case .failure: respond(.error(503, code: "storage_unavailable", message: "the token could not be stored now; try again"))
-            }
-        }
-        DispatchQueue.global().asyncAfter(deadline: .now() + writeDeadline) {
-            respond(.error(503, code: "storage_unavailable", message: "the token could not be stored in time; try again"))
-        }
+        guard removed else { return .error(404, code: "not_found", message: "this extension holds no such token", field: "token") }
+        return .json(200, Done(status: "removed"))
     }
 
     static func jsonObject(_ body: Data) -> Result<[String: Any], ResponseFailure> {
