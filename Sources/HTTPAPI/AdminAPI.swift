@@ -103,24 +103,62 @@ public struct AdminAPI: Sendable {
         }
     }
 
-    static func object(_ request: HTTPRequest) throws -> [String: Any] {
-        try object(body: request.body)
+    /// A body's fields as they came; 400 (`invalid_json`) when it is not a JSON object.
+    static func fields<Body: Decodable>(_ type: Body.Type, _ data: Data) throws -> Body {
+        guard let body = JSONField.body(type, from: data) else { throw FieldProblem(field: nil, message: "the body must be a JSON object") }
+        return body
     }
 
-    static func object(body: Data) throws -> [String: Any] {
-        guard let parsed = try? JSONSerialization.jsonObject(with: body), let object = parsed as? [String: Any] else {
-            throw FieldProblem(field: nil, message: "the body must be a JSON object")
-        }
-        return object
-    }
-
-    static func string(_ object: [String: Any], _ field: String, optional: Bool = false) throws -> String {
-        guard let value = object[field], !(value is NSNull) else {
+    /// A string field named `name`: absent or null is "" when `optional`, else 400; another kind of value is 400.
+    static func string(_ value: JSONField, _ name: String, optional: Bool = false) throws -> String {
+        guard value.hasValue else {
             if optional { return "" }
-            throw FieldProblem(field: field, message: "\(field) is required")
+            throw FieldProblem(field: name, message: "\(name) is required")
         }
-        guard let text = value as? String else { throw FieldProblem(field: field, message: "\(field) must be a string") }
+        guard let text = value.string else { throw FieldProblem(field: name, message: "\(name) must be a string") }
         return text
+    }
+
+    /// A service account field: the JSON object's bytes, or 400 naming `serviceAccount`.
+    static func serviceAccount(_ value: JSONField) throws -> FCMServiceAccount {
+        guard value.object != nil, let data = try? JSONEncoder().encode(value) else {
+            throw FieldProblem(field: "serviceAccount", message: "serviceAccount must be the service account JSON object")
+        }
+        return try FCMServiceAccount(json: Array(data))
+    }
+
+    /// A `POST /organisations` body.
+    struct OrganisationBody: Decodable {
+        let domain: JSONField
+    }
+
+    /// A `POST /extensions` body.
+    struct ExtensionBody: Decodable {
+        let address: JSONField
+        let password: JSONField
+    }
+
+    /// A `PUT /extensions/{address}/password` body.
+    struct PasswordBody: Decodable {
+        let password: JSONField
+    }
+
+    /// A `POST /push-apps/{id}/test` body.
+    struct TestPushBody: Decodable {
+        let token: JSONField
+        let provider: JSONField
+    }
+
+    /// A `POST /push-apps` or `PUT /push-apps/{id}` body (APNs fields, or FCM's service account).
+    struct PushAppBody: Decodable {
+        let kind: JSONField
+        let param: JSONField
+        let environment: JSONField
+        let teamId: JSONField
+        let keyId: JSONField
+        let topic: JSONField
+        let key: JSONField
+        let serviceAccount: JSONField
     }
 
     static func iso(_ date: Date) -> String {
@@ -361,13 +399,13 @@ public struct AdminAPI: Sendable {
     /// Pure (no credentials, no storage); the fuzz harness calls it. Throws what `response(for:)`
     /// turns into a 400.
     public static func parsePushAppBody(_ data: Data) throws -> PushApp {
-        let body = try object(body: data)
-        let param = try string(body, "param", optional: true)
+        let body = try fields(PushAppBody.self, data)
+        let param = try string(body.param, "param", optional: true)
         let app: PushApp
-        switch try string(body, "kind") {
+        switch try string(body.kind, "kind") {
         case "apns":
             var environment: APNsEnvironment? = nil
-            let given = try string(body, "environment", optional: true)
+            let given = try string(body.environment, "environment", optional: true)
             if !given.isEmpty {
                 guard let parsed = APNsEnvironment(rawValue: given) else {
                     throw FieldProblem(field: "environment", message: "environment must be production or sandbox")
@@ -376,14 +414,11 @@ public struct AdminAPI: Sendable {
             }
             app = PushApp(
                 credentials: .apns(APNsCredentials(
-                    teamID: try string(body, "teamId"), keyID: try string(body, "keyId"),
-                    topic: try string(body, "topic"), privateKeyPEM: try string(body, "key"), environment: environment)),
+                    teamID: try string(body.teamId, "teamId"), keyID: try string(body.keyId, "keyId"),
+                    topic: try string(body.topic, "topic"), privateKeyPEM: try string(body.key, "key"), environment: environment)),
                 param: param)
         case "fcm":
-            guard let account = body["serviceAccount"] as? [String: Any],
-                let data = try? JSONSerialization.data(withJSONObject: account)
-            else { throw FieldProblem(field: "serviceAccount", message: "serviceAccount must be the service account JSON object") }
-            app = PushApp(credentials: .fcm(try FCMServiceAccount(json: Array(data))), param: param)
+            app = PushApp(credentials: .fcm(try serviceAccount(body.serviceAccount)), param: param)
         default:
             throw FieldProblem(field: "kind", message: "kind must be apns or fcm")
         }
@@ -393,11 +428,11 @@ public struct AdminAPI: Sendable {
     /// Reads a `POST /push-apps/{id}/test` body: the token and the provider if named. Pure; the
     /// fuzz harness calls it. Throws what `response(for:)` turns into a 400.
     public static func parseTestPushBody(_ data: Data) throws -> (token: String, provider: PushProvider?) {
-        let body = try object(body: data)
-        let token = try string(body, "token")
+        let body = try fields(TestPushBody.self, data)
+        let token = try string(body.token, "token")
         guard !token.isEmpty, token.utf8.count <= 4096 else { throw FieldProblem(field: "token", message: "token must not be empty") }
         var provider: PushProvider? = nil
-        let given = try string(body, "provider", optional: true)
+        let given = try string(body.provider, "provider", optional: true)
         if !given.isEmpty {
             guard let parsed = PushProvider(rawValue: given), parsed != .webpush else {
                 throw FieldProblem(field: "provider", message: "provider must be apns, apns.dev or fcm")
@@ -409,20 +444,20 @@ public struct AdminAPI: Sendable {
 
     /// Reads a `POST /organisations` body: the domain as given (the directory checks it). Pure.
     public static func parseOrganisationBody(_ data: Data) throws -> String {
-        try string(try object(body: data), "domain")
+        try string(try fields(OrganisationBody.self, data).domain, "domain")
     }
 
     /// Reads a `POST /extensions` body: the address, checked, and the password as given (the
     /// directory checks it). Pure.
     public static func parseExtensionBody(_ data: Data) throws -> (AddressOfRecord, String) {
-        let body = try object(body: data)
-        let aor = try DirectoryError.parseAddress(try string(body, "address"))
-        return (aor, try string(body, "password"))
+        let body = try fields(ExtensionBody.self, data)
+        let aor = try DirectoryError.parseAddress(try string(body.address, "address"))
+        return (aor, try string(body.password, "password"))
     }
 
     /// Reads a `PUT /extensions/{address}/password` body: the new password as given. Pure.
     public static func parsePasswordBody(_ data: Data) throws -> String {
-        try string(try object(body: data), "password")
+        try string(try fields(PasswordBody.self, data).password, "password")
     }
 
     /// `PUT /push-apps/{id}`: changes an app in place. Every field is optional and keeps its stored
@@ -430,25 +465,25 @@ public struct AdminAPI: Sendable {
     /// or parameter without pasting the secret again. The kind cannot change.
     @Sendable func updatePushApp(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         guard let id = Int64(context.parameter("id")) else { return Self.notFound }
-        let body = try Self.object(request)
+        let body = try Self.fields(PushAppBody.self, request.body)
         let store = try context.store()
         guard let stored = try await store.perform({ try PostgresPushApps(connection: $0).app(id: id) }) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
-        let kind = try Self.string(body, "kind", optional: true)
+        let kind = try Self.string(body.kind, "kind", optional: true)
         if !kind.isEmpty, kind != stored.kind {
             throw FieldProblem(field: "kind", message: "app #\(id) is an \(stored.kind) app; its kind cannot change (add a new app instead)")
         }
-        func given(_ field: String, else current: String) throws -> String {
-            body[field] == nil ? current : try Self.string(body, field)
+        func given(_ value: JSONField, _ name: String, else current: String) throws -> String {
+            value.isPresent ? try Self.string(value, name) : current
         }
-        let param = try given("param", else: stored.param)
+        let param = try given(body.param, "param", else: stored.param)
         let app: PushApp
         switch stored.credentials {
         case .apns(let current):
             var environment = current.environment
-            if body["environment"] != nil {
-                let text = try Self.string(body, "environment", optional: true)
+            if body.environment.isPresent {
+                let text = try Self.string(body.environment, "environment", optional: true)
                 if text.isEmpty {
                     environment = nil
                 } else {
@@ -461,18 +496,13 @@ public struct AdminAPI: Sendable {
             app = PushApp(
                 id: id,
                 credentials: .apns(APNsCredentials(
-                    teamID: try given("teamId", else: current.teamID), keyID: try given("keyId", else: current.keyID),
-                    topic: try given("topic", else: current.topic), privateKeyPEM: try given("key", else: current.privateKeyPEM),
+                    teamID: try given(body.teamId, "teamId", else: current.teamID), keyID: try given(body.keyId, "keyId", else: current.keyID),
+                    topic: try given(body.topic, "topic", else: current.topic), privateKeyPEM: try given(body.key, "key", else: current.privateKeyPEM),
                     environment: environment)),
                 param: param)
         case .fcm(let current):
             var account = current
-            if let value = body["serviceAccount"] {
-                guard let object = value as? [String: Any], let data = try? JSONSerialization.data(withJSONObject: object) else {
-                    throw FieldProblem(field: "serviceAccount", message: "serviceAccount must be the service account JSON object")
-                }
-                account = try FCMServiceAccount(json: Array(data))
-            }
+            if body.serviceAccount.isPresent { account = try Self.serviceAccount(body.serviceAccount) }
             app = PushApp(id: id, credentials: .fcm(account), param: param)
         }
         let edited = app

@@ -68,16 +68,19 @@ public struct CallAPI: Sendable {
         return .json(200, Self.body(status, claims))
     }
 
+    /// A decline's optional body as it came.
+    struct DeclineBody: Decodable {
+        let reason: JSONField
+    }
+
     /// The optional body's `reason`: `declined` (the default) or `busy`.
     public static func declineReason(_ body: Data) -> Result<DeclineReason, PushRegistrationAPI.ResponseFailure> {
         if body.isEmpty || body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return .success(.declined) }
-        let object: [String: Any]
-        switch PushRegistrationAPI.jsonObject(body) {
-        case .success(let parsed): object = parsed
-        case .failure(let failure): return .failure(failure)
+        guard let fields = JSONField.body(DeclineBody.self, from: body) else {
+            return .failure(PushRegistrationAPI.ResponseFailure(response: PushRegistrationAPI.notAnObject))
         }
-        guard let value = object["reason"] else { return .success(.declined) }
-        guard let text = value as? String, let reason = DeclineReason(rawValue: text) else {
+        guard fields.reason.isPresent else { return .success(.declined) }
+        guard let text = fields.reason.string, let reason = DeclineReason(rawValue: text) else {
             return .failure(PushRegistrationAPI.ResponseFailure(response: .error(
                 400, code: "invalid_field", message: "reason must be \"declined\" or \"busy\"", field: "reason")))
         }

@@ -12,7 +12,8 @@ import Storage
 /// pool, the process's one directory of extensions (the registrar's under `rouse serve`), the
 /// throttle and the services; it makes no connection, pool or cache of its own.
 ///
-/// Threading: `init` blocks the calling thread only for binding the port. `stop()` may be called
+/// Threading: `init` blocks the calling thread only for binding the port (and reading the OpenAPI
+/// resource once). `stop()` may be called
 /// from any thread; it stops the server and waits for its threads (the pool is its owner's to shut down).
 public final class HTTPAPIService: @unchecked Sendable {
     // @unchecked: every stored property is set in init and never changed.
@@ -47,6 +48,10 @@ public final class HTTPAPIService: @unchecked Sendable {
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
             throw HTTPServer.StartError(description: "cannot listen for HTTP on \(listen): expected host:port")
+        }
+        // Read at start, so a missing resource stops `rouse serve` now, not at the first request.
+        guard !OpenAPIDocument.data.isEmpty else {
+            throw HTTPServer.StartError(description: "the OpenAPI document is missing: Rouse_HTTPAPI.resources/openapi.json must be beside the rouse binary")
         }
         let parts = RouteParts(
             pool: pool, directory: directory, throttle: authFailureThrottle, metrics: metrics, calls: calls, healthProblems: healthProblems,

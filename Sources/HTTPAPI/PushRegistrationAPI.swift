@@ -56,27 +56,46 @@ public enum PushRegistrationAPI {
         public let sipUser: AddressOfRecord?
     }
 
+    /// A `POST` body's fields as they came (http-api.md; product.md's table).
+    struct PostingBody: Decodable {
+        let token: JSONField
+        let sipUser: JSONField
+        let platform: JSONField
+        let param: JSONField
+        let deviceId: JSONField
+        /// `PushSubscription.toJSON()` of a browser (`platform: web`).
+        let subscription: JSONField
+    }
+
+    /// A `DELETE` body's fields as they came.
+    struct RemovalBody: Decodable {
+        let token: JSONField
+        let platform: JSONField
+        let sipUser: JSONField
+    }
+
+    /// The 400 of a body that is not a JSON object.
+    static let notAnObject = HTTPResponse.error(400, code: "invalid_json", message: "the body must be a JSON object")
+
     /// Reads a `POST` body as the endpoint does after the credentials: the checked posting, or the
     /// 400 answer it would send. Pure (no credentials, no storage); the fuzz harness calls it.
     public static func parsePostBody(_ body: Data) -> Result<Posting, ResponseFailure> {
-        jsonObject(body).flatMap { object in
-            do throws(FieldProblem) {
-                return .success(try posting(from: object))
-            } catch {
-                return .failure(ResponseFailure(response: refusal(error)))
-            }
+        guard let fields = JSONField.body(PostingBody.self, from: body) else { return .failure(ResponseFailure(response: notAnObject)) }
+        do throws(FieldProblem) {
+            return .success(try posting(from: fields))
+        } catch {
+            return .failure(ResponseFailure(response: refusal(error)))
         }
     }
 
     /// Reads a `DELETE` body as the endpoint does after the credentials: the checked removal, or
     /// the 400 answer it would send. Pure (no credentials, no storage); the fuzz harness calls it.
     public static func parseDeleteBody(_ body: Data) -> Result<Removal, ResponseFailure> {
-        jsonObject(body).flatMap { object in
-            do throws(FieldProblem) {
-                return .success(try removal(from: object))
-            } catch {
-                return .failure(ResponseFailure(response: refusal(error)))
-            }
+        guard let fields = JSONField.body(RemovalBody.self, from: body) else { return .failure(ResponseFailure(response: notAnObject)) }
+        do throws(FieldProblem) {
+            return .success(try removal(from: fields))
+        } catch {
+            return .failure(ResponseFailure(response: refusal(error)))
         }
     }
 
@@ -91,22 +110,13 @@ public enum PushRegistrationAPI {
         return aor
     }
 
-    /// The body as a JSON object, or the 400 for it.
-    static func body(_ request: HTTPRequest) throws -> [String: Any] {
-        switch jsonObject(request.body) {
-        case .success(let object): return object
-        case .failure(let failure): throw HTTPError(failure.response)
-        }
-    }
-
     /// `POST`: checks the body (400), that `sipUser` is the credentials' extension (403), and stores the token.
     @Sendable static func post(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let authenticated = try authenticated(context)
         let posting: Posting
-        do {
-            posting = try Self.posting(from: try body(request))
-        } catch let problem as FieldProblem {
-            return refusal(problem)
+        switch parsePostBody(request.body) {
+        case .success(let checked): posting = checked
+        case .failure(let failure): return failure.response
         }
         guard posting.sipUser == authenticated else {
             return .error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser")
@@ -130,10 +140,9 @@ public enum PushRegistrationAPI {
     @Sendable static func delete(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let authenticated = try authenticated(context)
         let removal: Removal
-        do {
-            removal = try Self.removal(from: try body(request))
-        } catch let problem as FieldProblem {
-            return refusal(problem)
+        switch parseDeleteBody(request.body) {
+        case .success(let checked): removal = checked
+        case .failure(let failure): return failure.response
         }
         if let sipUser = removal.sipUser, sipUser != authenticated {
             return .error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser")
@@ -145,13 +154,6 @@ public enum PushRegistrationAPI {
         return .json(200, Done(status: "removed"))
     }
 
-    static func jsonObject(_ body: Data) -> Result<[String: Any], ResponseFailure> {
-        guard let parsed = try? JSONSerialization.jsonObject(with: body), let object = parsed as? [String: Any] else {
-            return .failure(ResponseFailure(response: .error(400, code: "invalid_json", message: "the body must be a JSON object")))
-        }
-        return .success(object)
-    }
-
     /// A refused body: the answer the endpoint sends for it.
     public struct ResponseFailure: Error {
         public let response: HTTPResponse
@@ -159,20 +161,20 @@ public enum PushRegistrationAPI {
 
     /// Checks a `DELETE` body's fields (http-api.md): `token` required, `platform` and `sipUser`
     /// optional.
-    static func removal(from object: [String: Any]) throws(FieldProblem) -> Removal {
-        guard let token = object["token"] as? String, !token.isEmpty, token.utf8.count <= 4096 else {
+    static func removal(from body: RemovalBody) throws(FieldProblem) -> Removal {
+        guard let token = body.token.string, !token.isEmpty, token.utf8.count <= 4096 else {
             throw FieldProblem(field: "token", message: "token is required: the push token to remove")
         }
         var family: PushProviderFamily? = nil
-        if let platform = object["platform"] {
-            guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
+        if body.platform.isPresent {
+            guard let text = body.platform.string, let known = Self.provider(forPlatform: text) else {
                 throw FieldProblem(field: "platform", message: "platform must be android, ios, ios.dev or web")
             }
             family = known.family
         }
         var sipUser: AddressOfRecord? = nil
-        if let value = object["sipUser"] {
-            guard let text = value as? String, let aor = AddressOfRecord(parsing: text) else {
+        if body.sipUser.isPresent {
+            guard let text = body.sipUser.string, let aor = AddressOfRecord(parsing: text) else {
                 throw FieldProblem(field: "sipUser", message: "sipUser must be number@domain")
             }
             sipUser = aor
@@ -191,41 +193,35 @@ public enum PushRegistrationAPI {
     }
 
     /// Checks the posted fields (product.md's table, decisions.md's "Posted iOS tokens").
-    static func posting(from object: [String: Any]) throws(FieldProblem) -> Posting {
-        if object["platform"] as? String == "web" { return try webPosting(from: object) }
-        guard object["subscription"] == nil else {
+    static func posting(from body: PostingBody) throws(FieldProblem) -> Posting {
+        if body.platform.string == "web" { return try webPosting(from: body) }
+        guard !body.subscription.isPresent else {
             throw FieldProblem(field: "platform", message: "a subscription is posted with platform web")
         }
-        guard let token = object["token"] as? String, !token.isEmpty else {
+        guard let token = body.token.string, !token.isEmpty else {
             throw FieldProblem(field: "token", message: "token is required: the device's push token")
         }
         guard token.utf8.count <= 4096, token.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
             throw FieldProblem(field: "token", message: "token must be at most 4096 printable characters without spaces")
         }
-        guard let sipUserText = object["sipUser"] as? String, let sipUser = AddressOfRecord(parsing: sipUserText) else {
+        guard let sipUserText = body.sipUser.string, let sipUser = AddressOfRecord(parsing: sipUserText) else {
             throw FieldProblem(field: "sipUser", message: "sipUser is required: the extension's address, number@domain")
         }
         var provider = PushProvider.fcm
-        if let platform = object["platform"] {
-            guard let text = platform as? String, let known = Self.provider(forPlatform: text) else {
+        if body.platform.isPresent {
+            guard let text = body.platform.string, let known = Self.provider(forPlatform: text) else {
                 throw FieldProblem(field: "platform", message: "platform must be android, ios, ios.dev or web")
             }
             provider = known
         }
         var param: String? = nil
-        if let value = object["param"], !(value is NSNull) {
-            guard let text = value as? String, !text.isEmpty, text.utf8.count <= 255 else {
+        if body.param.hasValue {
+            guard let text = body.param.string, !text.isEmpty, text.utf8.count <= 255 else {
                 throw FieldProblem(field: "param", message: "param must be a non-empty string of at most 255 bytes")
             }
             param = text
         }
-        var deviceID: String? = nil
-        if let value = object["deviceId"], !(value is NSNull) {
-            guard let text = value as? String, !text.isEmpty, text.utf8.count <= 255 else {
-                throw FieldProblem(field: "deviceId", message: "deviceId must be a non-empty string of at most 255 bytes")
-            }
-            deviceID = text
-        }
+        let deviceID = try Self.deviceID(body)
         let kind: PushChannelKind
         if provider.family == .apns {
             guard Hex.decode(token) != nil else {
@@ -244,43 +240,48 @@ public enum PushRegistrationAPI {
     /// `PushSubscription.toJSON()` gives it, `{endpoint, expirationTime, keys: {p256dh, auth}}`. The
     /// endpoint becomes the token (the same value a SIP REGISTER carries in `pn-prid`); `token`, when
     /// given, must equal it. No `param`: web push needs no push app (RFC 8599 gives `webpush` no `pn-param`).
-    static func webPosting(from object: [String: Any]) throws(FieldProblem) -> Posting {
-        guard let sipUserText = object["sipUser"] as? String, let sipUser = AddressOfRecord(parsing: sipUserText) else {
+    static func webPosting(from body: PostingBody) throws(FieldProblem) -> Posting {
+        guard let sipUserText = body.sipUser.string, let sipUser = AddressOfRecord(parsing: sipUserText) else {
             throw FieldProblem(field: "sipUser", message: "sipUser is required: the extension's address, number@domain")
         }
-        guard let subscription = object["subscription"] as? [String: Any] else {
+        let subscription = body.subscription
+        guard subscription.object != nil else {
             throw FieldProblem(
                 field: "subscription", message: "subscription is required with platform web: the browser's PushSubscription.toJSON()")
         }
-        guard let endpoint = subscription["endpoint"] as? String, WebPushEndpoint.origin(of: endpoint) != nil else {
+        guard let endpoint = subscription["endpoint"].string, WebPushEndpoint.origin(of: endpoint) != nil else {
             throw FieldProblem(
                 field: "subscription.endpoint",
                 message: "subscription.endpoint must be the push service's https URL (at most \(WebPushEndpoint.maxLength) characters)")
         }
-        guard let keys = subscription["keys"] as? [String: Any] else {
+        let keys = subscription["keys"]
+        guard keys.object != nil else {
             throw FieldProblem(field: "subscription.keys", message: "subscription.keys must hold p256dh and auth")
         }
         let checked: WebPushSubscriptionKeys
         do {
-            checked = try WebPushSubscriptionKeys(p256dh: keys["p256dh"] as? String ?? "", auth: keys["auth"] as? String ?? "")
+            checked = try WebPushSubscriptionKeys(p256dh: keys["p256dh"].string ?? "", auth: keys["auth"].string ?? "")
         } catch {
             throw FieldProblem(field: "subscription.keys.\(error.key)", message: error.message)
         }
-        if let token = object["token"], !(token is NSNull), token as? String != endpoint {
+        if body.token.hasValue, body.token.string != endpoint {
             throw FieldProblem(field: "token", message: "token may be left out with platform web; when given, it must be subscription.endpoint")
         }
-        if let param = object["param"], !(param is NSNull) {
+        if body.param.hasValue {
             throw FieldProblem(field: "param", message: "param is not used with platform web (no push app: Rouse's VAPID key identifies it)")
         }
-        var deviceID: String? = nil
-        if let value = object["deviceId"], !(value is NSNull) {
-            guard let text = value as? String, !text.isEmpty, text.utf8.count <= 255 else {
-                throw FieldProblem(field: "deviceId", message: "deviceId must be a non-empty string of at most 255 bytes")
-            }
-            deviceID = text
-        }
+        let deviceID = try Self.deviceID(body)
         return Posting(
             sipUser: sipUser, channel: PushChannel(provider: .webpush, token: endpoint, param: nil, kind: .standard), deviceID: deviceID,
             webPushKeys: checked)
+    }
+
+    /// The optional `deviceId`: absent or null for none, else a non-empty string of at most 255 bytes.
+    static func deviceID(_ body: PostingBody) throws(FieldProblem) -> String? {
+        guard body.deviceId.hasValue else { return nil }
+        guard let text = body.deviceId.string, !text.isEmpty, text.utf8.count <= 255 else {
+            throw FieldProblem(field: "deviceId", message: "deviceId must be a non-empty string of at most 255 bytes")
+        }
+        return text
     }
 }
