@@ -168,42 +168,30 @@ public struct AdminAPI: Sendable {
     // MARK: - Organisations and extensions
 
     @Sendable func listOrganisations(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
-        let items = try await context.store().directory { try $0.listDomains() }.map(Self.item)
-        return .jsonObject(200, ["items": items, "total": items.count])
+        let items = try await context.store().directory { try $0.listDomains() }.map(AdminAnswer.Organisation.init)
+        return .json(200, AdminAnswer.List(items: items, total: items.count))
     }
 
     // MARK: - Items, as the API and `rouse … --json` show them
 
-    /// An organisation in a list.
+    /// An organisation in a list (for `rouse domain list --json`).
     public static func item(_ domain: DirectoryDomain) -> [String: Any] {
-        ["domain": domain.domain, "extensionCount": domain.extensionCount, "createdAt": iso(domain.createdAt)]
+        AdminAnswer.dictionary(AdminAnswer.Organisation(domain))
     }
 
-    /// An extension in a list.
+    /// An extension in a list (for `rouse extension list --json`).
     public static func item(_ item: DirectoryExtension) -> [String: Any] {
-        ["address": item.aor.description, "liveBindings": item.liveBindingCount, "createdAt": iso(item.createdAt), "updatedAt": iso(item.updatedAt)]
+        AdminAnswer.dictionary(AdminAnswer.Extension(item))
     }
 
-    /// A push app in a list: what it is, never its key.
+    /// A push app in a list: what it is, never its key (for `rouse push-app … --json`).
     public static func item(_ app: PostgresPushApps.Summary) -> [String: Any] {
-        ["id": app.id, "kind": app.kind, "param": app.param, "environment": app.environment ?? NSNull(), "details": app.details, "createdAt": app.createdAt]
+        AdminAnswer.dictionary(AdminAnswer.PushAppItem(app))
     }
 
     /// A registered binding with its device id and push channels; tokens shortened unless `wholeTokens`.
     public static func item(_ binding: Binding, now: Date, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
-        let device = AdminReads.Device(binding)
-        return [
-            "id": device.id, "testable": device.ringChannel != nil,
-            "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
-            "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
-            "expiresIn": binding.remainingSeconds(at: now),
-            "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
-                [
-                    "provider": channel.provider.rawValue, "token": wholeTokens ? channel.token : Binding.shortenedToken(channel.token),
-                    "param": channel.param ?? NSNull(), "kind": channel.kind.rawValue, "dead": isDead(channel),
-                ]
-            },
-        ]
+        AdminAnswer.dictionary(AdminAnswer.BindingItem(binding, now: now, isDead: isDead, wholeTokens: wholeTokens))
     }
 
     /// The device id of a posted token, as the extension's detail lists it: a hash of its family
@@ -214,13 +202,7 @@ public struct AdminAPI: Sendable {
 
     /// A posted token with its device id; shortened unless `wholeTokens`.
     public static func item(_ posted: PostedPushToken, isDead: (PushChannel) -> Bool, wholeTokens: Bool) -> [String: Any] {
-        let device = AdminReads.Device(posted)
-        return [
-            "id": device.id, "testable": device.ringChannel != nil,
-            "platform": platform(posted.channel.provider), "token": wholeTokens ? posted.channel.token : Binding.shortenedToken(posted.channel.token),
-            "param": posted.channel.param ?? NSNull(), "kind": posted.channel.kind.rawValue, "deviceId": posted.deviceID ?? NSNull(),
-            "postedAt": iso(posted.postedAt), "dead": isDead(posted.channel),
-        ]
+        AdminAnswer.dictionary(AdminAnswer.PostedTokenItem(posted, isDead: isDead, wholeTokens: wholeTokens))
     }
 
     @Sendable func addOrganisation(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
@@ -242,8 +224,8 @@ public struct AdminAPI: Sendable {
         let limit = try number("limit", 50, 1...500)
         let offset = try number("offset", 0, 0...Int(Int32.max))
         let all = try await reads.extensions(domain: domain, search: search, context.store())
-        let page = all.dropFirst(offset).prefix(limit).map(Self.item)
-        return .jsonObject(200, ["items": page, "total": all.count, "limit": limit, "offset": offset])
+        let page = all.dropFirst(offset).prefix(limit).map(AdminAnswer.Extension.init)
+        return .json(200, AdminAnswer.ExtensionPage(items: Array(page), total: all.count, limit: limit, offset: offset))
     }
 
     @Sendable func addExtension(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
@@ -265,26 +247,15 @@ public struct AdminAPI: Sendable {
         let detail = try await reads.extensionDetail(aor, context.store())
         let now = detail.now
         let isDead = detail.isDead
-        let bindingItems = detail.bindings.map { Self.item($0, now: now, isDead: isDead, wholeTokens: whole) }
-        let postedItems = detail.postedTokens.map { Self.item($0, isDead: isDead, wholeTokens: whole) }
-        let pushItems: [[String: Any]] = detail.recentPushes.map { record in
-            [
-                "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
-                "status": record.status ?? NSNull(), "reason": record.reason ?? NSNull(), "explanation": record.explanation,
-                "latencyMs": record.latencyMilliseconds, "device": record.device ?? NSNull(),
-                "wake": record.wake.map { Self.wake(WakeResult(word: $0, milliseconds: record.wokeAfterMilliseconds)) } ?? NSNull(),
-            ]
-        }
+        let answer = AdminAnswer.ExtensionDetail(
+            address: aor.description,
+            bindings: detail.bindings.map { AdminAnswer.BindingItem($0, now: now, isDead: isDead, wholeTokens: whole) },
+            postedTokens: detail.postedTokens.map { AdminAnswer.PostedTokenItem($0, isDead: isDead, wholeTokens: whole) },
+            recentPushes: detail.recentPushes.map(AdminAnswer.RecentPush.init), recentCalls: detail.recentCalls.map(AdminAnswer.CallSummary.init))
         if whole, !detail.bindings.allSatisfy({ $0.pushChannels.isEmpty }) || !detail.postedTokens.isEmpty {
             log(.tokensShown(admin: Self.admin(context), target: "\(aor) (every device, admin API)"))
         }
-        return .jsonObject(
-            200,
-            [
-                "address": aor.description, "bindings": bindingItems, "postedTokens": postedItems, "recentPushes": pushItems,
-                "recentCalls": detail.recentCalls.map(Self.callSummary),
-            ],
-            headers: whole ? [("Cache-Control", "no-store")] : [])
+        return .json(200, answer, headers: whole ? [("Cache-Control", "no-store")] : [])
     }
 
     /// The posting endpoint's platform name of a provider.
@@ -330,7 +301,7 @@ public struct AdminAPI: Sendable {
             missed = text == "true"
         }
         let (page, next) = try await reads.calls(of: aor, limit: limit, before: before, missed: missed, context.store())
-        return .jsonObject(200, ["calls": page.map(Self.callSummary), "next": next.map(MillisecondTime.string) ?? NSNull()])
+        return .json(200, AdminAnswer.CallPage(calls: page.map(AdminAnswer.CallSummary.init), next: next.map(MillisecondTime.string)))
     }
 
     /// `GET /calls/{id}`: one call's journey; 404 for an unknown or malformed id.
@@ -339,60 +310,20 @@ public struct AdminAPI: Sendable {
         guard let id = UUID(uuidString: rest), let journey = try await reads.journey(id: id, context.store()) else {
             return .error(404, code: "not_found", message: "there is no call \(rest)")
         }
-        var detail = Self.callSummary(journey)
-        detail["source"] = journey.source
-        detail["instanceId"] = journey.instanceID
-        detail["pushes"] = journey.pushes.map { push -> [String: Any] in
-            [
-                "id": push.id.uuidString.lowercased(), "device": push.device, "provider": push.provider.rawValue,
-                "appId": push.appID ?? NSNull(), "token": push.tokenShort, "outcome": push.outcome, "status": push.status ?? NSNull(),
-                "reason": push.reason ?? NSNull(), "explanation": push.explanation, "latencyMs": push.latencyMilliseconds,
-                "sentAt": MillisecondTime.string(push.sentAt), "wake": Self.wake(push.wake), "line": push.line,
-            ]
-        }
-        detail["branches"] = journey.branches.map { branch -> [String: Any] in
-            [
-                "bindingId": branch.bindingID.uuidString.lowercased(), "target": branch.target, "device": branch.device,
-                "transport": branch.transport, "startedAt": MillisecondTime.string(branch.startedAt), "lateFork": branch.isLateFork,
-                "responses": branch.responses.map { ["status": $0.status, "reason": $0.reason, "at": MillisecondTime.string($0.at)] },
-                "canceledBecause": branch.canceledBecause ?? NSNull(),
-                "endedAt": branch.endedAt.map(MillisecondTime.string) ?? NSNull(),
-            ]
-        }
-        detail["events"] = journey.events.map { ["at": MillisecondTime.string($0.at), "text": $0.text] }
-        return .jsonObject(200, detail)
-    }
-
-    /// A call as the call list and an extension's detail show it.
-    static func callSummary(_ journey: CallJourney) -> [String: Any] {
-        [
-            "id": journey.id.uuidString.lowercased(), "callId": journey.callID, "uuid": journey.uuid,
-            "callee": journey.callee.description, "caller": journey.caller, "callerName": journey.callerName ?? NSNull(),
-            "transport": journey.transport, "startedAt": MillisecondTime.string(journey.startedAt),
-            "answeredAt": journey.answeredAt.map(MillisecondTime.string) ?? NSNull(),
-            "endedAt": journey.endedAt.map(MillisecondTime.string) ?? NSNull(), "outcome": journey.outcome.rawValue,
-            "missed": journey.missed,
-            "finalStatus": journey.finalStatus ?? NSNull(), "reason": journey.reason ?? NSNull(),
-            "answeredBy": journey.answeredBy ?? NSNull(), "ringMs": journey.ringMilliseconds ?? NSNull(),
-        ]
-    }
-
-    /// A ring push's wake result: its word, the milliseconds to the fresh REGISTER, and in words.
-    static func wake(_ result: WakeResult) -> [String: Any] {
-        ["result": result.word, "afterMs": result.milliseconds ?? NSNull(), "words": result.words]
+        return .json(200, AdminAnswer.CallDetail(journey))
     }
 
     // MARK: - Push apps
 
     @Sendable func listPushApps(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
-        let items = try await reads.pushApps(context.store()).map(Self.item)
-        return .jsonObject(200, ["items": items, "total": items.count])
+        let items = try await reads.pushApps(context.store()).map(AdminAnswer.PushAppItem.init)
+        return .json(200, AdminAnswer.List(items: items, total: items.count))
     }
 
     @Sendable func addPushApp(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let app = try Self.parsePushAppBody(request.body)
         let (id, notes) = try await context.store().perform { try PostgresPushApps(connection: $0).add(app) }
-        return .jsonObject(201, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+        return .json(201, AdminAnswer.PushAppSaved(id: id, kind: app.kind, param: app.param, notes: notes))
     }
 
     /// Reads a `POST /push-apps` body into an app (not yet validated: storing it validates).
@@ -509,7 +440,7 @@ public struct AdminAPI: Sendable {
         guard let notes = try await store.perform({ try PostgresPushApps(connection: $0).update(edited) }) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
-        return .jsonObject(200, ["id": id, "kind": app.kind, "param": app.param, "notes": notes])
+        return .json(200, AdminAnswer.PushAppSaved(id: id, kind: app.kind, param: app.param, notes: notes))
     }
 
     /// `POST /push-apps/{id}/test`: one test push, recorded like `rouse push test`.
@@ -539,19 +470,23 @@ public struct AdminAPI: Sendable {
         log(.testPush(
             admin: Self.admin(context), target: "\(aor) device \(device.id) (\(device.name))",
             token: PushRecord.shorten(channel.token), outcome: answer.word))
-        var appID: Any = NSNull()
+        var appID: Int64? = nil
         if case .sent(_, let id?) = answer { appID = id }
         return Self.testAnswer(
             answer, interval: reads.testPushInterval,
-            also: ["device": device.name, "provider": channel.provider.rawValue, "token": Binding.shortenedToken(channel.token), "appId": appID])
+            sentTo: AdminAnswer.SentTo(
+                device: device.name, provider: channel.provider.rawValue, token: Binding.shortenedToken(channel.token), appId: appID))
     }
 
-    /// A test push's answer: 200 with the outcome in words (and `also`), or 429 with `Retry-After`.
-    static func testAnswer(_ answer: AdminReads.TestPushAnswer, interval: TimeInterval, also: [String: Any] = [:]) -> HTTPResponse {
+    /// A test push's answer: 200 with the outcome in words (and for a device where it went), or
+    /// 429 with `Retry-After`.
+    static func testAnswer(_ answer: AdminReads.TestPushAnswer, interval: TimeInterval, sentTo: AdminAnswer.SentTo? = nil) -> HTTPResponse {
         switch answer {
         case .sent(let outcome, _):
-            let words: [String: Any] = ["outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds]
-            return .jsonObject(200, words.merging(also) { first, _ in first })
+            return .json(
+                200,
+                AdminAnswer.TestPushResult(
+                    outcome: outcome.word, description: outcome.description, latencyMs: outcome.latencyMilliseconds, sentTo: sentTo))
         case .limited(let seconds):
             return .error(
                 429, code: "too_many_test_pushes",

@@ -103,21 +103,23 @@ public enum HTTPJSON {
 /// An optional value that is written as JSON `null` when absent (a synthesized `Encodable` leaves
 /// an absent optional out): for answers whose fields are always present.
 @propertyWrapper
-public struct NullWhenAbsent<Value: Codable & Sendable>: Codable, Sendable {
+public struct NullWhenAbsent<Value: Encodable & Sendable>: Encodable, Sendable {
     public var wrappedValue: Value?
 
     public init(wrappedValue: Value?) {
         self.wrappedValue = wrappedValue
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        wrappedValue = container.decodeNil() ? nil : try container.decode(Value.self)
-    }
-
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         if let wrappedValue { try container.encode(wrappedValue) } else { try container.encodeNil() }
+    }
+}
+
+extension NullWhenAbsent: Decodable where Value: Decodable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        wrappedValue = container.decodeNil() ? nil : try container.decode(Value.self)
     }
 }
 
