@@ -38,6 +38,8 @@ public struct HTTPRoute<Context: HTTPRequestContext>: Sendable {
     public let path: String
     public let documented: Bool
     let segments: [Segment]
+    /// The number of fixed segments: how specific the pattern is.
+    let specificity: Int
     let responder: HTTPNext<Context>
 
     /// A piece of a pattern: a fixed path segment, or a named parameter. A parameter takes one or
@@ -58,15 +60,12 @@ public struct HTTPRoute<Context: HTTPRequestContext>: Sendable {
         segments = Self.pieces(path).map { piece in
             piece.hasPrefix("{") && piece.hasSuffix("}") ? .parameter(String(piece.dropFirst().dropLast())) : .literal(String(piece))
         }
+        specificity = segments.filter { if case .literal = $0 { return true } else { return false } }.count
         responder = middleware.reversed().reduce(handler) { next, step in
             { request, context in try await step.handle(request, context: context, next: next) }
         }
     }
 
-    /// The number of fixed segments: how specific the pattern is.
-    var specificity: Int {
-        segments.reduce(0) { count, segment in if case .literal = segment { return count + 1 } else { return count } }
-    }
 
     /// A path's segments between its slashes, empty ones kept (so `/admin/` is not `/admin`).
     static func pieces(_ path: String) -> [String] {
@@ -74,10 +73,10 @@ public struct HTTPRoute<Context: HTTPRequestContext>: Sendable {
         return trimmed.isEmpty ? [] : trimmed.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
     }
 
-    /// The parameters when `path` matches the pattern; nil otherwise.
-    func match(_ path: String) -> [String: String]? {
+    /// The parameters when a path of these `pieces` matches the pattern; nil otherwise.
+    func match(_ pieces: [String]) -> [String: String]? {
         var found: [String: String] = [:]
-        return Self.match(segments[...], Self.pieces(path)[...], &found) ? found : nil
+        return Self.match(segments[...], pieces[...], &found) ? found : nil
     }
 
     private static func match(_ segments: ArraySlice<Segment>, _ pieces: ArraySlice<String>, _ found: inout [String: String]) -> Bool {
@@ -135,7 +134,8 @@ public struct HTTPRouter<Context: HTTPRequestContext>: HTTPResponding {
     }
 
     private static func dispatch(_ routes: [HTTPRoute<Context>], _ request: HTTPRequest, _ context: Context) async throws -> HTTPResponse {
-        let matching = routes.compactMap { route in route.match(request.path).map { (route, $0) } }
+        let pieces = HTTPRoute<Context>.pieces(request.path)
+        let matching = routes.compactMap { route in route.match(pieces).map { (route, $0) } }
         guard !matching.isEmpty else { return .error(404, code: "not_found", message: "no such path") }
         let method = request.method.uppercased()
         guard let (route, parameters) = matching.filter({ $0.0.method == method }).max(by: { $0.0.specificity < $1.0.specificity }) else {
@@ -151,7 +151,8 @@ public struct HTTPRouter<Context: HTTPRequestContext>: HTTPResponding {
     /// matching route's pattern whatever the method, or nil when none matches (never the raw path
     /// of an unknown request, so labels stay few).
     public func routePattern(for path: String) -> String? {
-        routes.filter { $0.match(path) != nil }.max { $0.specificity < $1.specificity }?.path
+        let pieces = HTTPRoute<Context>.pieces(path)
+        return routes.filter { $0.match(pieces) != nil }.max { $0.specificity < $1.specificity }?.path
     }
 }
 
