@@ -15,8 +15,7 @@ import Storage
 /// Threading: `init` blocks the calling thread only for binding the port (and reading the OpenAPI
 /// resource once). `stop()` may be called
 /// from any thread; it stops the server and waits for its threads (the pool is its owner's to shut down).
-public final class HTTPAPIService: @unchecked Sendable {
-    // @unchecked: every stored property is set in init and never changed.
+public final class HTTPAPIService: Sendable {
     public let server: HTTPServer
     /// The route table the server answers by.
     public let router: HTTPRouter<APIContext>
