@@ -47,12 +47,16 @@ var targets: [Target] = [
     .target(name: "Metrics"),
     // The value-type logger every layer takes, and the process's standard-error writer.
     .target(name: "RouseLog", dependencies: ["Crypto"]),
-    // The HTTP server, the token posting endpoint and health.
-    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting"]),
+    // A generic HTTP/1.1 server on libmicrohttpd: requests, answers, the route table, middleware.
+    .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
+    // Rouse's HTTP API on it: the token posting endpoint, health, calls, the admin API and pages.
+    .target(
+        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting"],
+        resources: [.copy("openapi.json")]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -73,7 +77,9 @@ var targets: [Target] = [
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage"]),
-    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
+    .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "RouseTestSupport"]),
+    .testTarget(
+        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
     .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
@@ -95,7 +101,7 @@ if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
         ("SIPDifferentialFuzz", ["SIPDifferential", "SIPMessage"]),
         ("DigestFuzz", ["Registrar", "Crypto"]),
         ("PushParametersFuzz", ["Registrar", "SIPMessage"]),
-        ("HTTPBodyFuzz", ["HTTPAPI", "Push", "Registrar", "Crypto"]),
+        ("HTTPBodyFuzz", ["HTTPAPI", "HTTPServer", "Push", "Registrar", "Crypto"]),
     ]
     for (name, dependencies) in harnesses {
         targets.append(.executableTarget(name: name, dependencies: dependencies))

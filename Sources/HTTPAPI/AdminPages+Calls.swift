@@ -1,5 +1,6 @@
 import CallRouting
 import Foundation
+import HTTPServer
 import Registrar
 import Storage
 
@@ -40,7 +41,7 @@ extension AdminPages {
     }
 
     /// `GET /admin/calls?extension=&before=`: the latest calls, 50 at a time.
-    func callsPage(_ page: SignedIn) throws -> HTTPResponse {
+    func callsPage(_ page: SignedIn) async throws -> HTTPResponse {
         let text = page.query("extension").trimmingCharacters(in: .whitespaces)
         var form = FormState(values: ["extension": text])
         var aor: AddressOfRecord? = nil
@@ -55,7 +56,7 @@ extension AdminPages {
         var calls: [CallJourney] = []
         var next: Date? = nil
         if form.errors.isEmpty {
-            (calls, next) = try reads.calls(of: aor, limit: Self.callsPerPage, before: before)
+            (calls, next) = try await reads.calls(of: aor, limit: Self.callsPerPage, before: before, page.store)
         }
         let rows = calls.map { Self.callRow($0, showCallee: true) }
         let older: HTML = next.map { cursor -> HTML in
@@ -77,8 +78,9 @@ extension AdminPages {
     }
 
     /// `GET /admin/calls/{id}`: the call's summary and its journey as a timeline.
-    func journeyPage(_ page: SignedIn, _ rest: String) throws -> HTTPResponse {
-        guard let id = UUID(uuidString: rest), let call = try reads.journey(id: id) else {
+    func journeyPage(_ page: SignedIn) async throws -> HTTPResponse {
+        let rest = page.parameter("id")
+        guard let id = UUID(uuidString: rest), let call = try await reads.journey(id: id, page.store) else {
             return Self.notFoundPage(page, message: "There is no such call.")
         }
         let summary: HTML = """

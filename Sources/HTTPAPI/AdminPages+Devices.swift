@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
@@ -29,55 +30,45 @@ extension AdminPages {
         return "<div class=\"device-actions\">\(test)\(show)</div>"
     }
 
-    /// `POST /admin/extensions/{address}/devices/{id}/test` and `…/token`.
-    func deviceAction(_ page: SignedIn, address: String, id: String, action: String, _ respond: HTTPResponder) {
-        let found: (AddressOfRecord, AdminReads.Device)
-        do {
-            guard let aor = try? DirectoryError.parseAddress(address) else {
-                respond(Self.notFoundPage(page, message: "There is no extension \(address)."))
-                return
-            }
-            guard let device = try reads.extensionDetail(aor).device(id: id) else {
-                respond(Self.notFoundPage(page, message: "\(aor) has no such device now: it may have unregistered or expired. Go back and reload its page."))
-                return
-            }
-            found = (aor, device)
-        } catch {
-            respond(Self.answer(page) { _ in throw error })
-            return
+    /// The extension and device a device action names; throws the 404 page when there is none.
+    private func device(_ page: SignedIn) async throws -> (AddressOfRecord, AdminReads.Device) {
+        let address = page.parameter("address")
+        guard let aor = try? DirectoryError.parseAddress(address) else {
+            throw HTTPError(Self.notFoundPage(page, message: "There is no extension \(address)."))
         }
-        let (aor, device) = found
-        let target = "\(aor) device \(device.id) (\(device.name))"
-        if action == "token" {
-            log(.tokensShown(admin: page.session.adminName, target: target))
-            respond(Self.tokenPage(page, aor: aor, device: device))
-            return
+        guard let device = try await reads.extensionDetail(aor, page.store).device(id: page.parameter("id")) else {
+            let message = "\(aor) has no such device now: it may have unregistered or expired. Go back and reload its page."
+            throw HTTPError(Self.notFoundPage(page, message: message))
         }
+        return (aor, device)
+    }
+
+    /// `POST /admin/extensions/{address}/devices/{id}/token`.
+    @Sendable func showToken(_ page: SignedIn) async throws -> HTTPResponse {
+        let (aor, device) = try await device(page)
+        log(.tokensShown(admin: page.session.adminName, target: "\(aor) device \(device.id) (\(device.name))"))
+        return Self.tokenPage(page, aor: aor, device: device)
+    }
+
+    /// `POST /admin/extensions/{address}/devices/{id}/test`.
+    @Sendable func testDevice(_ page: SignedIn) async throws -> HTTPResponse {
+        let (aor, device) = try await device(page)
+        let address = page.parameter("address")
         guard let channel = device.ringChannel else {
-            respond(Self.answer(page) { try extensionPage($0, address: address, problem: "No test push for this device: \(device.untestableReason ?? "").", status: 409) })
-            return
+            return try await extensionPage(page, address: address, problem: "No test push for this device: \(device.untestableReason ?? "").", status: 409)
         }
-        let interval = reads.testPushInterval
         let resultID = "device-result-\(device.id)"
-        Task {
-            let answer: AdminReads.TestPushAnswer
-            do {
-                answer = try await reads.sendTestPush(to: device, of: aor)
-            } catch {
-                respond(Self.unavailablePage(page.session))
-                return
-            }
-            log(.testPush(admin: page.session.adminName, target: target, token: PushRecord.shorten(channel.token), outcome: answer.word))
-            queue.async {
-                switch answer {
-                case .sent(let outcome, let appID):
-                    let sent = Self.sentLine(channel, appID: appID)
-                    respond(Self.answer(page) { try extensionPage($0, address: address, deviceResults: [device.id: Self.testResult(outcome, id: resultID, sent: sent)]) })
-                case .limited(let seconds):
-                    let result = Self.limitedResult(retryAfterSeconds: seconds, interval: interval, id: resultID)
-                    respond(Self.retryingAfter(seconds, Self.answer(page) { try extensionPage($0, address: address, status: 429, deviceResults: [device.id: result]) }))
-                }
-            }
+        let answer = try await reads.sendTestPush(to: device, of: aor, page.store)
+        let target = "\(aor) device \(device.id) (\(device.name))"
+        log(.testPush(admin: page.session.adminName, target: target, token: PushRecord.shorten(channel.token), outcome: answer.word))
+        let after = page.renewed()
+        switch answer {
+        case .sent(let outcome, let appID):
+            let sent = Self.sentLine(channel, appID: appID)
+            return try await extensionPage(after, address: address, deviceResults: [device.id: Self.testResult(outcome, id: resultID, sent: sent)])
+        case .limited(let seconds):
+            let result = Self.limitedResult(retryAfterSeconds: seconds, interval: reads.testPushInterval, id: resultID)
+            return Self.retryingAfter(seconds, try await extensionPage(after, address: address, status: 429, deviceResults: [device.id: result]))
         }
     }
 

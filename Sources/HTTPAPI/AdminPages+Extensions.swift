@@ -1,5 +1,6 @@
 import CallRouting
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
@@ -39,13 +40,13 @@ extension AdminPages {
     func extensionsPage(
         _ page: SignedIn, organisationForm: FormState = .blank, extensionForm: FormState = .blank, problem: String? = nil,
         status: Int = 200
-    ) throws -> HTTPResponse {
+    ) async throws -> HTTPResponse {
         let search = page.query("search")
         let domain = page.query("domain")
         let offset = max(0, Int(page.query("offset")) ?? 0)
-        let organisations = try reads.directory.listDomains()
+        let organisations = try await page.store.directory { try $0.listDomains() }
         let chosenDomain = organisations.contains { $0.domain == domain.lowercased() } ? domain.lowercased() : ""
-        let found = try reads.extensions(domain: chosenDomain.isEmpty ? nil : chosenDomain, search: search)
+        let found = try await reads.extensions(domain: chosenDomain.isEmpty ? nil : chosenDomain, search: search, page.store)
         let shown = found.dropFirst(offset).prefix(Self.extensionsPerPage)
         let csrf = Self.csrfField(page.session)
 
@@ -117,35 +118,35 @@ extension AdminPages {
     }
 
     /// `POST /admin/organisations`.
-    func addOrganisation(_ page: SignedIn) throws -> HTTPResponse {
+    func addOrganisation(_ page: SignedIn) async throws -> HTTPResponse {
         let domain = page.field("domain").trimmingCharacters(in: .whitespaces)
         do {
-            let added = try reads.directory.addDomain(domain)
+            let added = try await page.store.directory { try $0.addDomain(domain) }
             return Self.done("/extensions", "organisation-added", subject: added)
         } catch let refusal as DirectoryError {
             let form = FormState(values: ["domain": domain], errors: ["domain": refusal.description])
-            return try extensionsPage(page, organisationForm: form, status: 400)
+            return try await extensionsPage(page, organisationForm: form, status: 400)
         }
     }
 
     /// `POST /admin/organisations/remove`: refused while it has extensions.
-    func removeOrganisation(_ page: SignedIn) throws -> HTTPResponse {
+    func removeOrganisation(_ page: SignedIn) async throws -> HTTPResponse {
         let domain = page.field("domain")
         do {
-            try reads.directory.removeDomain(domain)
+            try await page.store.directory { try $0.removeDomain(domain) }
             return Self.done("/extensions", "organisation-removed", subject: domain.lowercased())
         } catch let refusal as DirectoryError {
-            return try extensionsPage(page, problem: "Not removed: \(refusal.description).", status: 409)
+            return try await extensionsPage(page, problem: "Not removed: \(refusal.description).", status: 409)
         }
     }
 
     /// `POST /admin/extensions`.
-    func addExtension(_ page: SignedIn) throws -> HTTPResponse {
+    func addExtension(_ page: SignedIn) async throws -> HTTPResponse {
         let address = page.field("address").trimmingCharacters(in: .whitespaces)
         var form = FormState(values: ["address": address])
         do {
             let aor = try DirectoryError.parseAddress(address)
-            try reads.directory.addExtension(aor, password: page.field("password"))
+            try await page.store.directory { try $0.addExtension(aor, password: page.field("password")) }
             return Self.done("/extensions", "extension-added", subject: aor.description)
         } catch let refusal as DirectoryError {
             switch refusal {
@@ -153,7 +154,7 @@ extension AdminPages {
             case .noSuchDomain(let domain): form.errors["address"] = "there is no organisation \(domain); add it above first"
             default: form.errors["address"] = refusal.description
             }
-            return try extensionsPage(page, extensionForm: form, status: 400)
+            return try await extensionsPage(page, extensionForm: form, status: 400)
         }
     }
 
@@ -164,9 +165,9 @@ extension AdminPages {
     func extensionPage(
         _ page: SignedIn, address: String, passwordForm: FormState = .blank, problem: String? = nil, status: Int = 200,
         deviceResults: [String: HTML] = [:]
-    ) throws -> HTTPResponse {
+    ) async throws -> HTTPResponse {
         guard let aor = try? DirectoryError.parseAddress(address) else { return Self.notFoundPage(page, message: "There is no extension \(address).") }
-        let detail = try reads.extensionDetail(aor)
+        let detail = try await reads.extensionDetail(aor, page.store)
         let csrf = Self.csrfField(page.session)
         let path = Self.extensionPath(aor)
 
@@ -287,43 +288,29 @@ extension AdminPages {
             """
     }
 
-    /// `POST /admin/extensions/{address}/…`: a device's test push or token (answered later, from
-    /// a task), or a form of the extension.
-    func extensionAction(_ page: SignedIn, _ rest: String, _ respond: HTTPResponder) {
-        let parts = rest.components(separatedBy: "/devices/")
-        if parts.count == 2 {
-            let target = parts[1].split(separator: "/").map(String.init)
-            guard target.count == 2, ["test", "token"].contains(target[1]) else {
-                respond(Self.notFoundPage(page))
-                return
-            }
-            deviceAction(page, address: parts[0], id: target[0], action: target[1], respond)
-            return
+    /// `POST /admin/extensions/{address}/password`.
+    @Sendable func changePassword(_ page: SignedIn) async throws -> HTTPResponse {
+        let address = page.parameter("address")
+        guard let aor = try? DirectoryError.parseAddress(address) else { return Self.notFoundPage(page) }
+        do {
+            let password = page.field("password")
+            try await page.store.directory { try $0.changePassword(aor, password: password) }
+        } catch let refusal as DirectoryError {
+            guard case .invalidPassword = refusal else { throw refusal }
+            let form = FormState(errors: ["password": refusal.description])
+            return try await extensionPage(page, address: address, passwordForm: form, status: 400)
         }
-        respond(Self.answer(page) { try extensionForm($0, rest) })
+        return Self.redirect(Self.extensionPath(aor) + "?done=password-changed")
     }
 
-    /// `POST /admin/extensions/{address}/password` and `…/remove`.
-    func extensionForm(_ page: SignedIn, _ rest: String) throws -> HTTPResponse {
-        for action in ["/password", "/remove"] where rest.hasSuffix(action) {
-            let address = String(rest.dropLast(action.count))
-            guard let aor = try? DirectoryError.parseAddress(address) else { break }
-            if action == "/password" {
-                do {
-                    try reads.directory.changePassword(aor, password: page.field("password"))
-                } catch let refusal as DirectoryError {
-                    guard case .invalidPassword = refusal else { throw refusal }
-                    let form = FormState(errors: ["password": refusal.description])
-                    return try extensionPage(page, address: address, passwordForm: form, status: 400)
-                }
-                return Self.redirect(Self.extensionPath(aor) + "?done=password-changed")
-            }
-            guard page.field("confirm") == "yes" else {
-                return try extensionPage(page, address: address, problem: "Tick the box to confirm the removal.", status: 400)
-            }
-            try reads.directory.removeExtension(aor)
-            return Self.done("/extensions", "extension-removed", subject: aor.description)
+    /// `POST /admin/extensions/{address}/remove`.
+    @Sendable func removeExtension(_ page: SignedIn) async throws -> HTTPResponse {
+        let address = page.parameter("address")
+        guard let aor = try? DirectoryError.parseAddress(address) else { return Self.notFoundPage(page) }
+        guard page.field("confirm") == "yes" else {
+            return try await extensionPage(page, address: address, problem: "Tick the box to confirm the removal.", status: 400)
         }
-        return Self.notFoundPage(page)
+        try await page.store.directory { try $0.removeExtension(aor) }
+        return Self.done("/extensions", "extension-removed", subject: aor.description)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import Storage
 
 /// The frame every admin page shares (head, navigation, sign-out), its style sheet, form fields

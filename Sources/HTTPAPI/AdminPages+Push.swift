@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
@@ -11,8 +12,8 @@ extension AdminPages {
     func pushPage(
         _ page: SignedIn, testResults: [Int64: HTML] = [:], testForms: [Int64: FormState] = [:], problem: String? = nil,
         status: Int = 200
-    ) throws -> HTTPResponse {
-        let apps = try reads.pushApps()
+    ) async throws -> HTTPResponse {
+        let apps = try await reads.pushApps(page.store)
         func section(_ kind: String, title: String, adding: String, none: String) -> HTML {
             let cards = apps.filter { $0.kind == kind }.map { app in
                 Self.pushAppCard(app, page: page, result: testResults[app.id], form: testForms[app.id] ?? .blank)
@@ -119,15 +120,14 @@ extension AdminPages {
     // MARK: - Adding and editing
 
     /// `GET /admin/push/new?kind=apns|fcm`.
-    func newPushAppPage(_ page: SignedIn) throws -> HTTPResponse {
+    func newPushAppPage(_ page: SignedIn) async throws -> HTTPResponse {
         let kind = page.query("kind") == "fcm" ? "fcm" : "apns"
         return Self.pushAppForm(page, kind: kind, stored: nil, form: .blank)
     }
 
     /// `GET /admin/push/{id}/edit`.
-    func editPushAppPage(_ page: SignedIn, _ rest: String) throws -> HTTPResponse {
-        guard rest.hasSuffix("/edit"), let id = Int64(rest.dropLast("/edit".count)),
-            let app = try reads.run({ try PostgresPushApps(connection: $0).app(id: id) })
+    @Sendable func editPushAppPage(_ page: SignedIn) async throws -> HTTPResponse {
+        guard let id = Self.appID(page), let app = try await page.store.perform({ try PostgresPushApps(connection: $0).app(id: id) })
         else { return Self.notFoundPage(page, message: "There is no such push app.") }
         var form = FormState(values: ["param": app.param])
         if case .apns(let apns) = app.credentials {
@@ -185,12 +185,12 @@ extension AdminPages {
     }
 
     /// `POST /admin/push/new`.
-    func addPushApp(_ page: SignedIn) throws -> HTTPResponse {
+    func addPushApp(_ page: SignedIn) async throws -> HTTPResponse {
         let kind = page.field("kind") == "fcm" ? "fcm" : "apns"
         var form = Self.submitted(page)
         do {
             let app = try Self.pushApp(from: page, kind: kind, stored: nil)
-            let (id, _) = try reads.run { try PostgresPushApps(connection: $0).add(app) }
+            let (id, _) = try await page.store.perform { try PostgresPushApps(connection: $0).add(app) }
             return Self.done("/push", "push-app-added", subject: String(id))
         } catch let problem as PushAppError {
             form.errors[Self.formField(problem.field)] = Self.fieldMessage(problem)
@@ -198,23 +198,13 @@ extension AdminPages {
         }
     }
 
-    /// `POST /admin/push/{id}/edit`, `…/remove` and `…/test` (the test answers later, from a task).
-    func pushAppAction(_ page: SignedIn, _ rest: String, _ respond: HTTPResponder) {
-        let parts = rest.split(separator: "/")
-        guard parts.count == 2, let id = Int64(parts[0]) else {
-            respond(Self.notFoundPage(page))
-            return
-        }
-        switch parts[1] {
-        case "edit": respond(Self.answer(page) { try editPushApp($0, id: id) })
-        case "remove": respond(Self.answer(page) { try removePushApp($0, id: id) })
-        case "test": testPush(page, id: id, respond)
-        default: respond(Self.notFoundPage(page))
-        }
-    }
+    /// The `{id}` of a push app's path; nil when it is not a number.
+    static func appID(_ page: SignedIn) -> Int64? { Int64(page.parameter("id")) }
 
-    func editPushApp(_ page: SignedIn, id: Int64) throws -> HTTPResponse {
-        guard let stored = try reads.run({ try PostgresPushApps(connection: $0).app(id: id) }) else {
+    /// `POST /admin/push/{id}/edit`.
+    @Sendable func editPushApp(_ page: SignedIn) async throws -> HTTPResponse {
+        guard let id = Self.appID(page) else { return Self.notFoundPage(page) }
+        guard let stored = try await page.store.perform({ try PostgresPushApps(connection: $0).app(id: id) }) else {
             return Self.notFoundPage(page, message: "There is no such push app.")
         }
         var form = Self.submitted(page)
@@ -222,7 +212,7 @@ extension AdminPages {
             var app = try Self.pushApp(from: page, kind: stored.kind, stored: stored)
             app.id = id
             let edited = app
-            guard try reads.run({ try PostgresPushApps(connection: $0).update(edited) }) != nil else {
+            guard try await page.store.perform({ try PostgresPushApps(connection: $0).update(edited) }) != nil else {
                 return Self.notFoundPage(page, message: "There is no such push app.")
             }
             return Self.done("/push", "push-app-saved", subject: String(id))
@@ -232,11 +222,13 @@ extension AdminPages {
         }
     }
 
-    func removePushApp(_ page: SignedIn, id: Int64) throws -> HTTPResponse {
+    /// `POST /admin/push/{id}/remove`.
+    @Sendable func removePushApp(_ page: SignedIn) async throws -> HTTPResponse {
+        guard let id = Self.appID(page) else { return Self.notFoundPage(page) }
         guard page.field("confirm") == "yes" else {
-            return try pushPage(page, problem: "Tick the box beside Remove to confirm.", status: 400)
+            return try await pushPage(page, problem: "Tick the box beside Remove to confirm.", status: 400)
         }
-        guard try reads.run({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
+        guard try await page.store.perform({ try PostgresPushApps(connection: $0).remove(id: id) }) else {
             return Self.notFoundPage(page, message: "There is no such push app.")
         }
         return Self.done("/push", "push-app-removed", subject: String(id))
@@ -299,7 +291,8 @@ extension AdminPages {
 
     /// `POST /admin/push/{id}/test`: one push to the pasted token as a call would send it; the
     /// page comes back with the provider's answer beside the app.
-    func testPush(_ page: SignedIn, id: Int64, _ respond: HTTPResponder) {
+    @Sendable func testPush(_ page: SignedIn) async throws -> HTTPResponse {
+        guard let id = Self.appID(page) else { return Self.notFoundPage(page) }
         let token = page.field("token").filter { !$0.isWhitespace }
         var provider: PushProvider? = nil
         var problem: String? = nil
@@ -314,31 +307,19 @@ extension AdminPages {
             }
         }
         if let problem {
-            respond(Self.answer(page) { try pushPage($0, testForms: [id: FormState(errors: ["token": problem])], status: 400) })
-            return
+            return try await pushPage(page, testForms: [id: FormState(errors: ["token": problem])], status: 400)
         }
-        let chosen = provider
-        let interval = reads.testPushInterval
-        Task {
-            let answer: AdminReads.TestPushAnswer?
-            do {
-                answer = try await reads.sendTestPush(appID: id, token: token, provider: chosen)
-            } catch {
-                respond(Self.unavailablePage(page.session))
-                return
-            }
-            if let answer { log(.testPush(admin: page.session.adminName, target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word)) }
-            queue.async {
-                switch answer {
-                case nil:
-                    respond(Self.notFoundPage(page, message: "There is no such push app."))
-                case .sent(let outcome, _)?:
-                    respond(Self.answer(page) { try pushPage($0, testResults: [id: Self.testResult(outcome, id: "test-result-\(id)")]) })
-                case .limited(let seconds)?:
-                    let result = Self.limitedResult(retryAfterSeconds: seconds, interval: interval, id: "test-result-\(id)")
-                    respond(Self.retryingAfter(seconds, Self.answer(page) { try pushPage($0, testResults: [id: result], status: 429) }))
-                }
-            }
+        let answer = try await reads.sendTestPush(appID: id, token: token, provider: provider, page.store)
+        if let answer { log(.testPush(admin: page.session.adminName, target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word)) }
+        let after = page.renewed()
+        switch answer {
+        case nil:
+            return Self.notFoundPage(page, message: "There is no such push app.")
+        case .sent(let outcome, _)?:
+            return try await pushPage(after, testResults: [id: Self.testResult(outcome, id: "test-result-\(id)")])
+        case .limited(let seconds)?:
+            let result = Self.limitedResult(retryAfterSeconds: seconds, interval: reads.testPushInterval, id: "test-result-\(id)")
+            return Self.retryingAfter(seconds, try await pushPage(after, testResults: [id: result], status: 429))
         }
     }
 }

@@ -1,6 +1,6 @@
 import Crypto
-import Dispatch
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
@@ -15,10 +15,9 @@ import Storage
 /// token is ever written into a page; a whole push token only into the page an administrator's
 /// Show token asks for.
 ///
-/// Threading: the handlers run on the HTTP server's threads and never block: each request's
-/// work (the session lookup, the storage reads and writes, the PBKDF2 check at sign-in) runs on a
-/// queue of its own and answers through the responder; a test push awaits the push service in a
-/// task.
+/// Threading: the handlers are async and never block: the session lookup (`AdminSessionCheck`),
+/// the storage reads and writes and the PBKDF2 check at sign-in are awaited through the request's
+/// `Store`; a test push awaits the push service.
 public struct AdminPages: Sendable {
     /// Where the pages live; the session cookie is scoped to it.
     public static let base = "/admin"
@@ -28,135 +27,68 @@ public struct AdminPages: Sendable {
     static let signInCookie = "rouse_admin_signin"
 
     let reads: AdminReads
+    /// Seconds a session lasts from sign-in (`admin_session_lifetime`).
     let sessionLifetime: TimeInterval
+    /// Counts failed sign-ins per address, with SIP and the posting endpoint.
     let throttle: AuthFailureThrottle?
     let log: @Sendable (HTTPAPIEvent) -> Void
-    let queue = DispatchQueue(label: "rouse.http.admin-pages", attributes: .concurrent)
-
-    /// - Parameter sessionLifetime: seconds a session lasts from sign-in (`admin_session_lifetime`).
-    /// - Parameter throttle: counts failed sign-ins per address, with SIP and the posting endpoint;
-    ///   a blocked address gets 429.
-    /// - Parameter pusher: the instance's push service, which a device's Test push goes through.
-    /// - Parameter testPushInterval: seconds between two test pushes to one device token.
-    /// - Parameter log: gets the test pushes and the tokens shown, by whom (never a whole token).
-    /// - Parameter databaseDeadline: seconds a request waits for one database job before it gets
-    ///   the 503 page saying the database is unavailable.
-    public init(
-        pool: PostgresWorkerPool, pushSettings: PushSettings = PushSettings(), sessionLifetime: TimeInterval = 12 * 3600,
-        throttle: AuthFailureThrottle? = nil, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
-        databaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
-    ) {
-        self.reads = AdminReads(
-            pool: pool, pushSettings: pushSettings, pusher: pusher, testPushInterval: testPushInterval, databaseDeadline: databaseDeadline)
-        self.sessionLifetime = sessionLifetime
-        self.throttle = throttle
-        self.log = log
-    }
-
-    var pool: PostgresWorkerPool { reads.pool }
-
-    /// Adds every page to `router`.
-    public func register(on router: inout HTTPRouter) {
-        let b = Self.base
-        router.add("GET", "/") { _, respond in respond(Self.redirect(b + "/sign-in")) }
-        router.add("GET", b) { _, respond in respond(Self.redirect(b + "/sign-in")) }
-        router.add("GET", b + "/") { _, respond in respond(Self.redirect(b + "/sign-in")) }
-        router.add("GET", b + "/style.css") { _, respond in respond(Self.styleSheet) }
-        router.add("GET", b + "/sign-in") { request, respond in signInForm(request, respond) }
-        router.add("POST", b + "/sign-in") { request, respond in signIn(request, respond) }
-        router.add("POST", b + "/sign-out") { request, respond in signOut(request, respond) }
-        router.add("GET", prefix: b + "/") { request, _, respond in
-            page(request, respond) { page in Self.notFoundPage(page) }
-        }
-
-        router.add("GET", b + "/extensions") { request, respond in page(request, respond) { try extensionsPage($0) } }
-        router.add("POST", b + "/organisations") { request, respond in form(request, respond) { try addOrganisation($0) } }
-        router.add("POST", b + "/organisations/remove") { request, respond in form(request, respond) { try removeOrganisation($0) } }
-        router.add("POST", b + "/extensions") { request, respond in form(request, respond) { try addExtension($0) } }
-        router.add("GET", prefix: b + "/extensions/") { request, rest, respond in
-            page(request, respond) { try extensionPage($0, address: rest) }
-        }
-        router.add("POST", prefix: b + "/extensions/") { request, rest, respond in
-            session(request, respond, checkingForm: true) { page in extensionAction(page, rest, respond) }
-        }
-
-        router.add("GET", b + "/push") { request, respond in page(request, respond) { try pushPage($0) } }
-        router.add("GET", b + "/push/new") { request, respond in page(request, respond) { try newPushAppPage($0) } }
-        router.add("POST", b + "/push/new") { request, respond in form(request, respond) { try addPushApp($0) } }
-        router.add("GET", prefix: b + "/push/") { request, rest, respond in
-            page(request, respond) { try editPushAppPage($0, rest) }
-        }
-        router.add("POST", prefix: b + "/push/") { request, rest, respond in
-            session(request, respond, checkingForm: true) { page in pushAppAction(page, rest, respond) }
-        }
-
-        router.add("GET", b + "/calls") { request, respond in page(request, respond) { try callsPage($0) } }
-        router.add("GET", prefix: b + "/calls/") { request, rest, respond in page(request, respond) { try journeyPage($0, rest) } }
-    }
 
     // MARK: - Sessions and forms
 
-    /// A request of a signed-in administrator: the session, and the form fields of a POST.
+    /// A request of a signed-in administrator: the session, the form fields of a POST, and the
+    /// request's storage.
     struct SignedIn: Sendable {
         let request: HTTPRequest
         let session: AdminSession
         let form: [String: String]
+        var store: Store
+        /// The path's parameters.
+        var parameters: [String: String] = [:]
+
+        /// A path parameter, or "".
+        func parameter(_ name: String) -> String { parameters[name] ?? "" }
 
         /// A form field, or "".
         func field(_ name: String) -> String { form[name] ?? "" }
         /// A query argument, or "".
         func query(_ name: String) -> String { request.query[name] ?? "" }
-    }
 
-    /// Runs `then` on the pages' queue with the request's live session; without one, a GET is
-    /// sent to sign-in and a POST too (nothing changed). With `checkingForm`, a form without the
-    /// session's CSRF token gets 403 and changes nothing.
-    func session(
-        _ request: HTTPRequest, _ respond: HTTPResponder, checkingForm: Bool = false,
-        then: @escaping @Sendable (SignedIn) -> Void
-    ) {
-        let token = Self.cookies(request)[Self.sessionCookie]
-        queue.async {
-            let found: AdminSession?
-            do {
-                found = try token.flatMap { token in try reads.run { try AdminSessions.find(token: token, on: $0) } }
-            } catch {
-                respond(Self.unavailablePage())
-                return
-            }
-            guard let session = found else {
-                let target = Self.base + "/sign-in" + (token == nil ? "" : "?ended=1")
-                respond(Self.redirect(target, headers: token == nil ? [] : [("Set-Cookie", Self.clearedSessionCookie)]))
-                return
-            }
-            let form = checkingForm ? Self.formFields(request.body) : [:]
-            if checkingForm, !Self.sameToken(form["csrf"], session.csrfToken) {
-                respond(Self.forbiddenPage(session))
-                return
-            }
-            then(SignedIn(request: request, session: session, form: form))
+        /// The same request with the route's whole deadline again (after a test push, to draw the page).
+        func renewed() -> SignedIn {
+            var page = self
+            page.store = store.renewed()
+            return page
         }
     }
 
-    /// A GET page: `render` on the queue, its storage errors as a 503 page.
-    func page(_ request: HTTPRequest, _ respond: HTTPResponder, _ render: @escaping @Sendable (SignedIn) throws -> HTTPResponse) {
-        session(request, respond) { page in respond(Self.answer(page, render)) }
+    /// The signed-in request `AdminSessionCheck` let in.
+    static func signedIn(_ context: APIContext) throws -> SignedIn {
+        guard let page = context.signedIn else { throw HTTPError(redirect(base + "/sign-in")) }
+        return page
     }
 
-    /// A POST form: checked for its CSRF token, then `handle` on the queue.
-    func form(_ request: HTTPRequest, _ respond: HTTPResponder, _ handle: @escaping @Sendable (SignedIn) throws -> HTTPResponse) {
-        session(request, respond, checkingForm: true) { page in respond(Self.answer(page, handle)) }
+    /// A page handler of a signed-in request.
+    typealias PageHandler = @Sendable (SignedIn) async throws -> HTTPResponse
+
+    /// `handler` as a route's handler: it gets the request's `SignedIn`.
+    static func page(_ handler: @escaping PageHandler) -> HTTPHandler<APIContext> {
+        { _, context in
+            var page = try signedIn(context)
+            page.parameters = context.parameters
+            return try await handler(page)
+        }
     }
 
-    static func answer(_ page: SignedIn, _ render: (SignedIn) throws -> HTTPResponse) -> HTTPResponse {
-        do {
-            return try render(page)
-        } catch let refusal as DirectoryError {
+    /// The answer for an error of a signed-in page: a directory refusal as a page saying it,
+    /// anything else (PostgreSQL failing or slow) as the 503 page.
+    static func answer(for error: any Error, _ page: SignedIn) -> HTTPResponse {
+        switch error {
+        case let refusal as DirectoryError:
             switch refusal {
             case .noSuchDomain, .noSuchExtension: return notFoundPage(page, message: refusal.description)
             default: return problemPage(page, status: 400, message: refusal.description)
             }
-        } catch {
+        default:
             return unavailablePage(page.session)
         }
     }
@@ -207,25 +139,46 @@ public struct AdminPages: Sendable {
 
     // MARK: - Sign-in and sign-out
 
+    /// `GET /admin/`, `/admin` and `/`: to the sign-in page.
+    @Sendable static func toSignIn(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        redirect(base + "/sign-in")
+    }
+
+    /// `GET /admin/style.css`.
+    @Sendable static func style(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        styleSheet
+    }
+
+    /// `GET /admin/{page}` that is no page: 404 for a signed-in administrator.
+    @Sendable static func noSuchPage(_ page: SignedIn) async throws -> HTTPResponse {
+        notFoundPage(page)
+    }
+
     /// The sign-in form, with a fresh CSRF token in a short-lived cookie and in the form (there is
     /// no session to tie it to yet). A browser with a live session goes to the extensions.
-    func signInForm(_ request: HTTPRequest, _ respond: HTTPResponder) {
-        let token = Self.cookies(request)[Self.sessionCookie]
-        queue.async {
-            if let token, let _ = try? reads.run({ try AdminSessions.find(token: token, on: $0) }) {
-                respond(Self.redirect(Self.base + "/extensions"))
-                return
-            }
-            let message: HTML
-            if request.query["ended"] != nil {
-                message = "<p class=\"notice\" id=\"notice\">Your session has ended. Sign in again.</p>"
-            } else if request.query["signed-out"] != nil {
-                message = "<p class=\"notice\" id=\"notice\">You have signed out.</p>"
-            } else {
-                message = .empty
-            }
-            respond(Self.signInPage(request, status: 200, message: message, name: ""))
+    @Sendable func signInForm(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        if let token = Self.cookies(request)[Self.sessionCookie],
+            let _ = try? await context.store().perform({ try AdminSessions.find(token: token, on: $0) })
+        {
+            return Self.redirect(Self.base + "/extensions")
         }
+        let message: HTML
+        if request.query["ended"] != nil {
+            message = "<p class=\"notice\" id=\"notice\">Your session has ended. Sign in again.</p>"
+        } else if request.query["signed-out"] != nil {
+            message = "<p class=\"notice\" id=\"notice\">You have signed out.</p>"
+        } else {
+            message = .empty
+        }
+        return Self.signInPage(request, status: 200, message: message, name: "")
+    }
+
+    /// The sign-in page's 429 for an address blocked for failed credentials.
+    static func throttledSignIn(_ request: HTTPRequest, _ seconds: Int) -> HTTPResponse {
+        signInPage(
+            request, status: 429,
+            message: "<p class=\"error\" id=\"error\">Too many failed attempts from this address. Try again in \(seconds) s.</p>",
+            name: "", headers: [("Retry-After", String(seconds))])
     }
 
     static func signInPage(_ request: HTTPRequest, status: Int, message: HTML, name: String, headers: [(String, String)] = []) -> HTTPResponse {
@@ -251,67 +204,39 @@ public struct AdminPages: Sendable {
 
     /// Checks the form's CSRF token against its cookie, then the credentials (PBKDF2, counted by
     /// the throttle when wrong); opens a session and sets its cookie.
-    func signIn(_ request: HTTPRequest, _ respond: HTTPResponder) {
-        if let throttle, let address = request.remoteAddress, let left = throttle.isBlocked(address) {
-            let seconds = max(1, Int(left.rounded(.up)))
-            respond(
-                Self.signInPage(
-                    request, status: 429,
-                    message: "<p class=\"error\" id=\"error\">Too many failed attempts from this address. Try again in \(seconds) s.</p>",
-                    name: "", headers: [("Retry-After", String(seconds))]))
-            return
-        }
+    @Sendable func signIn(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
         let form = Self.formFields(request.body)
         let name = form["name"] ?? ""
         let password = form["password"] ?? ""
         guard let expected = Self.cookies(request)[Self.signInCookie], Self.sameToken(form["csrf"], expected) else {
-            respond(
-                Self.signInPage(
-                    request, status: 403,
-                    message: "<p class=\"error\" id=\"error\">The sign-in form was out of date. Please sign in again.</p>", name: name))
-            return
+            return Self.signInPage(
+                request, status: 403,
+                message: "<p class=\"error\" id=\"error\">The sign-in form was out of date. Please sign in again.</p>", name: name)
         }
         let lifetime = sessionLifetime
-        queue.async {
-            let opened: AdminSession?
-            do {
-                opened = try reads.run { connection -> AdminSession? in
-                    guard try PostgresAdmins.verify(name: name, password: password, on: connection) else { return nil }
-                    return try AdminSessions.create(adminName: name, lifetime: lifetime, on: connection)
-                }
-            } catch {
-                respond(Self.unavailablePage())
-                return
-            }
-            guard let session = opened else {
-                if let address = request.remoteAddress { throttle?.recordFailure(address) }
-                respond(
-                    Self.signInPage(
-                        request, status: 401, message: "<p class=\"error\" id=\"error\">Wrong admin name or password.</p>", name: name))
-                return
-            }
-            let secure = Self.isSecure(request)
-            respond(
-                Self.redirect(
-                    Self.base + "/extensions",
-                    headers: [
-                        ("Set-Cookie", Self.cookie(Self.sessionCookie, session.token, path: Self.base, maxAge: Int(lifetime), secure: secure)),
-                        ("Set-Cookie", Self.cookie(Self.signInCookie, "", path: Self.base + "/sign-in", maxAge: 0, secure: secure)),
-                    ]))
+        let opened = try await context.store().perform { connection -> AdminSession? in
+            guard try PostgresAdmins.verify(name: name, password: password, on: connection) else { return nil }
+            return try AdminSessions.create(adminName: name, lifetime: lifetime, on: connection)
         }
+        guard let session = opened else {
+            if let address = request.remoteAddress { throttle?.recordFailure(address) }
+            return Self.signInPage(
+                request, status: 401, message: "<p class=\"error\" id=\"error\">Wrong admin name or password.</p>", name: name)
+        }
+        let secure = Self.isSecure(request)
+        return Self.redirect(
+            Self.base + "/extensions",
+            headers: [
+                ("Set-Cookie", Self.cookie(Self.sessionCookie, session.token, path: Self.base, maxAge: Int(lifetime), secure: secure)),
+                ("Set-Cookie", Self.cookie(Self.signInCookie, "", path: Self.base + "/sign-in", maxAge: 0, secure: secure)),
+            ])
     }
 
     /// Ends the session (in PostgreSQL, so on every instance) and clears its cookie.
-    func signOut(_ request: HTTPRequest, _ respond: HTTPResponder) {
-        session(request, respond, checkingForm: true) { page in
-            do {
-                try reads.run { try AdminSessions.remove(token: page.session.token, on: $0) }
-            } catch {
-                respond(Self.unavailablePage(page.session))
-                return
-            }
-            respond(Self.redirect(Self.base + "/sign-in?signed-out=1", headers: [("Set-Cookie", Self.clearedSessionCookie)]))
-        }
+    @Sendable static func signOut(_ page: SignedIn) async throws -> HTTPResponse {
+        let token = page.session.token
+        try await page.store.perform { try AdminSessions.remove(token: token, on: $0) }
+        return redirect(base + "/sign-in?signed-out=1", headers: [("Set-Cookie", clearedSessionCookie)])
     }
 
     // MARK: - Answers
@@ -357,5 +282,47 @@ public struct AdminPages: Sendable {
         let retry = [("Retry-After", String(AdminAPI.retryAfterSeconds))]
         guard let session else { return html(503, document(title: "Database unavailable", body: "<main class=\"narrow\">\(body)</main>"), headers: retry) }
         return html(503, layout(session, title: "Database unavailable", section: nil, body: body), headers: retry)
+    }
+}
+
+/// The admin pages' session: the cookie's session, looked up in PostgreSQL (so every instance
+/// accepts it), goes into `context.signedIn`; without one a browser is sent to sign-in (nothing
+/// changed). With `checkingForm`, a form without the session's CSRF token gets 403 and changes
+/// nothing. Runs inside a `DatabaseDeadline` (a failed lookup is its 503 page); what the page's
+/// handler throws (but an `HTTPError`) is answered by `AdminPages.answer(for:_:)`, in the
+/// session's layout.
+struct AdminSessionCheck: HTTPMiddleware {
+    let checkingForm: Bool
+
+    func handle(_ request: HTTPRequest, context: APIContext, next: HTTPNext<APIContext>) async throws -> HTTPResponse {
+        let token = AdminPages.cookies(request)[AdminPages.sessionCookie]
+        let store = try context.store()
+        let found = try await token.asyncFlatMap { token in try await store.perform { try AdminSessions.find(token: token, on: $0) } }
+        guard let session = found else {
+            let target = AdminPages.base + "/sign-in" + (token == nil ? "" : "?ended=1")
+            return AdminPages.redirect(target, headers: token == nil ? [] : [("Set-Cookie", AdminPages.clearedSessionCookie)])
+        }
+        let form = checkingForm ? AdminPages.formFields(request.body) : [:]
+        if checkingForm, !AdminPages.sameToken(form["csrf"], session.csrfToken) {
+            return AdminPages.forbiddenPage(session)
+        }
+        var context = context
+        let page = AdminPages.SignedIn(request: request, session: session, form: form, store: store)
+        context.signedIn = page
+        do {
+            return try await next(request, context)
+        } catch let refusal as HTTPError {
+            throw refusal
+        } catch {
+            return AdminPages.answer(for: error, page)
+        }
+    }
+}
+
+extension Optional {
+    /// `flatMap` with an async transform.
+    fileprivate func asyncFlatMap<T>(_ transform: (Wrapped) async throws -> T?) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
     }
 }

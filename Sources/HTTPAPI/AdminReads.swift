@@ -1,5 +1,6 @@
 import CallRouting
 import Foundation
+import HTTPServer
 import Push
 import Registrar
 import Storage
@@ -8,12 +9,9 @@ import Storage
 /// extension list with its search, a page of calls, a journey, the push apps, and the test push.
 /// Both answer from these, so a page and the API never disagree.
 ///
-/// Threading: a value, safe to share. The read functions block the calling thread on the worker
-/// pool, at most `databaseDeadline` seconds each (call them on the admin queue, never on a server
-/// thread); the test pushes suspend.
+/// Threading: a value, safe to share. Every function is async and reaches PostgreSQL through the
+/// request's `Store` (bounded by its deadline), so none blocks a thread.
 struct AdminReads: Sendable {
-    let pool: PostgresWorkerPool
-    let directory: PostgresDirectory
     let pushSettings: PushSettings
     /// The instance's push service, which calls push through: a device's test push goes through
     /// it (its apps, clients and circuit breakers). Nil: one is made from the stored apps for each
@@ -21,27 +19,6 @@ struct AdminReads: Sendable {
     let pusher: PushService?
     /// Seconds between two test pushes to one device token (`test_push_interval`).
     let testPushInterval: TimeInterval
-    /// Seconds an admin request waits for one database job (queue, connection and statements)
-    /// before it answers 503; see `run(_:)`.
-    let databaseDeadline: Double
-
-    init(
-        pool: PostgresWorkerPool, pushSettings: PushSettings, pusher: PushService? = nil, testPushInterval: TimeInterval = 30,
-        databaseDeadline: Double = AdminAPI.defaultDatabaseDeadline
-    ) {
-        self.pool = pool
-        self.databaseDeadline = databaseDeadline
-        self.directory = PostgresDirectory(pool: pool, waitDeadline: databaseDeadline)
-        self.pushSettings = pushSettings
-        self.pusher = pusher
-        self.testPushInterval = testPushInterval
-    }
-
-    /// Runs `job` on the pool and waits at most `databaseDeadline` for it
-    /// (`PostgresError.deadlinePassed` after that, which the API and pages answer with 503).
-    func run<T: Sendable>(_ job: @escaping @Sendable (PostgresConnection) throws -> T) throws -> T {
-        try pool.run(within: databaseDeadline, job)
-    }
 
     /// One device of an extension as the pages and the API list it: a registered binding or a
     /// posted token, with the id its Test push and Show token actions name it by.
@@ -129,10 +106,10 @@ struct AdminReads: Sendable {
     }
 
     /// One extension's detail; `DirectoryError.noSuchExtension` when there is none.
-    func extensionDetail(_ aor: AddressOfRecord) throws -> ExtensionDetail {
-        guard try directory.hasExtension(aor) else { throw DirectoryError.noSuchExtension(aor) }
+    func extensionDetail(_ aor: AddressOfRecord, _ store: Store) async throws -> ExtensionDetail {
+        guard try await store.directory({ try $0.hasExtension(aor) }) else { throw DirectoryError.noSuchExtension(aor) }
         let now = Date()
-        return try run { connection in
+        return try await store.perform { connection in
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
             let posted = try PostedPushTokens.list(for: aor, on: connection)
             let channels = bindings.flatMap(\.pushChannels) + posted.map(\.channel)
@@ -147,38 +124,40 @@ struct AdminReads: Sendable {
 
     /// The extensions of one organisation (or all) whose `number@domain` contains `search`, in
     /// any case.
-    func extensions(domain: String?, search: String) throws -> [DirectoryExtension] {
+    func extensions(domain: String?, search: String, _ store: Store) async throws -> [DirectoryExtension] {
         let wanted = search.lowercased()
-        return try directory.listExtensions(domain: domain).filter { wanted.isEmpty || $0.aor.description.lowercased().contains(wanted) }
+        return try await store.directory { try $0.listExtensions(domain: domain) }.filter { wanted.isEmpty || $0.aor.description.lowercased().contains(wanted) }
     }
 
     /// Up to `limit` calls, newest first, of one extension when given, started before `before`
     /// when given; `next` is the cursor of the following page (nil on the last one).
-    func calls(of aor: AddressOfRecord?, limit: Int, before: Date?, missed: Bool? = nil) throws -> (calls: [CallJourney], next: Date?) {
+    func calls(
+        of aor: AddressOfRecord?, limit: Int, before: Date?, missed: Bool? = nil, _ store: Store
+    ) async throws -> (calls: [CallJourney], next: Date?) {
         let fetched = limit + 1
-        let calls = try run { try PostgresCalls.recent(on: $0, aor: aor, limit: fetched, before: before, missed: missed) }
+        let calls = try await store.perform { try PostgresCalls.recent(on: $0, aor: aor, limit: fetched, before: before, missed: missed) }
         let page = Array(calls.prefix(limit))
         return (page, calls.count > limit ? page.last?.startedAt : nil)
     }
 
     /// One call's journey, or nil.
-    func journey(id: UUID) throws -> CallJourney? {
-        try run { try PostgresCalls.journey(id: id, on: $0) }
+    func journey(id: UUID, _ store: Store) async throws -> CallJourney? {
+        try await store.perform { try PostgresCalls.journey(id: id, on: $0) }
     }
 
     /// Every push app, without its key.
-    func pushApps() throws -> [PostgresPushApps.Summary] {
-        try run { try PostgresPushApps(connection: $0).summaries() }
+    func pushApps(_ store: Store) async throws -> [PostgresPushApps.Summary] {
+        try await store.perform { try PostgresPushApps(connection: $0).summaries() }
     }
 
     /// Sends one test push of app `id` to `token`, exactly as a call's ring push goes out, and
     /// records it like any push (a token the provider calls dead is marked so). Nil when there is
     /// no such app.
-    func sendTestPush(appID id: Int64, token: String, provider: PushProvider?) async throws -> TestPushAnswer? {
-        guard let app = try await pool.perform(within: databaseDeadline, { try PostgresPushApps(connection: $0).app(id: id) }) else { return nil }
+    func sendTestPush(appID id: Int64, token: String, provider: PushProvider?, _ store: Store) async throws -> TestPushAnswer? {
+        guard let app = try await store.perform({ try PostgresPushApps(connection: $0).app(id: id) }) else { return nil }
         let channel = PushChannel(
             provider: provider ?? (app.family == .fcm ? .fcm : .apns), token: token, param: nil, kind: app.family == .apns ? .voip : .standard)
-        return try await limitedTestPush(to: channel, aor: nil, device: nil) {
+        return try await limitedTestPush(to: channel, aor: nil, device: nil, store) {
             (await PushService(settings: pushSettings, apps: [app]).sendTest(app: app, token: token, provider: provider), id)
         }
     }
@@ -186,16 +165,16 @@ struct AdminReads: Sendable {
     /// Sends `device` of `aor` one test push exactly as a call rings it (`PushService.sendTest(to:)`
     /// through the instance's push service), and records it with the extension's pushes. The
     /// device must have a ring channel.
-    func sendTestPush(to device: Device, of aor: AddressOfRecord) async throws -> TestPushAnswer {
+    func sendTestPush(to device: Device, of aor: AddressOfRecord, _ store: Store) async throws -> TestPushAnswer {
         guard let channel = device.ringChannel else { preconditionFailure("a device without a ring channel has no test push") }
         let settings = pushSettings
         let service: PushService
         if let pusher {
             service = pusher
         } else {
-            service = try await pool.perform(within: databaseDeadline) { PushService(settings: settings, apps: try PostgresPushApps(connection: $0).all()) }
+            service = try await store.perform { PushService(settings: settings, apps: try PostgresPushApps(connection: $0).all()) }
         }
-        return try await limitedTestPush(to: channel, aor: aor, device: device.name + " (test push)") {
+        return try await limitedTestPush(to: channel, aor: aor, device: device.name + " (test push)", store) {
             let appID = channel.family == .webpush ? nil : service.app(for: channel)?.id
             return (await service.sendTest(to: channel, calleeNumber: aor.number, aor: aor.description, recordOutcome: false), appID)
         }
@@ -204,10 +183,10 @@ struct AdminReads: Sendable {
     /// Claims the token's test push (`TestPushClaims`), sends it, gives the claim back when the
     /// push did not reach the phone, and records it like any push (a dead token marked so).
     private func limitedTestPush(
-        to channel: PushChannel, aor: AddressOfRecord?, device: String?, send: @Sendable () async -> (PushOutcome, Int64?)
+        to channel: PushChannel, aor: AddressOfRecord?, device: String?, _ store: Store, send: @Sendable () async -> (PushOutcome, Int64?)
     ) async throws -> TestPushAnswer {
         let interval = testPushInterval
-        let claim = try await pool.perform(within: databaseDeadline) {
+        let claim = try await store.perform {
             try TestPushClaims.claim(family: channel.family, token: channel.token, interval: interval, on: $0)
         }
         if case .limited(let seconds) = claim { return .limited(retryAfterSeconds: seconds) }
@@ -216,7 +195,7 @@ struct AdminReads: Sendable {
             createdAt: Date(), aor: aor?.description, callID: nil, provider: channel.provider, tokenShort: PushRecord.shorten(channel.token),
             appID: appID, outcome: outcome.word, status: outcome.status, reason: outcome.reason, explanation: outcome.explanation,
             latencyMilliseconds: outcome.latencyMilliseconds, device: device)
-        _ = try? await pool.perform(within: databaseDeadline) { connection in
+        _ = try? await store.renewed().perform { connection in
             if outcome.isDeadToken {
                 try PostgresPushStores.markDead(on: connection, family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
             }

@@ -1,6 +1,6 @@
 import CallRouting
-import Dispatch
 import Foundation
+import HTTPServer
 import Registrar
 import Storage
 
@@ -15,115 +15,106 @@ import Storage
 /// wrong, expired or foreign token gets the same 401. A call held by another instance is declined
 /// through PostgreSQL (`NOTIFY rouse_call_control`) and its state read from the calls table.
 ///
-/// Threading: handlers run on the HTTP server's thread and never block: the coordinator answers on
-/// its queue, PostgreSQL work runs on the worker pool.
+/// Threading: the handlers are async and never block: the coordinator answers on its queue (its
+/// callback resumes the handler), PostgreSQL work is awaited on the worker pool until the route's
+/// `DatabaseDeadline`.
 public struct CallAPI: Sendable {
-    public static let prefix = "/api/v1/calls/"
     /// The channel a declined call held by another instance is announced on.
     public static let controlChannel = "rouse_call_control"
+    /// Seconds a call's read or a passed-on decline waits for PostgreSQL.
+    static let deadline: Double = 5
 
-    let signer: CallTokenSigner
     let control: any CallControl
     let instanceID: String
-    let pool: PostgresWorkerPool
-
-    public init(signer: CallTokenSigner, control: any CallControl, instanceID: String, pool: PostgresWorkerPool) {
-        self.signer = signer
-        self.control = control
-        self.instanceID = instanceID
-        self.pool = pool
-    }
-
-    public func register(on router: inout HTTPRouter) {
-        router.add("GET", prefix: Self.prefix) { request, rest, respond in status(request, rest, respond) }
-        router.add("POST", prefix: Self.prefix) { request, rest, respond in decline(request, rest, respond) }
-    }
 
     /// The one 401: the same whatever was wrong with the token.
     static let unauthorized = HTTPResponse.error(
         401, code: "unauthorized", message: "the call token is missing, wrong, expired or not for this call",
         headers: [("WWW-Authenticate", "Bearer realm=\"rouse\"")])
 
-    func claims(_ request: HTTPRequest, call pathID: String) -> CallTokenClaims? {
-        guard let header = request.header("Authorization"), header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
-        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
-        guard case .success(let claims) = signer.verify(token), !pathID.isEmpty, claims.names(pathID) else { return nil }
+    /// The claims `CallTokenAuthentication` let in.
+    static func claims(_ context: APIContext) throws -> CallTokenClaims {
+        guard let claims = context.callClaims else { throw HTTPError(unauthorized) }
         return claims
     }
 
-    func status(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
-        guard let claims = claims(request, call: rest) else { return respond(Self.unauthorized) }
-        if claims.instanceID != instanceID {
-            return readStatus(claims, respond)
-        }
-        control.status(claims) { status in
-            guard let status else {
-                return readStatus(claims, respond)
-            }
-            respond(.json(200, Self.body(status, claims)))
-        }
+    /// The route's 503 when PostgreSQL fails it: `what` could not be read or passed on.
+    static func unavailable(_ what: String) -> @Sendable (any Error) -> HTTPResponse {
+        { _ in .error(503, code: "storage_unavailable", message: "\(what) now; try again") }
     }
 
-    func decline(_ request: HTTPRequest, _ rest: String, _ respond: HTTPResponder) {
-        let suffix = "/decline"
-        guard rest.hasSuffix(suffix) else { return respond(.error(404, code: "not_found", message: "no such path")) }
-        let pathID = String(rest.dropLast(suffix.count))
-        guard let claims = claims(request, call: pathID) else { return respond(Self.unauthorized) }
+    /// `GET /api/v1/calls/{call}`.
+    @Sendable func status(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let claims = try Self.claims(context)
+        if claims.instanceID == instanceID, let status = await withCheckedContinuation({ done in control.status(claims) { done.resume(returning: $0) } }) {
+            return .json(200, Self.body(status, claims))
+        }
+        return try await readStatus(claims, try context.store())
+    }
+
+    /// `POST /api/v1/calls/{call}/decline`.
+    @Sendable func decline(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let claims = try Self.claims(context)
         let reason: DeclineReason
         switch Self.declineReason(request.body) {
         case .success(let parsed): reason = parsed
-        case .failure(let failure): return respond(failure.response)
+        case .failure(let failure): return failure.response
         }
         if claims.instanceID != instanceID {
-            return forward(claims, reason, respond)
+            return try await forward(claims, reason, try context.store())
         }
-        control.decline(claims, reason: reason) { status in
-            guard let status else { return respond(.error(404, code: "not_found", message: "the call is over and forgotten")) }
-            respond(.json(200, Self.body(status, claims)))
-        }
+        let status = await withCheckedContinuation { done in control.decline(claims, reason: reason) { done.resume(returning: $0) } }
+        guard let status else { return .error(404, code: "not_found", message: "the call is over and forgotten") }
+        return .json(200, Self.body(status, claims))
+    }
+
+    /// A decline's optional body as it came.
+    struct DeclineBody: Decodable {
+        let reason: JSONField
     }
 
     /// The optional body's `reason`: `declined` (the default) or `busy`.
     public static func declineReason(_ body: Data) -> Result<DeclineReason, PushRegistrationAPI.ResponseFailure> {
         if body.isEmpty || body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return .success(.declined) }
-        let object: [String: Any]
-        switch PushRegistrationAPI.jsonObject(body) {
-        case .success(let parsed): object = parsed
-        case .failure(let failure): return .failure(failure)
+        guard let fields = JSONField.body(DeclineBody.self, from: body) else {
+            return .failure(PushRegistrationAPI.ResponseFailure(response: PushRegistrationAPI.notAnObject))
         }
-        guard let value = object["reason"] else { return .success(.declined) }
-        guard let text = value as? String, let reason = DeclineReason(rawValue: text) else {
+        guard fields.reason.isPresent else { return .success(.declined) }
+        guard let text = fields.reason.string, let reason = DeclineReason(rawValue: text) else {
             return .failure(PushRegistrationAPI.ResponseFailure(response: .error(
                 400, code: "invalid_field", message: "reason must be \"declined\" or \"busy\"", field: "reason")))
         }
         return .success(reason)
     }
 
-    static func body(_ status: CallStatus, _ claims: CallTokenClaims) -> [String: Any] {
-        var body: [String: Any] = [
-            "uuid": claims.callUUID, "state": status.state.rawValue, "missed": status.missed, "declinedHere": status.declinedHere,
-        ]
-        body["reason"] = status.reason ?? NSNull()
-        if let here = status.answeredHere { body["answeredHere"] = here }
-        return body
+    /// A call's state as the API answers it.
+    struct Body: Encodable {
+        let uuid: String
+        let state: String
+        let missed: Bool
+        let declinedHere: Bool
+        @NullWhenAbsent var reason: String?
+        let answeredHere: Bool?
+    }
+
+    static func body(_ status: CallStatus, _ claims: CallTokenClaims) -> Body {
+        Body(
+            uuid: claims.callUUID, state: status.state.rawValue, missed: status.missed, declinedHere: status.declinedHere,
+            reason: status.reason, answeredHere: status.answeredHere)
     }
 
     /// A call held by another instance (or forgotten here): its state as the calls table has it.
     /// A call is written there when it ends, so a valid token whose call has no row yet names a
     /// call still ringing on its instance.
-    private func readStatus(_ claims: CallTokenClaims, _ respond: HTTPResponder) {
-        pool.submit({ connection in try PostgresCalls.journey(id: claims.callID, on: connection) }) { [instanceID] result in
-            switch result {
-            case .success(let journey?) where journey.callee == claims.aor:
-                respond(.json(200, Self.body(Self.status(of: journey), claims)))
-            case .success(nil) where claims.instanceID != instanceID:
-                respond(.json(200, Self.body(CallStatus(state: .ringing, reason: "ringing on another instance"), claims)))
-            case .success:
-                respond(.error(404, code: "not_found", message: "no such call"))
-            case .failure:
-                respond(.error(503, code: "storage_unavailable", message: "the call could not be read now; try again"))
-            }
+    private func readStatus(_ claims: CallTokenClaims, _ store: Store) async throws -> HTTPResponse {
+        let journey = try await store.perform { connection in try PostgresCalls.journey(id: claims.callID, on: connection) }
+        if let journey, journey.callee == claims.aor {
+            return .json(200, Self.body(Self.status(of: journey), claims))
         }
+        if journey == nil, claims.instanceID != instanceID {
+            return .json(200, Self.body(CallStatus(state: .ringing, reason: "ringing on another instance"), claims))
+        }
+        return .error(404, code: "not_found", message: "no such call")
     }
 
     /// The status a stored journey says (who answered is not known there by device).
@@ -138,18 +129,30 @@ public struct CallAPI: Sendable {
     }
 
     /// Announces the decline to the instance holding the call; 202 once PostgreSQL has it.
-    private func forward(_ claims: CallTokenClaims, _ reason: DeclineReason, _ respond: HTTPResponder) {
+    private func forward(_ claims: CallTokenClaims, _ reason: DeclineReason, _ store: Store) async throws -> HTTPResponse {
         let payload = CallControlNotice.decline(claims, reason: reason).payload
-        pool.submit({ connection in
+        try await store.perform { connection in
             _ = try connection.query("SELECT pg_notify($1, $2)", [Self.controlChannel, payload])
-        }) { result in
-            switch result {
-            case .success:
-                respond(.json(202, ["uuid": claims.callUUID, "state": "ringing", "reason": "declining on the instance holding the call"]))
-            case .failure:
-                respond(.error(503, code: "storage_unavailable", message: "the decline could not be passed on now; try again"))
-            }
         }
+        return .json(202, ["uuid": claims.callUUID, "state": "ringing", "reason": "declining on the instance holding the call"])
+    }
+}
+
+/// A call token (`Authorization: Bearer <call_token>`) that names the path's `{call}`: its claims
+/// go into `context.callClaims`; a missing, wrong, expired or foreign token is the one 401.
+struct CallTokenAuthentication: HTTPMiddleware {
+    let signer: CallTokenSigner
+
+    func handle(_ request: HTTPRequest, context: APIContext, next: HTTPNext<APIContext>) async throws -> HTTPResponse {
+        let pathID = context.parameter("call")
+        guard let header = request.header("Authorization"), header.count > 7, header.prefix(7).lowercased() == "bearer " else {
+            return CallAPI.unauthorized
+        }
+        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        guard case .success(let claims) = signer.verify(token), !pathID.isEmpty, claims.names(pathID) else { return CallAPI.unauthorized }
+        var context = context
+        context.callClaims = claims
+        return try await next(request, context)
     }
 }
 

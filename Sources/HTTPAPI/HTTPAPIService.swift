@@ -1,146 +1,202 @@
 import CallRouting
-import Dispatch
 import Foundation
+import HTTPServer
 import Metrics
 import Push
 import Registrar
 import Storage
 
-/// Rouse's HTTP API as one piece: the server on its address, the token posting endpoint, health,
-/// the admin JSON API and the admin pages, and what they need (a worker pool of their own; the
-/// extensions' hashes from the `directory` it is given, or, without one, a `CredentialCache`
-/// loaded from PostgreSQL and reloaded on `NOTIFY rouse_directory`).
+/// Rouse's HTTP API as one piece: the server on its address and the one route table of every
+/// endpoint (token posting, health, metrics, the VAPID key, the call API, the admin JSON API and
+/// pages, the OpenAPI document), each with its middleware. What it needs it is given: the worker
+/// pool, the process's one directory of extensions (the registrar's under `rouse serve`), the
+/// throttle and the services; it makes no connection, pool or cache of its own.
 ///
-/// Threading: `init` blocks the calling thread for binding the port and, without a `directory`,
-/// for the first directory load (bounded by the settings' connect timeout; a failure leaves the
-/// cache empty until the listener connects and reloads). `stop()` may be called from any thread except the server's
-/// own; it stops the server, the listener and the pool, and waits for their threads.
-public final class HTTPAPIService: @unchecked Sendable {
-    // @unchecked: every stored property is set in init and never changed; `stopped` is guarded by `lock`.
+/// Threading: `init` blocks the calling thread only for binding the port (and reading the OpenAPI
+/// resource once). `stop()` may be called
+/// from any thread; it stops the server and waits for its threads (the pool is its owner's to shut down).
+public final class HTTPAPIService: Sendable {
     public let server: HTTPServer
-    public let credentials: any ExtensionDirectory
-    private let pool: PostgresWorkerPool
-    /// Keeps its own `CredentialCache` current; nil when given the process's directory.
-    private let listener: PostgresNotificationListener?
-    private let lock = NSLock()
-    private var stopped = false
+    /// The route table the server answers by.
+    public let router: HTTPRouter<APIContext>
 
     /// Starts serving on `listen` (`host:port`, port 0 for any; `[v6]:port` for IPv6).
+    /// - Parameter pool: where every PostgreSQL job of the API runs (its owner shuts it down).
+    /// - Parameter directory: the extensions and their hashes, held in memory (the registrar's).
+    /// - Parameter limits: the server's; `requestsPerSecond` becomes the rate limiter around the table.
     /// - Parameter authFailureThrottle: refuses sources with too many failed credentials (429), shared with SIP.
     /// - Parameter metrics: served at `/metrics`; counts `rouse_http_requests_total{route,status}`.
-    /// - Parameter log: gets one event per request and per failed directory load; no secrets.
+    /// - Parameter log: gets one event per request; no secrets.
     /// - Parameter pushSettings: where the admin API's and pages' test pushes go.
     /// - Parameter adminSessionLifetime: seconds an admin pages session lasts from sign-in.
     /// - Parameter healthProblems: what `/health` reports besides PostgreSQL (push providers backed
-    ///   off, records waiting to be written), each in words; quick, called on the server's threads.
+    ///   off, records waiting to be written), each in words; quick.
     /// - Parameter pushService: the instance's push service, which the admin's device test pushes
     ///   go through as a call's would; nil: one made from the stored apps for each test.
     /// - Parameter testPushInterval: seconds between two test pushes to one device token
     ///   (`test_push_interval`), counted in PostgreSQL across instances.
-    /// - Parameter directory: the process's one directory of extensions (the registrar's under
-    ///   `rouse serve`); nil: the service keeps a `CredentialCache` of its own.
+    /// - Parameter adminDatabaseDeadline: seconds an admin request (API or pages) may wait for
+    ///   PostgreSQL before it is answered 503 with `Retry-After`.
     public init(
-        listen: String, settings: PostgresSettings, limits: HTTPServer.Limits = HTTPServer.Limits(),
+        listen: String, pool: PostgresWorkerPool, directory: any ExtensionDirectory, limits: HTTPServer.Limits = HTTPServer.Limits(),
         pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
         healthProblems: @escaping @Sendable () -> [String] = { [] }, pushService: PushService? = nil, testPushInterval: TimeInterval = 30,
-        directory shared: (any ExtensionDirectory)? = nil, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+        adminDatabaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
             throw HTTPServer.StartError(description: "cannot listen for HTTP on \(listen): expected host:port")
         }
-        var poolSettings = settings
-        poolSettings.statementTimeout = min(settings.statementTimeout, 5)
-        // Each post is its own durable commit; PostgreSQL flushes concurrent commits together, so
-        // more connections in flight means more posts per fsync (make bench: 1,200 → 1,500/s).
-        let pool = PostgresWorkerPool(settings: poolSettings, threads: 8, name: "rouse-http-postgres")
-        let credentials: any ExtensionDirectory
-        let listener: PostgresNotificationListener?
-        if let shared {
-            credentials = shared
-            listener = nil
-        } else {
-            (credentials, listener) = Self.ownDirectory(settings: settings, log: log)
+        // Read at start, so a missing resource stops `rouse serve` now, not at the first request.
+        guard !OpenAPIDocument.data.isEmpty else {
+            throw HTTPServer.StartError(description: "the OpenAPI document is missing: Rouse_HTTPAPI.resources/openapi.json must be beside the rouse binary")
         }
-
-        var router = HTTPRouter()
-        PushRegistrationAPI(credentials: credentials, pool: pool, throttle: authFailureThrottle).register(on: &router)
-        HealthAPI(pool: pool, problems: healthProblems).register(on: &router)
-        VAPIDPublicKeyAPI(pool: pool).register(on: &router)
-        MetricsAPI(registry: metrics).register(on: &router)
-        AdminAPI(
-            pool: pool, pushSettings: pushSettings, throttle: authFailureThrottle, pusher: pushService, testPushInterval: testPushInterval,
-            log: log
-        ).register(on: &router)
-        AdminPages(
-            pool: pool, pushSettings: pushSettings, sessionLifetime: adminSessionLifetime, throttle: authFailureThrottle, pusher: pushService,
-            testPushInterval: testPushInterval, log: log
-        ).register(on: &router)
-        OpenAPIDocument.register(on: &router)
-        if let calls {
-            CallAPI(signer: calls.signer, control: calls.control, instanceID: calls.instanceID, pool: pool).register(on: &router)
+        let parts = RouteParts(
+            pool: pool, directory: directory, throttle: authFailureThrottle, metrics: metrics, calls: calls, healthProblems: healthProblems,
+            reads: AdminReads(pushSettings: pushSettings, pusher: pushService, testPushInterval: testPushInterval),
+            adminSessionLifetime: adminSessionLifetime, adminDatabaseDeadline: adminDatabaseDeadline, log: log)
+        var outermost: [any HTTPMiddleware<APIContext>] = []
+        if limits.requestsPerSecond > 0 {
+            outermost.append(HTTPRateLimitMiddleware(limiter: HTTPRateLimiter(rate: Double(limits.requestsPerSecond))))
         }
-        let server: HTTPServer
-        do {
-            let requests = metrics.counter("rouse_http_requests_total", help: "HTTP requests answered, by route pattern and status.")
-            let routes = router
-            server = try HTTPServer(host: host, port: port, router: router, limits: limits, trustedProxies: trustedProxies) { entry in
-                requests.increment(["route": routes.routePattern(for: entry.path) ?? "unmatched", "status": String(entry.status)])
-                log(.request(entry))
-            }
-        } catch {
-            pool.shutdown()
-            throw error
+        let router = HTTPRouter(routes: Self.routes(parts), middleware: outermost)
+        let requests = metrics.counter("rouse_http_requests_total", help: "HTTP requests answered, by route pattern and status.")
+        let trusted: HTTPServer.TrustedProxy? = trustedProxies.isEmpty ? nil : { @Sendable address in trustedProxies.contains(address) }
+        server = try HTTPServer(host: host, port: port, responder: router, limits: limits, trustedProxy: trusted) { entry in
+            requests.increment(["route": router.routePattern(for: entry.path) ?? "unmatched", "status": String(entry.status)])
+            log(.request(entry))
         }
-        listener?.start()
-        self.server = server
-        self.credentials = credentials
-        self.pool = pool
-        self.listener = listener
+        self.router = router
     }
 
     /// `host:port` as bound.
     public var listenAddress: String { server.listenAddress }
 
-    /// Stops serving and waits for every thread the service started. Idempotent.
+    /// Stops serving and waits for the server's threads. Idempotent.
     public func stop() {
-        lock.lock()
-        let first = !stopped
-        stopped = true
-        lock.unlock()
-        guard first else { return }
         server.stop()
-        listener?.stop()
-        pool.shutdown()
     }
 
     deinit {
         stop()
     }
 
-    /// A `CredentialCache` loaded now (a failure leaves it empty until the listener connects) and
-    /// the listener that reloads it on `NOTIFY rouse_directory`.
-    private static func ownDirectory(
-        settings: PostgresSettings, log: @escaping @Sendable (HTTPAPIEvent) -> Void
-    ) -> (CredentialCache, PostgresNotificationListener) {
-        let cache = CredentialCache()
-        let directory = PostgresDirectory(settings: settings)
-        let reloads = DispatchQueue(label: "rouse.http.directory")
-        let reload: @Sendable () -> Void = {
-            reloads.async {
-                do {
-                    cache.update(try directory.loadDirectory())
-                } catch {
-                    log(.directoryLoadFailed("\(error)"))
-                }
-            }
+    /// What the route table is built from.
+    struct RouteParts: Sendable {
+        let pool: PostgresWorkerPool
+        let directory: any ExtensionDirectory
+        let throttle: AuthFailureThrottle?
+        let metrics: MetricsRegistry
+        let calls: CallAPIParts?
+        let healthProblems: @Sendable () -> [String]
+        let reads: AdminReads
+        let adminSessionLifetime: TimeInterval
+        let adminDatabaseDeadline: Double
+        let log: @Sendable (HTTPAPIEvent) -> Void
+    }
+
+    /// Every endpoint: method, path pattern, middleware (outermost first) and handler. The routes
+    /// documented in the OpenAPI document are exactly those with `documented` true (a test checks);
+    /// the admin pages are HTML for browsers, outside the API contract.
+    static func routes(_ parts: RouteParts) -> [HTTPRoute<APIContext>] {
+        let pool = parts.pool
+        let jsonThrottle = FailureThrottleCheck(throttle: parts.throttle, refusal: FailureThrottleCheck.json)
+        let storing = DatabaseDeadline(pool: pool, seconds: PushRegistrationAPI.writeDeadline) { error in PushRegistrationAPI.unavailable(error) }
+        let extensionBasic: [any HTTPMiddleware<APIContext>] = [
+            jsonThrottle, ExtensionAuthentication(directory: parts.directory, throttle: parts.throttle), storing,
+        ]
+        let health = HealthAPI(problems: parts.healthProblems)
+        let vapid = VAPIDPublicKeyAPI()
+        let metrics = MetricsAPI(registry: parts.metrics)
+
+        let adminDeadline = DatabaseDeadline(pool: pool, seconds: parts.adminDatabaseDeadline) { error in AdminAPI.response(for: error) }
+        let admin: [any HTTPMiddleware<APIContext>] = [
+            jsonThrottle, adminDeadline, AdminAuthentication(sessions: AdminSessionCache(), throttle: parts.throttle),
+        ]
+        let api = AdminAPI(reads: parts.reads, log: parts.log)
+        let a = AdminAPI.base
+
+        let pagesDeadline = DatabaseDeadline(pool: pool, seconds: parts.adminDatabaseDeadline) { _ in AdminPages.unavailablePage() }
+        let signedIn: [any HTTPMiddleware<APIContext>] = [pagesDeadline, AdminSessionCheck(checkingForm: false)]
+        let form: [any HTTPMiddleware<APIContext>] = [pagesDeadline, AdminSessionCheck(checkingForm: true)]
+        let pages = AdminPages(reads: parts.reads, sessionLifetime: parts.adminSessionLifetime, throttle: parts.throttle, log: parts.log)
+        let p = AdminPages.base
+        let page = AdminPages.page
+
+        var routes: [HTTPRoute<APIContext>] = [
+            HTTPRoute("POST", PushRegistrationAPI.path, middleware: extensionBasic, PushRegistrationAPI.post),
+            HTTPRoute("DELETE", PushRegistrationAPI.path, middleware: extensionBasic, PushRegistrationAPI.delete),
+            HTTPRoute("GET", VAPIDPublicKeyAPI.path, middleware: [
+                DatabaseDeadline(pool: pool, seconds: VAPIDPublicKeyAPI.deadline) { error in VAPIDPublicKeyAPI.unavailable(error) },
+            ], vapid.answer),
+            HTTPRoute("GET", HealthAPI.path, middleware: [
+                DatabaseDeadline(pool: pool, seconds: HealthAPI.deadline) { error in HealthAPI.degraded(["\(error)"]) },
+            ], health.check),
+            HTTPRoute("GET", MetricsAPI.path, metrics.scrape),
+            HTTPRoute("GET", OpenAPIDocument.path, OpenAPIDocument.serve),
+
+            HTTPRoute("GET", a + "/organisations", middleware: admin, api.listOrganisations),
+            HTTPRoute("POST", a + "/organisations", middleware: admin, api.addOrganisation),
+            HTTPRoute("DELETE", a + "/organisations/{domain}", middleware: admin, api.removeOrganisation),
+            HTTPRoute("GET", a + "/extensions", middleware: admin, api.listExtensions),
+            HTTPRoute("POST", a + "/extensions", middleware: admin, api.addExtension),
+            HTTPRoute("GET", a + "/extensions/{address}", middleware: admin, api.extensionDetail),
+            HTTPRoute("PUT", a + "/extensions/{address}/password", middleware: admin, api.changePassword),
+            HTTPRoute("DELETE", a + "/extensions/{address}", middleware: admin, api.removeExtension),
+            HTTPRoute("POST", a + "/extensions/{address}/devices/{id}/test", middleware: admin, api.testDevice),
+            HTTPRoute("GET", a + "/push-apps", middleware: admin, api.listPushApps),
+            HTTPRoute("POST", a + "/push-apps", middleware: admin, api.addPushApp),
+            HTTPRoute("PUT", a + "/push-apps/{id}", middleware: admin, api.updatePushApp),
+            HTTPRoute("DELETE", a + "/push-apps/{id}", middleware: admin, api.removePushApp),
+            HTTPRoute("POST", a + "/push-apps/{id}/test", middleware: admin, api.testPush),
+            HTTPRoute("GET", a + "/calls", middleware: admin, api.listCalls),
+            HTTPRoute("GET", a + "/calls/{id}", middleware: admin, api.callDetail),
+
+            HTTPRoute("GET", "/", documented: false, AdminPages.toSignIn),
+            HTTPRoute("GET", p, documented: false, AdminPages.toSignIn),
+            HTTPRoute("GET", p + "/", documented: false, AdminPages.toSignIn),
+            HTTPRoute("GET", p + "/style.css", documented: false, AdminPages.style),
+            HTTPRoute("GET", p + "/sign-in", documented: false, middleware: [pagesDeadline], pages.signInForm),
+            HTTPRoute("POST", p + "/sign-in", documented: false, middleware: [
+                FailureThrottleCheck(throttle: parts.throttle, refusal: AdminPages.throttledSignIn), pagesDeadline,
+            ], pages.signIn),
+            HTTPRoute("POST", p + "/sign-out", documented: false, middleware: form, page(AdminPages.signOut)),
+            HTTPRoute("GET", p + "/{page}", documented: false, middleware: signedIn, page(AdminPages.noSuchPage)),
+            HTTPRoute("GET", p + "/extensions", documented: false, middleware: signedIn, page { try await pages.extensionsPage($0) }),
+            HTTPRoute("POST", p + "/organisations", documented: false, middleware: form, page(pages.addOrganisation)),
+            HTTPRoute("POST", p + "/organisations/remove", documented: false, middleware: form, page(pages.removeOrganisation)),
+            HTTPRoute("POST", p + "/extensions", documented: false, middleware: form, page(pages.addExtension)),
+            HTTPRoute("GET", p + "/extensions/{address}", documented: false, middleware: signedIn, page {
+                try await pages.extensionPage($0, address: $0.parameter("address"))
+            }),
+            HTTPRoute("POST", p + "/extensions/{address}/password", documented: false, middleware: form, page(pages.changePassword)),
+            HTTPRoute("POST", p + "/extensions/{address}/remove", documented: false, middleware: form, page(pages.removeExtension)),
+            HTTPRoute("POST", p + "/extensions/{address}/devices/{id}/test", documented: false, middleware: form, page(pages.testDevice)),
+            HTTPRoute("POST", p + "/extensions/{address}/devices/{id}/token", documented: false, middleware: form, page(pages.showToken)),
+            HTTPRoute("GET", p + "/push", documented: false, middleware: signedIn, page { try await pages.pushPage($0) }),
+            HTTPRoute("GET", p + "/push/new", documented: false, middleware: signedIn, page(pages.newPushAppPage)),
+            HTTPRoute("POST", p + "/push/new", documented: false, middleware: form, page(pages.addPushApp)),
+            HTTPRoute("GET", p + "/push/{id}/edit", documented: false, middleware: signedIn, page(pages.editPushAppPage)),
+            HTTPRoute("POST", p + "/push/{id}/edit", documented: false, middleware: form, page(pages.editPushApp)),
+            HTTPRoute("POST", p + "/push/{id}/remove", documented: false, middleware: form, page(pages.removePushApp)),
+            HTTPRoute("POST", p + "/push/{id}/test", documented: false, middleware: form, page(pages.testPush)),
+            HTTPRoute("GET", p + "/calls", documented: false, middleware: signedIn, page(pages.callsPage)),
+            HTTPRoute("GET", p + "/calls/{id}", documented: false, middleware: signedIn, page(pages.journeyPage)),
+        ]
+        if let calls = parts.calls {
+            let api = CallAPI(control: calls.control, instanceID: calls.instanceID)
+            let token = CallTokenAuthentication(signer: calls.signer)
+            routes += [
+                HTTPRoute("GET", "/api/v1/calls/{call}", middleware: [
+                    token, DatabaseDeadline(pool: pool, seconds: CallAPI.deadline, answer: CallAPI.unavailable("the call could not be read")),
+                ], api.status),
+                HTTPRoute("POST", "/api/v1/calls/{call}/decline", middleware: [
+                    token, DatabaseDeadline(pool: pool, seconds: CallAPI.deadline, answer: CallAPI.unavailable("the decline could not be passed on")),
+                ], api.decline),
+            ]
         }
-        let listener = PostgresNotificationListener(
-            settings: settings, channels: [PostgresDirectory.notificationChannel], onListening: reload
-        ) { _ in reload() }
-        if let snapshot = try? directory.loadDirectory() { cache.update(snapshot) }
-        return (cache, listener)
+        return routes
     }
 
     /// `host:port` or `[v6]:port` split; nil when malformed.
@@ -174,8 +230,6 @@ public struct CallAPIParts: Sendable {
 public enum HTTPAPIEvent: Sendable {
     /// One request answered (no headers, no body).
     case request(HTTPRequestLog)
-    /// The directory could not be reloaded; the previous credentials stay in use.
-    case directoryLoadFailed(String)
     /// An administrator sent a test push (admin pages or API): who, to what (`push app #1`, or an
     /// extension's device), the token shortened, and the outcome's word or `limited`.
     case testPush(admin: String, target: String, token: String, outcome: String)

@@ -1,5 +1,5 @@
-import Dispatch
 import Foundation
+import HTTPServer
 import Storage
 
 /// `GET /health`: 200 `{"status": "ok", "database": "reachable", "pushApps": N}` when PostgreSQL
@@ -11,49 +11,40 @@ import Storage
 ///   registrations and calls, and a load balancer must not take every instance out because Apple
 ///   or Google is down.
 ///
-/// Threading: the handler runs on the HTTP server's thread and never blocks: the query runs on the
-/// worker pool and the answer comes from the worker, or from a timer after `deadline` seconds.
-/// `problems` is called on those threads and must be quick.
+/// Threading: the handler awaits the query on the worker pool until its `DatabaseDeadline`
+/// (`deadline` seconds); `problems` is called on the handler's task and must be quick.
 public struct HealthAPI: Sendable {
     public static let path = "/health"
+    /// Seconds the check waits for PostgreSQL.
+    static let deadline: Double = 3
 
-    let pool: PostgresWorkerPool
-    let deadline: Double
     let problems: @Sendable () -> [String]
 
-    /// - Parameter problems: what is wrong besides PostgreSQL, each in words (empty when nothing is).
-    public init(pool: PostgresWorkerPool, deadline: Double = 3, problems: @escaping @Sendable () -> [String] = { [] }) {
-        self.pool = pool
-        self.deadline = deadline
-        self.problems = problems
+    /// The answer: `status`, and `database`/`pushApps` when PostgreSQL answered, `problems` when any.
+    struct Report: Encodable {
+        let status: String
+        let database: String?
+        let pushApps: Int?
+        let problems: [String]?
     }
 
-    public func register(on router: inout HTTPRouter) {
-        router.add("GET", Self.path) { _, respond in check(respond) }
-    }
-
-    func check(_ respond: HTTPResponder) {
-        let problems = self.problems
-        pool.submit({ connection in try PostedPushTokens.pushAppCount(on: connection) }) { result in
-            switch result {
-            case .success(let count):
-                let others = problems()
-                if others.isEmpty {
-                    respond(.json(200, ["status": "ok", "database": "reachable", "pushApps": count]))
-                } else {
-                    respond(.json(200, ["status": "degraded", "database": "reachable", "pushApps": count, "problems": others]))
-                }
-            case .failure(let error):
-                respond(Self.degraded(["PostgreSQL unreachable: \(error)"] + problems()))
-            }
+    @Sendable func check(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let count: Int
+        do {
+            count = try await context.store().perform { connection in try PostedPushTokens.pushAppCount(on: connection) }
+        } catch is StorageDeadlinePassed {
+            return Self.degraded(["PostgreSQL unreachable: no answer within \(Self.deadline) s"] + problems())
+        } catch let refusal as HTTPError {
+            throw refusal
+        } catch {
+            return Self.degraded(["PostgreSQL unreachable: \(error)"] + problems())
         }
-        let seconds = deadline
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
-            respond(Self.degraded(["PostgreSQL unreachable: no answer within \(seconds) s"] + problems()))
-        }
+        let others = problems()
+        return .json(
+            200, Report(status: others.isEmpty ? "ok" : "degraded", database: "reachable", pushApps: count, problems: others.isEmpty ? nil : others))
     }
 
     static func degraded(_ problems: [String]) -> HTTPResponse {
-        .json(503, ["status": "degraded", "problems": problems])
+        .json(503, Report(status: "degraded", database: nil, pushApps: nil, problems: problems))
     }
 }

@@ -1,5 +1,5 @@
-import Dispatch
 import Foundation
+import HTTPServer
 import Push
 import Storage
 
@@ -9,51 +9,36 @@ import Storage
 /// made in PostgreSQL on first use if no instance made it yet; only the public half is ever read
 /// out here.
 ///
-/// Threading: the handler runs on the HTTP server's thread and never blocks: the first read runs
-/// on the worker pool (the answer comes from the worker, or 503 from a timer after `deadline`
-/// seconds); the key is then kept in memory (it never changes).
+/// Threading: the first read is awaited on the worker pool until the route's `DatabaseDeadline`
+/// (`deadline` seconds, then 503); the key is then kept in memory (it never changes).
 public struct VAPIDPublicKeyAPI: Sendable {
     public static let path = "/api/v1/push/vapid-public-key"
+    /// Seconds the first read waits for PostgreSQL.
+    static let deadline: Double = 5
 
-    let pool: PostgresWorkerPool
-    let deadline: Double
     private let cache = PublicKeyCache()
 
-    public init(pool: PostgresWorkerPool, deadline: Double = 5) {
-        self.pool = pool
-        self.deadline = deadline
+    /// The answer.
+    struct Key: Encodable {
+        let publicKey: String
     }
 
-    public func register(on router: inout HTTPRouter) {
-        router.add("GET", Self.path) { _, respond in answer(respond) }
+    /// The route's 503: the read failed, or did not end by the deadline.
+    static func unavailable(_ error: any Error) -> HTTPResponse {
+        let when = error is StorageDeadlinePassed ? "in time" : "now"
+        return .error(503, code: "storage_unavailable", message: "the VAPID key could not be read \(when); try again")
     }
 
-    func answer(_ respond: HTTPResponder) {
-        if let key = cache.value {
-            respond(Self.response(key))
-            return
-        }
-        let cache = self.cache
-        pool.submit({ connection in try PostgresVAPIDKeys.loadOrCreate(on: connection).publicKeyBase64URL }) { result in
-            switch result {
-            case .success(let key):
-                cache.value = key
-                respond(Self.response(key))
-            case .failure:
-                respond(.error(503, code: "storage_unavailable", message: "the VAPID key could not be read now; try again"))
-            }
-        }
-        DispatchQueue.global().asyncAfter(deadline: .now() + deadline) {
-            respond(.error(503, code: "storage_unavailable", message: "the VAPID key could not be read in time; try again"))
-        }
-    }
-
-    static func response(_ key: String) -> HTTPResponse {
-        .json(200, ["publicKey": key])
+    @Sendable func answer(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        if let key = cache.value { return .json(200, Key(publicKey: key)) }
+        let key = try await context.store().perform { connection in try PostgresVAPIDKeys.loadOrCreate(on: connection).publicKeyBase64URL }
+        cache.value = key
+        return .json(200, Key(publicKey: key))
     }
 
     /// The public key once read; a lock guards it.
     final class PublicKeyCache: @unchecked Sendable {
+        // @unchecked: `stored` is only touched under `lock`.
         private let lock = NSLock()
         private var stored: String?
 

@@ -8,6 +8,7 @@
 import Crypto
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Push
 import Registrar
 

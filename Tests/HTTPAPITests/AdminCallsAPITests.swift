@@ -13,7 +13,7 @@ import XCTest
 /// device and wake result of each recent push).
 final class AdminCallsAPITests: XCTestCase {
     var database: TestDatabase!
-    var service: HTTPAPIService!
+    var service: StandaloneHTTPAPI!
     var http: TestHTTPClient!
     var store: PostgresJourneyStore!
     let admin = ("root", "admin-password-1")
@@ -30,7 +30,7 @@ final class AdminCallsAPITests: XCTestCase {
         try directory.addExtension(alice, password: "sip-pw-1")
         try directory.addExtension(bob, password: "sip-pw-2")
         store = PostgresJourneyStore(settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
-        service = try HTTPAPIService(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
         http = try TestHTTPClient(port: service.server.port)
     }
 

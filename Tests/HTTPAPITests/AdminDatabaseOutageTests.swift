@@ -47,8 +47,8 @@ final class AdminDatabaseOutageTests: XCTestCase {
     }
 
     /// The HTTP API with a 0.3 s statement deadline, so a read waiting on a lock fails quickly.
-    func startService() throws -> HTTPAPIService {
-        let service = try HTTPAPIService(
+    func startService() throws -> StandaloneHTTPAPI {
+        let service = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3, statementTimeout: 0.3),
             authFailureThrottle: throttle)
         cleanups.append { service.stop() }
@@ -97,11 +97,9 @@ final class AdminDatabaseOutageTests: XCTestCase {
         // 3 s: room for the sign-ins' PBKDF2 checks, which run inside a database job, on a slow run.
         let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3, statementTimeout: 120))
         cleanups.append { pool.shutdown() }
-        var router = HTTPRouter()
-        AdminAPI(pool: pool, databaseDeadline: 3).register(on: &router)
-        AdminPages(pool: pool, databaseDeadline: 3).register(on: &router)
-        let server = try HTTPServer(host: "127.0.0.1", port: 0, router: router)
-        cleanups.append { server.stop() }
+        let service = try HTTPAPIService(listen: "127.0.0.1:0", pool: pool, directory: CredentialCache(), adminDatabaseDeadline: 3)
+        cleanups.append { service.stop() }
+        let server = service.server
         let http = try TestHTTPClient(port: server.port, timeout: 60)
         let basic = [("Authorization", TestHTTPClient.basic(admin.0, admin.1))]
         XCTAssertEqual(try http.send("GET", "/api/v1/admin/organisations", headers: basic).status, 200)

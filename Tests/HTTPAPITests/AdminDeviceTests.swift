@@ -28,7 +28,7 @@ final class AdminDeviceTests: XCTestCase {
     var production: PushStandIn!
     var sandbox: PushStandIn!
     var fcm: PushStandIn!
-    var service: HTTPAPIService!
+    var service: StandaloneHTTPAPI!
     var pusher: PushService!
     var browser: PageBrowser!
     var http: TestHTTPClient!
@@ -76,7 +76,7 @@ final class AdminDeviceTests: XCTestCase {
             timeout: .seconds(5))
         pusher = PushService(settings: settings, apps: try apps.all())
         let events = self.events
-        service = try HTTPAPIService(
+        service = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), pushSettings: settings,
             pushService: pusher, testPushInterval: 300
         ) { event in

@@ -14,7 +14,7 @@ import XCTest
 /// password, key, session token or whole push token is ever written into a page.
 final class AdminPagesTests: XCTestCase {
     var database: TestDatabase!
-    var service: HTTPAPIService!
+    var service: StandaloneHTTPAPI!
     var browser: PageBrowser!
     let admin = ("root", "admin-password-1")
     let alice = AddressOfRecord(number: "1001", domain: "example.com")
@@ -28,7 +28,7 @@ final class AdminPagesTests: XCTestCase {
         let pushSettings = PushSettings(
             apns: APNsEndpoints(production: "https://127.0.0.1:9", sandbox: "https://127.0.0.1:9"), fcmURL: "https://127.0.0.1:9",
             timeout: .seconds(2))
-        service = try HTTPAPIService(
+        service = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), pushSettings: pushSettings,
             adminSessionLifetime: 3600)
         browser = try PageBrowser(port: service.server.port)
@@ -138,7 +138,7 @@ final class AdminPagesTests: XCTestCase {
 
     func testWrongSignInsCountTowardsTheSharedThrottle() throws {
         let throttle = AuthFailureThrottle(limit: 3, window: 60, blockFor: 300)
-        let throttled = try HTTPAPIService(
+        let throttled = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), authFailureThrottle: throttle)
         defer { throttled.stop() }
         let browser = try PageBrowser(port: throttled.server.port)

@@ -9,7 +9,7 @@ import XCTest
 /// real TCP with exact bytes.
 final class PushRegistrationAPITests: XCTestCase {
     var database: TestDatabase!
-    var service: HTTPAPIService!
+    var service: StandaloneHTTPAPI!
     let alice = AddressOfRecord(number: "1001", domain: "example.com")
     let bob = AddressOfRecord(number: "1002", domain: "example.com")
     let iosToken = "A1B2C3D4E5F60718293A4B5C6D7E8F90A1B2C3D4E5F60718293A4B5C6D7E8F90"
@@ -21,7 +21,7 @@ final class PushRegistrationAPITests: XCTestCase {
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "s3cret-1001")
         try directory.addExtension(bob, password: "s3cret-1002")
-        service = try HTTPAPIService(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
     }
 
     override func tearDown() {
@@ -263,7 +263,7 @@ final class PushRegistrationAPITests: XCTestCase {
     }
 
     func testHealthIsDegradedInWordsWithoutTheDatabase() throws {
-        let unreachable = try HTTPAPIService(
+        let unreachable = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0",
             settings: PostgresSettings(conninfo: "host=127.0.0.1 port=1 dbname=rouse user=rouse password=hunter2", connectTimeout: 2))
         defer { unreachable.stop() }
@@ -279,69 +279,5 @@ final class PushRegistrationAPITests: XCTestCase {
         // Posting cannot authenticate anyone without a directory: the same 401.
         let post = try self.post(http, ["token": "t", "sipUser": "1001@example.com"])
         XCTAssertEqual(post.status, 401)
-    }
-}
-
-/// The server's own limits, with short timeouts.
-final class HTTPServerLimitsTests: XCTestCase {
-    func testASlowClientIsCutOffAndHoldsNoWorker() throws {
-        var router = HTTPRouter()
-        router.add("GET", "/ping") { _, respond in respond(.json(200, ["pong": true])) }
-        let server = try HTTPServer(
-            host: "127.0.0.1", port: 0, router: router, limits: HTTPServer.Limits(connectionTimeout: 1, threads: 1))
-        defer { server.stop() }
-        XCTAssertNotEqual(server.port, 0)
-        XCTAssertEqual(server.listenAddress, "127.0.0.1:\(server.port)")
-        let slow = try TestHTTPClient(port: server.port, timeout: 5)
-        try slow.write(Data("GET /ping HTTP/1.1\r\nHost: x\r\n".utf8))
-        // One polling thread: another client is served while the slow one trickles.
-        let other = try TestHTTPClient(port: server.port)
-        for _ in 0..<3 {
-            let answer = try other.send("GET", "/ping")
-            XCTAssertEqual(answer.status, 200)
-            XCTAssertEqual(String(decoding: answer.body, as: UTF8.self), "{\"pong\":true}\n")
-        }
-        let started = Date()
-        XCTAssertTrue(slow.isClosedByServer())
-        XCTAssertLessThan(Date().timeIntervalSince(started), 4)
-    }
-
-    func testAnAnswerGivenLaterFromAnotherThreadIsSent() throws {
-        var router = HTTPRouter()
-        router.add("POST", "/later") { request, respond in
-            DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) {
-                respond(HTTPResponse(status: 202, headers: [("Content-Type", "text/plain")], body: request.body))
-                respond(.json(500, [:]))
-            }
-        }
-        let server = try HTTPServer(host: "127.0.0.1", port: 0, router: router)
-        defer { server.stop() }
-        let client = try TestHTTPClient(port: server.port)
-        for index in 0..<3 {
-            let answer = try client.send("POST", "/later", body: Data("echo \(index)".utf8))
-            XCTAssertEqual(answer.status, 202)
-            XCTAssertEqual(String(decoding: answer.body, as: UTF8.self), "echo \(index)")
-        }
-    }
-
-    func testStoppingWhileARouteHasNotAnsweredAnswers503() throws {
-        var router = HTTPRouter()
-        let entered = DispatchSemaphore(value: 0)
-        router.add("GET", "/never") { _, _ in entered.signal() }
-        let server = try HTTPServer(host: "127.0.0.1", port: 0, router: router)
-        let client = try TestHTTPClient(port: server.port)
-        try client.write(Data("GET /never HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
-        XCTAssertEqual(entered.wait(timeout: .now() + 10), .success)
-        server.stop()
-        let answer = try client.readResponse()
-        XCTAssertEqual(answer.status, 503)
-    }
-
-    func testAnAddressInUseIsRefusedInWords() throws {
-        let server = try HTTPServer(host: "127.0.0.1", port: 0, router: HTTPRouter())
-        defer { server.stop() }
-        XCTAssertThrowsError(try HTTPServer(host: "127.0.0.1", port: server.port, router: HTTPRouter())) { error in
-            XCTAssertTrue("\(error)".contains("cannot listen for HTTP on 127.0.0.1:\(server.port)"), "\(error)")
-        }
     }
 }

@@ -1,6 +1,7 @@
 import CallRouting
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Metrics
 import Registrar
 import RouseTestSupport
@@ -11,7 +12,7 @@ import XCTest
 /// served in-process on port 0 against a fresh PostgreSQL database over real TCP.
 final class ThrottleAndMetricsTests: XCTestCase {
     var database: TestDatabase!
-    var service: HTTPAPIService!
+    var service: StandaloneHTTPAPI!
     var throttle: AuthFailureThrottle!
     let alice = AddressOfRecord(number: "1001", domain: "example.com")
 
@@ -22,7 +23,7 @@ final class ThrottleAndMetricsTests: XCTestCase {
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "s3cret-1001")
         throttle = AuthFailureThrottle(limit: 3, window: 60, blockFor: 300)
-        service = try HTTPAPIService(
+        service = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
             authFailureThrottle: throttle, metrics: MetricsRegistry())
     }
@@ -67,7 +68,7 @@ final class ThrottleAndMetricsTests: XCTestCase {
 
     func testBehindATrustedProxyTheForwardedClientIsCountedNotTheProxy() throws {
         service.stop()
-        service = try HTTPAPIService(
+        service = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
             authFailureThrottle: throttle, metrics: MetricsRegistry(), trustedProxies: try TrustedPeers(parsing: ["127.0.0.1"]))
         func post(password: String, forwardedFor: String) throws -> Int {
@@ -90,9 +91,10 @@ final class ThrottleAndMetricsTests: XCTestCase {
         XCTAssertNil(throttle.isBlocked("127.0.0.1"), "the proxy itself is not blocked")
         XCTAssertEqual(try post(password: "s3cret-1001", forwardedFor: "198.51.100.2"), 200, "another client behind the proxy still gets in")
 
-        XCTAssertEqual(HTTPServer.client(peer: "192.0.2.9", forwardedFor: "198.51.100.1", trusted: try TrustedPeers(parsing: ["127.0.0.1"])), "192.0.2.9",
+        let proxies = try TrustedPeers(parsing: ["127.0.0.1"])
+        XCTAssertEqual(HTTPServer.client(peer: "192.0.2.9", forwardedFor: "198.51.100.1", trusted: { proxies.contains($0) }), "192.0.2.9",
                        "an untrusted peer's header is ignored")
-        XCTAssertEqual(HTTPServer.client(peer: "127.0.0.1", forwardedFor: "not-an-address", trusted: try TrustedPeers(parsing: ["127.0.0.1"])), "127.0.0.1")
+        XCTAssertEqual(HTTPServer.client(peer: "127.0.0.1", forwardedFor: "not-an-address", trusted: { proxies.contains($0) }), "127.0.0.1")
     }
 
     func testMetricsAreParseablePrometheusTextAndCountRequests() throws {

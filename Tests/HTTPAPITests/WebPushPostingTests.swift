@@ -11,7 +11,7 @@ import XCTest
 /// whose keys are stored beside its endpoint and go with it.
 final class WebPushPostingTests: XCTestCase {
     var database: TestDatabase!
-    var service: HTTPAPIService!
+    var service: StandaloneHTTPAPI!
     let alice = AddressOfRecord(number: "1001", domain: "example.com")
     let endpoint = "https://push.example.net/wpush/v2/gAAAAABm-3xyZ_abc"
     var p256dh = ""
@@ -24,7 +24,7 @@ final class WebPushPostingTests: XCTestCase {
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "s3cret-1001")
         try directory.addExtension(AddressOfRecord(number: "1002", domain: "example.com"), password: "s3cret-1002")
-        service = try HTTPAPIService(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
         p256dh = VAPIDKeys.generate().keys.publicKeyBase64URL
         auth = Self.base64url((0..<16).map { _ in UInt8.random(in: 0...255) })
     }

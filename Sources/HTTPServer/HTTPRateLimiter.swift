@@ -2,7 +2,7 @@ import Foundation
 
 /// A token bucket per client address for the HTTP API (setting `http_rate_limit`): each client may
 /// make `rate` requests a second, with bursts of twice that; beyond it a request gets 429 with
-/// `Retry-After` before its body is read or a route runs (issue 9). The client is the address
+/// `Retry-After` before a route runs (issue 9; `HTTPRateLimitMiddleware`). The client is the address
 /// `HTTPServer.client` names (behind a trusted proxy, the forwarded one).
 ///
 /// Threading: thread-safe behind a lock; `admit` is a dictionary lookup and a little arithmetic.

@@ -1,23 +1,22 @@
-import CallRouting
 import CMicroHTTPD
 import Foundation
 import Glibc
 
 /// An HTTP/1.1 server on libmicrohttpd: it reads requests (headers, then a body of at most
-/// `limits.maxBodyBytes`), hands each to the `HTTPRouter`, and writes the answer the route gives,
-/// now or later. Keep-alive is HTTP/1.1's default; an idle or slow connection is closed after
-/// `limits.connectionTimeout` seconds.
+/// `limits.maxBodyBytes`), hands each to its `HTTPResponding` (an `HTTPRouter`) in a task of its
+/// own, and writes the answer when the task has it. Keep-alive is HTTP/1.1's default; an idle or
+/// slow connection is closed after `limits.connectionTimeout` seconds. It knows nothing of the
+/// application: which peers are trusted proxies is a closure it is given.
 ///
 /// Threading: the server owns the MHD daemon and its threads (`limits.threads` polling threads,
-/// each serving many connections, event driven, so a slow client holds no thread). Routes run on
-/// those threads and must not block: one that needs PostgreSQL hands the work to a worker pool and
-/// answers through its `HTTPResponder` from any thread (the connection is suspended meanwhile).
-/// `stop()` and `deinit` stop the daemon and wait for its threads; call them from any thread but a
-/// route's own. The request log closure runs on the daemon's threads and gets no secrets (no
-/// headers, no body).
+/// each serving many connections, event driven, so a slow client holds no thread). A request's
+/// answer is awaited in a `Task` (the connection is suspended meanwhile), so no daemon thread ever
+/// waits for a handler. `stop()` and `deinit` answer the requests still waiting with 503, cancel
+/// their tasks, stop the daemon and wait for its threads; call them from any thread. The request
+/// log closure runs on the daemon's threads and gets no secrets (no headers, no body).
 public final class HTTPServer: @unchecked Sendable {
-    // @unchecked: `daemon`, `waiting` and `stopping` are only touched under `lock`; the router
-    // and log closure are immutable.
+    // @unchecked: `daemon`, `waiting` and `stopping` are only touched under `lock`; the responder
+    // and the closures are immutable.
 
     /// Limits that protect the server.
     public struct Limits: Sendable {
@@ -33,7 +32,8 @@ public final class HTTPServer: @unchecked Sendable {
         /// Polling threads.
         public var threads: Int
         /// Requests one client address may make per second (bursts of twice that); beyond it, 429
-        /// with Retry-After. 0: no limit (setting `http_rate_limit`).
+        /// with Retry-After. 0: no limit (setting `http_rate_limit`). The server does not apply it
+        /// itself: its owner puts an `HTTPRateLimitMiddleware` of this rate around its router.
         public var requestsPerSecond: Int
 
         public init(
@@ -52,19 +52,25 @@ public final class HTTPServer: @unchecked Sendable {
     /// Why the server could not start.
     public struct StartError: Error, CustomStringConvertible {
         public let description: String
+
+        public init(description: String) {
+            self.description = description
+        }
     }
 
+    /// Whether an address (a numeric IPv4 or IPv6 literal) is a reverse proxy whose
+    /// `X-Forwarded-For` names the real client.
+    public typealias TrustedProxy = @Sendable (String) -> Bool
+
     public let limits: Limits
-    /// Reverse proxies (nginx) whose `X-Forwarded-For` names the real client.
-    public let trustedProxies: TrustedPeers
+    /// Reverse proxies (nginx) whose `X-Forwarded-For` names the real client; nil: none.
+    public let trustedProxy: TrustedProxy?
     /// The host it listens on, as given.
     public let host: String
     /// The port bound (the kernel's choice when 0 was asked for).
     public private(set) var port: UInt16 = 0
-    let router: HTTPRouter
+    let responder: any HTTPResponding
     let log: @Sendable (HTTPRequestLog) -> Void
-    /// `limits.requestsPerSecond` per client; nil when there is no limit.
-    let rateLimiter: HTTPRateLimiter?
     private let lock = NSLock()
     private var daemon: OpaquePointer?
     /// Requests handed to a route and not yet answered: MHD aborts the process when it stops with
@@ -74,18 +80,18 @@ public final class HTTPServer: @unchecked Sendable {
 
     /// Binds `host:port` (a numeric address or a name; port 0 lets the kernel choose) and starts
     /// serving. Throws when the address cannot be bound.
-    /// - Parameter trustedProxies: a request from one of these takes its client address from
-    ///   `X-Forwarded-For` (the throttle and the log then see the real client).
+    /// - Parameter responder: answers every request (an `HTTPRouter`).
+    /// - Parameter trustedProxy: a request from an address it accepts takes its client address from
+    ///   `X-Forwarded-For` (the throttles and the log then see the real client).
     public init(
-        host: String, port: UInt16, router: HTTPRouter, limits: Limits = Limits(), trustedProxies: TrustedPeers = TrustedPeers(),
+        host: String, port: UInt16, responder: any HTTPResponding, limits: Limits = Limits(), trustedProxy: TrustedProxy? = nil,
         log: @escaping @Sendable (HTTPRequestLog) -> Void = { _ in }
     ) throws {
         self.host = host
-        self.router = router
+        self.responder = responder
         self.limits = limits
-        self.trustedProxies = trustedProxies
+        self.trustedProxy = trustedProxy
         self.log = log
-        rateLimiter = limits.requestsPerSecond > 0 ? HTTPRateLimiter(rate: Double(limits.requestsPerSecond)) : nil
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -115,14 +121,23 @@ public final class HTTPServer: @unchecked Sendable {
     /// The client a request is from: the peer, or, when the peer is a trusted proxy, the rightmost
     /// `X-Forwarded-For` address that is not itself a trusted proxy (the leftmost ones are the
     /// client's to write, so they are not believed).
-    public static func client(peer: String?, forwardedFor: String?, trusted: TrustedPeers) -> String? {
-        guard let peer, !trusted.isEmpty, trusted.contains(peer), let forwardedFor else { return peer }
+    public static func client(peer: String?, forwardedFor: String?, trusted: TrustedProxy?) -> String? {
+        guard let peer, let trusted, trusted(peer), let forwardedFor else { return peer }
         for hop in forwardedFor.split(separator: ",").reversed() {
             let address = hop.trimmingCharacters(in: .whitespaces)
-            guard TrustedPeers.isIPAddress(address) else { return peer }
-            if !trusted.contains(address) { return address }
+            guard isIPAddress(address) else { return peer }
+            if !trusted(address) { return address }
         }
         return peer
+    }
+
+    /// Whether `text` is a numeric IPv4 or IPv6 address (brackets allowed around IPv6).
+    public static func isIPAddress(_ text: String) -> Bool {
+        var literal = text
+        if literal.hasPrefix("["), literal.hasSuffix("]") { literal = String(literal.dropFirst().dropLast()) }
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, literal, &v4) == 1 || inet_pton(AF_INET6, literal, &v6) == 1
     }
 
     /// `host:port` as bound.
@@ -139,7 +154,7 @@ public final class HTTPServer: @unchecked Sendable {
         let unanswered = Array(waiting.values)
         waiting.removeAll()
         lock.unlock()
-        for exchange in unanswered { exchange.answer(Self.shuttingDown) }
+        for exchange in unanswered { exchange.answer(Self.shuttingDown, cancelling: true) }
         // The daemon's threads write those 503s; stopping it at once would close the connections
         // first. Each gets until the deadline to be sent.
         let deadline = DispatchTime.now() + .seconds(2)
@@ -175,9 +190,6 @@ public final class HTTPServer: @unchecked Sendable {
             // without reading it (MHD then closes the connection).
             let exchange = HTTPExchange(method: method, path: url, started: Date())
             slot.pointee = Unmanaged.passRetained(exchange).toOpaque()
-            if let refusal = rateLimited(connection, exchange) {
-                return send(refusal, for: exchange, on: connection)
-            }
             if let declared = Self.header(connection, "Content-Length").flatMap(Int.init), declared > limits.maxBodyBytes {
                 return send(Self.tooLarge(limits.maxBodyBytes), for: exchange, on: connection)
             }
@@ -205,14 +217,14 @@ public final class HTTPServer: @unchecked Sendable {
         exchange.dispatched = true
         if exchange.tooLarge { return send(Self.tooLarge(limits.maxBodyBytes), for: exchange, on: connection) }
         let headers = Self.headers(connection)
-        exchange.remoteAddress = Self.client(peer: Self.clientAddress(connection), forwardedFor: headers["x-forwarded-for"], trusted: trustedProxies)
+        exchange.remoteAddress = Self.client(peer: Self.clientAddress(connection), forwardedFor: headers["x-forwarded-for"], trusted: trustedProxy)
         let request = HTTPRequest(
             method: method, path: url, headers: headers, body: exchange.body,
             remoteAddress: exchange.remoteAddress, query: Self.headers(connection, kind: MHD_ValueKind.GET_ARGUMENT_KIND, lowercased: false))
         exchange.connection = connection
-        let responder = HTTPResponder(exchange: exchange)
         guard enlist(exchange) else { return send(Self.shuttingDown, for: exchange, on: connection) }
-        router.route(request, responder)
+        let responder = self.responder
+        exchange.start(Task { [exchange] in exchange.answer(await responder.respond(to: request)) })
         if let ready = exchange.suspendUnlessAnswered(connection) {
             return send(ready, for: exchange, on: connection)
         }
@@ -237,19 +249,6 @@ public final class HTTPServer: @unchecked Sendable {
                 milliseconds: Date().timeIntervalSince(exchange.started) * 1000,
                 remoteAddress: exchange.remoteAddress ?? Self.clientAddress(connection) ?? "-"))
         return result
-    }
-
-    /// 429 with Retry-After when the request's client is past `limits.requestsPerSecond` (before
-    /// its body is read); nil when it may go on.
-    private func rateLimited(_ connection: OpaquePointer, _ exchange: HTTPExchange) -> HTTPResponse? {
-        guard let rateLimiter else { return nil }
-        let client = Self.client(
-            peer: Self.clientAddress(connection), forwardedFor: Self.header(connection, "X-Forwarded-For"), trusted: trustedProxies)
-        exchange.remoteAddress = client
-        guard let client, let seconds = rateLimiter.admit(client) else { return nil }
-        return .error(
-            429, code: "rate_limited", message: "too many requests from this address; try again in \(seconds) s",
-            headers: [("Retry-After", String(seconds))])
     }
 
     static func tooLarge(_ limit: Int) -> HTTPResponse {
@@ -304,10 +303,10 @@ public struct HTTPRequestLog: Sendable {
     public let remoteAddress: String
 }
 
-/// The state of one request while MHD serves it: its body as read, and the answer once a route
-/// gives it. Threading: `body`, `tooLarge` and `dispatched` are touched only on the daemon thread
-/// serving the connection; `response` and `suspended` under `lock`, since a route may answer from
-/// any thread.
+/// The state of one request while MHD serves it: its body as read, the task answering it, and the
+/// answer once the task gives it. Threading: `body`, `tooLarge` and `dispatched` are touched only
+/// on the daemon thread serving the connection; `response`, `task` and `suspended` under `lock`,
+/// since the answer comes from the task's thread.
 final class HTTPExchange: @unchecked Sendable {
     let method: String
     let path: String
@@ -323,6 +322,7 @@ final class HTTPExchange: @unchecked Sendable {
     private var answered = false
     private var suspended = false
     private var finished = false
+    private var task: Task<Void, Never>?
     private let finishedSignal = DispatchSemaphore(value: 0)
 
     init(method: String, path: String, started: Date) {
@@ -331,13 +331,23 @@ final class HTTPExchange: @unchecked Sendable {
         self.started = started
     }
 
-    /// Records the route's answer (the first one wins); resumes the connection if it waits.
-    func answer(_ response: HTTPResponse) {
+    /// Keeps the task answering the request, so that stopping can cancel it.
+    func start(_ task: Task<Void, Never>) {
+        lock.lock()
+        if answered { task.cancel() } else { self.task = task }
+        lock.unlock()
+    }
+
+    /// Records the answer (the first one wins; with `cancelling`, the task still running is
+    /// cancelled); resumes the connection if it waits.
+    func answer(_ response: HTTPResponse, cancelling: Bool = false) {
         lock.lock()
         defer { lock.unlock() }
         guard !answered else { return }
         answered = true
         self.response = response
+        if cancelling { task?.cancel() }
+        task = nil
         if suspended, let connection {
             suspended = false
             MHD_resume_connection(connection)
@@ -363,6 +373,7 @@ final class HTTPExchange: @unchecked Sendable {
         lock.lock()
         answered = true
         suspended = false
+        task = nil
         let first = !finished
         finished = true
         lock.unlock()
@@ -381,15 +392,6 @@ final class HTTPExchange: @unchecked Sendable {
         let taken = response
         response = nil
         return taken
-    }
-}
-
-/// How a route answers its request, now or later, from any thread. Only the first answer counts.
-public struct HTTPResponder: Sendable {
-    let exchange: HTTPExchange
-
-    public func callAsFunction(_ response: HTTPResponse) {
-        exchange.answer(response)
     }
 }
 
