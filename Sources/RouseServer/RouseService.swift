@@ -8,6 +8,7 @@ import Metrics
 import Push
 import Registrar
 import RouseLog
+import SIPService
 import SIPTransport
 import Storage
 
