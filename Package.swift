@@ -38,7 +38,7 @@ var targets: [Target] = [
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
     // RFC 3261 §16 in one place: request checks, Route popping, Record-Route flow tokens, branch
     // copies, CANCEL, the best response, the instance forward proof, answers about Rouse itself.
-    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Crypto"]),
+    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
     // INVITE handling: the wake-then-ring coordinator, journeys.
     .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
     // The SIP service: sockets → transactions → the registrar, the call coordinator and SIPProxy's
@@ -47,7 +47,7 @@ var targets: [Target] = [
         name: "SIPService",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
     // The value-type logger every layer takes, and the process's standard-error writer.
@@ -68,7 +68,7 @@ var targets: [Target] = [
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
-    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "Crypto"]),
+    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
     .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
@@ -78,7 +78,7 @@ var targets: [Target] = [
     .testTarget(
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage"]),
     .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),

@@ -6,7 +6,8 @@
 # Linphone's console client linphonec 5.1 from linphone-cli, run under util-linux's `script` from
 # the essential bsdutils; Tests/RouseServerTests/Interop*Tests.swift), the curl command of the
 # docs' examples (DocsExamplesTests runs them), and headless Chromium with its WebDriver for the
-# admin pages' browser test (AdminPagesBrowserTests).
+# admin pages' browser test (AdminPagesBrowserTests), and dnsmasq, the DNS server the RFC 3263
+# resolver is tested against (DNSResolverTests).
 set -euo pipefail
 
 packages=(
@@ -26,6 +27,7 @@ packages=(
     chromium
     chromium-driver
     curl
+    dnsmasq-base
 )
 
 missing=()
