@@ -41,6 +41,11 @@ var targets: [Target] = [
     .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
     // INVITE handling: the wake-then-ring coordinator, journeys.
     .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
+    // The SIP service: sockets → transactions → the registrar, the call coordinator and SIPProxy's
+    // steps; the coordinator's `CallSignaling` over real flows.
+    .target(
+        name: "SIPService",
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
@@ -56,7 +61,7 @@ var targets: [Target] = [
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -65,9 +70,10 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "Storage", "Registrar", "CLinuxShims", "COpenSSL", "Crypto"]),
     .executableTarget(
         name: "RouseBench",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
     .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
+    .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
@@ -85,7 +91,7 @@ var targets: [Target] = [
     .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),
+        dependencies: ["RouseServer", "SIPService", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),
 ]
 
 var products: [Product] = [

@@ -23,6 +23,7 @@ LAYERS = [
     ("registrar", "REGISTER, digest, bindings", ["Registrar"]),
     ("push", "push apps and providers", ["Push"]),
     ("calls", "the wake-then-ring call core", ["CallRouting"]),
+    ("SIP service", "sockets → transactions → registrar, calls and proxy steps", ["SIPService"]),
     ("storage", "PostgreSQL", ["Storage"]),
     ("HTTP endpoints", "the route table, its middleware and handlers", ["HTTPAPI"]),
     ("composition root", "configuration, wiring, the command line", ["RouseServer"]),

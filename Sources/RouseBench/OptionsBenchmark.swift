@@ -1,5 +1,6 @@
 import RouseLog
 import RouseServer
+import SIPService
 import SIPTransport
 
 /// OPTIONS round trips over UDP on loopback through Rouse's whole SIP stack (transport, parser,

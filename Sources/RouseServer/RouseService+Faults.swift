@@ -3,6 +3,7 @@ import Foundation
 import Metrics
 import Push
 import Registrar
+import SIPService
 import Storage
 
 extension RouseService {

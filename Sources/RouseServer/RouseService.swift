@@ -9,6 +9,7 @@ import Metrics
 import Push
 import Registrar
 import RouseLog
+import SIPService
 import SIPTransport
 import Storage
 

@@ -5,6 +5,7 @@ import RouseLog
 import RouseServer
 import RouseTestSupport
 import SIPMessage
+import SIPService
 import SIPTransaction
 import SIPTransport
 import XCTest

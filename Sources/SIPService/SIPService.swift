@@ -51,6 +51,7 @@ public final class SIPService: Sendable {
     let draining = DrainingFlag()
     private let tls: TLSConfiguration?
 
+    /// - Parameter settings: where it listens, its names, TLS, limits, timers and Server header.
     /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
     /// - Parameter metrics: counts REGISTERs by result when given.
     /// - Parameter coordinator: handles calls to extensions when given (it is attached to this service).
@@ -58,47 +59,38 @@ public final class SIPService: Sendable {
     /// - Parameter forwardSecret: the secret of the proofs on INVITEs forwarded between instances
     ///   (shared by every instance).
     public init(
-        configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
+        settings: SIPServiceSettings, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
         metrics: MetricsRegistry? = nil, coordinator: CallCoordinator<SIPService>? = nil, flowTokenKey: [UInt8] = SecureRandom.bytes(32),
         forwardSecret: [UInt8] = SecureRandom.bytes(32)
     ) {
         self.registrar = registrar
         self.coordinator = coordinator
         self.forwardProofs = ForwardProofs(secret: forwardSecret)
-        let ownNames = SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases)
+        let ownNames = SIPService.ownNames(listen: settings.listen, aliases: settings.aliases)
         self.proxy = ProxyCore(instanceID: instanceID, ownNames: ownNames, flowTokenKey: flowTokenKey)
         self.registerResults = metrics?.counter(
             "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
         self.instanceID = instanceID
         self.rateLimited = metrics?.counter(
             "rouse_sip_rate_limited_total", help: "SIP messages dropped because their source sent more than sip_rate_limit a second.")
-        self.limits = configuration.parserLimits
+        self.limits = settings.limits.framing
         self.logger = logger
-        let tls: TLSConfiguration? =
-            if let certificate = configuration.tlsCertificatePath, let key = configuration.tlsKeyPath {
-                TLSConfiguration(
-                    certificatePath: certificate, privateKeyPath: key, clientCertificateAuthorityPath: configuration.tlsClientCAPath,
-                    requiresClientCertificate: configuration.tlsRequireClientCertificate)
-            } else {
-                nil
-            }
+        let tls = settings.tls
         self.tls = tls
-        self.rateLimiter = configuration.sipRateLimit > 0 ? SourceRateLimiter(rate: Double(configuration.sipRateLimit)) : nil
-        let limits = TransportLimits(
-            maxConnections: configuration.tcpMaxConnections, idleTimeout: configuration.tcpIdleTimeout,
-            tlsHandshakeTimeout: configuration.tlsHandshakeTimeout, framing: configuration.parserLimits)
+        self.rateLimiter = settings.rateLimit > 0 ? SourceRateLimiter(rate: Double(settings.rateLimit)) : nil
+        let limits = settings.limits
 
         // The transport and the transaction layer call each other; `Wiring` breaks the cycle.
         let wiring = Wiring()
         transport = SIPTransportLayer(
-            listen: configuration.sipListen, tls: tls, limits: limits,
+            listen: settings.listen, tls: tls, limits: limits,
             onPacket: { packet in wiring.service?.receive(packet) },
             onFlowClosed: { flow, _ in
                 wiring.service?.connections.remove(flow)
                 wiring.service?.transactions.transportFailed(on: flow)
             })
         transactions = TransactionLayer<FlowID>(
-            timers: TransactionTimers(t1: configuration.timerT1, t2: configuration.timerT2, t4: configuration.timerT4),
+            timers: settings.timers,
             scheduler: DispatchTimerScheduler(queue: timerQueue),
             send: { message, flow in wiring.service?.send(message, over: flow) },
             core: { event in wiring.service?.handle(event) })
@@ -108,7 +100,7 @@ public final class SIPService: Sendable {
             allowedMethods: methods,
             supportedExtensions: ["path", "outbound"],
             ownNames: ownNames,
-            serverName: "Rouse/\(CommandLineInterface.version)")
+            serverName: settings.serverName)
         wiring.service = self
         coordinator?.attach(self)
     }
@@ -319,7 +311,7 @@ public final class SIPService: Sendable {
 
     /// The names a Request-URI may use for this server: its listening addresses (every interface
     /// address when it listens on a wildcard), `localhost`, the host name and configured aliases.
-    static func ownNames(listen: [ListenPoint], aliases: [String]) -> Set<String> {
+    public static func ownNames(listen: [ListenPoint], aliases: [String]) -> Set<String> {
         var names: Set<String> = ["localhost", "127.0.0.1", "[::1]"]
         names.formUnion(aliases.map { $0.lowercased() })
         if let host = ProcessInfo.processInfo.hostName.split(separator: ".").first {
