@@ -23,53 +23,58 @@ var targets: [Target] = [
     // The few OpenSSL operations Rouse uses.
     .target(name: "Crypto", dependencies: ["COpenSSL"]),
 
+    // Words every layer shares (push channels and token identity, wake results, flow endpoints,
+    // IP prefix sets); no dependencies.
+    .target(name: "RouseVocabulary"),
+
     // The SIP core: pure Swift, no I/O.
     .target(name: "SIPMessage"),
     .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
     // The datagram-versus-stream check shared by the differential fuzz harness and its replay test.
     .target(name: "SIPDifferential", dependencies: ["SIPMessage"]),
     // REGISTER, digest authentication, bindings and their push channels.
-    .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto"]),
+    .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto", "RouseVocabulary"]),
     // Sockets, the event loop, flows and TLS.
     .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
-    .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
+    .target(name: "Push", dependencies: ["Crypto", "CCurl", "RouseVocabulary"]),
     // INVITE handling: the wake-then-ring coordinator, proxy rules, journeys.
-    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics", "Crypto"]),
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "Registrar", "Push", "Metrics", "Crypto", "RouseVocabulary"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "Crypto", "RouseVocabulary"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
     // The HTTP server, the token posting endpoint and health.
-    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting"]),
+    .target(name: "HTTPAPI", dependencies: ["CMicroHTTPD", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting", "RouseVocabulary"]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "Metrics", "CallRouting"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "Push", "HTTPAPI", "Metrics", "CallRouting", "RouseVocabulary"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
     .target(
         name: "RouseTestSupport",
-        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "CLinuxShims", "COpenSSL", "Crypto"]),
+        dependencies: ["SIPMessage", "Storage", "CLinuxShims", "COpenSSL", "Crypto"]),
     .executableTarget(
         name: "RouseBench",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "RouseServer", "RouseTestSupport", "Push"]),
+        dependencies: ["SIPMessage", "SIPTransport", "RouseServer", "RouseTestSupport", "Push", "Crypto", "Registrar", "Storage", "RouseVocabulary"]),
+    .testTarget(name: "RouseVocabularyTests", dependencies: ["RouseVocabulary"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
-    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "Registrar", "Push"]),
+    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "Registrar", "Push", "Crypto", "RouseVocabulary"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
-    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
-    .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "SIPTransaction"]),
+    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport", "RouseVocabulary"]),
+    .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "Crypto", "RouseVocabulary"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar"]),
-    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "RouseVocabulary"]),
+    .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPMessage", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push"]),
+        dependencies: ["RouseServer", "SIPMessage", "SIPTransaction", "SIPTransport", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseVocabulary"]),
 ]
 
 var products: [Product] = [
@@ -84,8 +89,8 @@ if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
         ("SIPParserFuzz", ["SIPMessage", "SIPDifferential"]),
         ("SIPDifferentialFuzz", ["SIPDifferential", "SIPMessage"]),
         ("DigestFuzz", ["Registrar", "Crypto"]),
-        ("PushParametersFuzz", ["Registrar", "SIPMessage"]),
-        ("HTTPBodyFuzz", ["HTTPAPI", "Push", "Registrar", "Crypto"]),
+        ("PushParametersFuzz", ["Registrar", "SIPMessage", "RouseVocabulary"]),
+        ("HTTPBodyFuzz", ["HTTPAPI", "Push", "Registrar", "Crypto", "RouseVocabulary"]),
     ]
     for (name, dependencies) in harnesses {
         targets.append(.executableTarget(name: name, dependencies: dependencies))

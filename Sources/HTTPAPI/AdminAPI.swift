@@ -4,6 +4,7 @@ import Dispatch
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The admin JSON API under `/api/v1/admin/` (issue 5, item 4): organisations, extensions (with
@@ -358,7 +359,7 @@ public struct AdminAPI: Sendable {
                 "time": Self.iso(record.createdAt), "provider": record.provider.rawValue, "outcome": record.outcome,
                 "status": record.status ?? NSNull(), "reason": record.reason ?? NSNull(), "explanation": record.explanation,
                 "latencyMs": record.latencyMilliseconds, "device": record.device ?? NSNull(),
-                "wake": record.wake.map { Self.wake(WakeResult(word: $0, milliseconds: record.wokeAfterMilliseconds)) } ?? NSNull(),
+                "wake": record.wake.map(Self.wake) ?? NSNull(),
             ]
         }
         if whole, !detail.bindings.allSatisfy({ $0.pushChannels.isEmpty }) || !detail.postedTokens.isEmpty {

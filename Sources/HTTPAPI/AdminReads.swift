@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// What the admin JSON API and the admin pages read and do alike: an extension's detail, the

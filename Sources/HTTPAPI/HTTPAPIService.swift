@@ -4,6 +4,7 @@ import Foundation
 import Metrics
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// Rouse's HTTP API as one piece: the server on its address, the token posting endpoint, health,

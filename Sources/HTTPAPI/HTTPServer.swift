@@ -2,6 +2,7 @@ import CallRouting
 import CMicroHTTPD
 import Foundation
 import Glibc
+import RouseVocabulary
 
 /// An HTTP/1.1 server on libmicrohttpd: it reads requests (headers, then a body of at most
 /// `limits.maxBodyBytes`), hands each to the `HTTPRouter`, and writes the answer the route gives,

@@ -2,6 +2,7 @@ import CallRouting
 import Crypto
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 
@@ -159,7 +160,7 @@ public enum ConfigurationLoader {
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
-            problems.append(error.description)
+            problems.append("trusted_peers: \(error.description)")
         }
         problems.append(contentsOf: reader.problems)
 

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import HTTPAPI
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The operator's commands for organisations, extensions and their registrations. Each reads the

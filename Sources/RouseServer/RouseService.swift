@@ -7,6 +7,7 @@ import HTTPAPI
 import Metrics
 import Push
 import Registrar
+import RouseVocabulary
 import SIPTransport
 import Storage
 

@@ -1,5 +1,6 @@
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// The SQL of the location store: bindings and their push channels as rows. Each batch travels as
 /// one `jsonb` bind parameter unpacked with `jsonb_to_recordset`, so a transaction of any size costs

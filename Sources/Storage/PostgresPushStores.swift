@@ -1,6 +1,7 @@
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 
 /// `push_dead_tokens` and `push_records` for the push service: marks dead tokens (the registrar's
 /// lookups skip them until the token is registered or posted again) and keeps every push's outcome.
@@ -106,7 +107,7 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
                 reason: rows.value(index, "reason"), explanation: rows.value(index, "explanation") ?? "",
                 latencyMilliseconds: Int(rows.value(index, "latency_ms") ?? "0") ?? 0,
                 id: rows.value(index, "record_uuid").flatMap(UUID.init(uuidString:)), device: rows.value(index, "device"),
-                wake: rows.value(index, "wake"), wokeAfterMilliseconds: rows.value(index, "woke_after_ms").flatMap { Int($0) })
+                wake: rows.value(index, "wake").map { WakeResult(word: $0, milliseconds: rows.value(index, "woke_after_ms").flatMap { Int($0) }) })
         }
     }
 

@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import XCTest
 
 /// Binding-refresh pushes (RFC 8599 §5.5, issue 11) with a manual clock: which bindings fall due,

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransaction
 import XCTest
@@ -446,7 +447,7 @@ final class StalledTokens: WakeTokenSource, @unchecked Sendable {
 
     var stalledReads: Int { lock.withLock { waiting.count } }
 
-    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>) {
+    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<PushTokenID>) {
         await withCheckedContinuation { continuation in
             let held = lock.withLock { () -> Bool in
                 guard !released else { return false }

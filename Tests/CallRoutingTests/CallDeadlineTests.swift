@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 

@@ -1,6 +1,7 @@
 import CallRouting
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransaction
 import XCTest

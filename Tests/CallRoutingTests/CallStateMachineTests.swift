@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransaction
 import XCTest
@@ -366,7 +367,7 @@ final class CallStateMachineTests: XCTestCase {
                 if let reason = response.headers[.reason], response.statusCode != 480 { return "respond \(response.statusCode) Reason: \(reason)" }
                 return "respond \(response.statusCode)" + (response.statusCode == 480 ? " " + lowercasedFirst(response.reasonPhrase) : "")
             case .relay2xx(let response): return "relay \(response.statusCode)"
-            case .push(let order): return "push \(CallTargets.tokenKey(order.channel))"
+            case .push(let order): return "push \(order.channel.tokenID.key)"
             case .endOfCallPush(let order):
                 return "end-push \(order.device) cancel=\(order.cancelReason?.rawValue ?? "-") missed=\(order.missedReason ?? "-")"
             case .fork(let index, _, let binding): return "fork \(index) \(binding.userAgent ?? "?")"
@@ -376,7 +377,7 @@ final class CallStateMachineTests: XCTestCase {
             case .startTimer(let timer, let deadline): return "start \(name(of: timer)) +\(seconds(deadline.timeIntervalSince(t0)))"
             case .stopTimer(let timer): return "stop \(name(of: timer))"
             case .record: return nil
-            case .markDead(let key): return "dead \(key)"
+            case .markDead(let token): return "dead \(token.key)"
             case .graceDevice(let grace): return "grace \(label(grace.device.name)) until +\(seconds(grace.until.timeIntervalSince(t0)))"
             case .ended(let ending): return "ended \(ending.outcome.rawValue) \(ending.finalStatus)"
             }

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 

@@ -3,6 +3,7 @@ import Foundation
 import HTTPAPI
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

@@ -4,6 +4,7 @@ import HTTPAPI
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

@@ -5,6 +5,7 @@ import HTTPAPI
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

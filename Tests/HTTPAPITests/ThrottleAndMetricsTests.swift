@@ -4,6 +4,7 @@ import HTTPAPI
 import Metrics
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

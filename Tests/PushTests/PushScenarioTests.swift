@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Testing
 
 /// Dead tokens and records kept in memory, as Storage keeps them in PostgreSQL.

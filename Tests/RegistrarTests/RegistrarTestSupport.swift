@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 
