@@ -35,7 +35,7 @@ var targets: [Target] = [
     // REGISTER, digest authentication, bindings and their push channels.
     .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto", "RouseVocabulary"]),
     // Sockets, the event loop, flows and TLS.
-    .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
+    .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL", "RouseVocabulary"]),
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
     .target(name: "Push", dependencies: ["Crypto", "CCurl", "RouseVocabulary"]),
     // INVITE handling: the wake-then-ring coordinator, proxy rules, journeys.

@@ -78,7 +78,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         /// new connection is a new branch).
         struct Key: Hashable, Sendable {
             var bindingID: UUID
-            var flow: String
+            var flow: FlowConnectionID
             var instance: String
 
             init(_ binding: Binding) {
@@ -395,7 +395,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             ?? binding.userAgent ?? binding.contactForDisplay
         branches.append(Branch(key: key, binding: binding, isLate: late, deviceName: name))
         out.append(.record(.branchStarted(JourneyBranch(
-            bindingID: binding.id, target: binding.contactForDisplay, device: name, transport: binding.flow.transport, startedAt: now,
+            bindingID: binding.id, target: binding.contactForDisplay, device: name, transport: binding.flow.transport.rawValue, startedAt: now,
             isLateFork: late))))
         out.append(.fork(branch: branches.count - 1, request: request, binding: binding))
         out.append(.startTimer(.timerC(branch: branches.count - 1), at: now.addingTimeInterval(setup.settings.timerC.timeInterval)))
@@ -435,7 +435,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         guard let instance = branch.binding.instance else { return }
         let flows = CallTargets.flowsByDevice(callee.bindings(), reach: callee.reach).first { $0.first?.binding.instance == instance } ?? []
         guard let next = untriedFlow(among: flows) else { return }
-        out.append(.record(.nextFlow(after: branch.binding.userAgent ?? "the device", transport: next.flow.transport)))
+        out.append(.record(.nextFlow(after: branch.binding.userAgent ?? "the device", transport: next.flow.transport.rawValue)))
         // A next flow that fails at once tries the one after it (its `branchSent` comes back here).
         fork(to: next, late: branch.isLate, now)
     }

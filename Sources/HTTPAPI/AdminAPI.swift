@@ -284,7 +284,7 @@ public struct AdminAPI: Sendable {
         return [
             "id": device.id, "testable": device.ringChannel != nil,
             "contact": binding.contactForDisplay, "userAgent": binding.userAgent ?? NSNull(),
-            "flow": ["transport": binding.flow.transport, "source": binding.flow.source],
+            "flow": ["transport": binding.flow.transport.rawValue, "source": binding.flow.sourceText],
             "expiresIn": binding.remainingSeconds(at: now),
             "pushChannels": binding.pushChannels.map { channel -> [String: Any] in
                 [

@@ -248,7 +248,7 @@ extension AdminPages {
             <dl>
             <dt>Contact</dt><dd><code>\(binding.contactForDisplay)</code></dd>
             <dt>User agent</dt><dd>\(binding.userAgent ?? "—")</dd>
-            <dt>Transport and source</dt><dd>\(binding.flow.transport.uppercased()) from <code>\(binding.flow.source)</code></dd>
+            <dt>Transport and source</dt><dd>\(binding.flow.transport.rawValue.uppercased()) from <code>\(binding.flow.sourceText)</code></dd>
             <dt>Expires in</dt><dd>\(Self.duration(seconds: binding.remainingSeconds(at: detail.now)))</dd>
             </dl>
             \(push)

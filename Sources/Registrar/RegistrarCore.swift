@@ -116,7 +116,7 @@ public struct RegistrarCore: Sendable {
 
     /// Decides a REGISTER that arrived over `flow` at `now`.
     public mutating func register(_ request: SIPRequest, flow: BindingFlow, now: Date) -> RegisterDecision {
-        let sourceAddress = AuthFailureThrottle.address(ofSource: flow.source)
+        let sourceAddress = flow.source?.ip ?? ""
         if let throttle = authFailureThrottle, let left = throttle.isBlocked(sourceAddress, now: now) {
             var response = reply(request, 503, RegistrarCore.throttledReasonPhrase)
             response.headers.add(.retryAfter, String(max(1, Int(left.rounded(.up)))))
@@ -366,7 +366,7 @@ public struct RegistrarCore: Sendable {
             response.headers.add(.require, "outbound")
             // UDP flows get none: without one a phone keeps a UDP flow alive every 24–29 s (RFC
             // 5626 §4.4.1), what NATs need; a longer Flow-Timer would let them forget the phone.
-            if outbound.isEdge, outbound.transport != "udp", policy.flowTimer > 0 {
+            if outbound.isEdge, outbound.transport != .udp, policy.flowTimer > 0 {
                 response.headers.add(RegistrarCore.flowTimer, String(policy.flowTimer))
             }
         }
@@ -465,6 +465,5 @@ struct OutboundRequest {
 struct OutboundAnswer {
     /// Rouse is the UA's edge proxy (the first hop), which is who sends Flow-Timer.
     let isEdge: Bool
-    /// The flow's transport: `udp`, `tcp` or `tls`.
-    let transport: String
+    let transport: SIPTransportKind
 }

@@ -160,7 +160,7 @@ extension CommandLineInterface {
             for binding in bindings {
                 print(
                     "\(binding.aor)  \(binding.contactForDisplay)  user agent: \(binding.userAgent ?? "-")  "
-                        + "\(binding.flow.transport) from \(binding.flow.source)  expires in \(binding.remainingSeconds(at: now)) s")
+                        + "\(binding.flow.transport) from \(binding.flow.sourceText)  expires in \(binding.remainingSeconds(at: now)) s")
                 for channel in binding.pushChannels {
                     print(
                         "    push \(channel.provider.rawValue) / \(shown(channel.token)) / \(channel.param ?? "-") / "

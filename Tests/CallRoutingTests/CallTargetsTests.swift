@@ -13,7 +13,7 @@ final class CallTargetsTests: XCTestCase {
         Binding(
             aor: aor, contact: contact, instance: instance, callID: UUID().uuidString, cseq: 1, registeredAt: Date(),
             expiresAt: Date().addingTimeInterval(600), userAgent: agent,
-            flow: BindingFlow(transport: transport, source: "127.0.0.1:40000", connectionID: "\(transport)#1", localPoint: "\(transport):127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: SIPTransportKind(rawValue: transport)!, source: SocketAddress(parsing: "127.0.0.1:40000"), connectionID: FlowConnectionID("\(transport)#1"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: channels)
     }
 
@@ -66,7 +66,7 @@ final class CallTargetsTests: XCTestCase {
         var flow = binding(contact: "sip:phone@127.0.0.1:\(40000 + regID);ob", instance: instance, channels: channels)
         flow.regID = regID
         flow.registeredAt = Date().addingTimeInterval(-age)
-        flow.flow.connectionID = "tcp#\(regID)"
+        flow.flow.connectionID = FlowConnectionID("tcp#\(regID)")
         return flow
     }
 

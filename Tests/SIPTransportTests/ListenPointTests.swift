@@ -1,3 +1,4 @@
+import RouseVocabulary
 import SIPTransport
 import XCTest
 
