@@ -68,7 +68,7 @@ var targets: [Target] = [
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
         name: "SIPTransportTests",
-        dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
+        dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport", "RouseVocabulary"]),
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "RouseVocabulary"]),
     .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),

@@ -20,7 +20,8 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         self.port = port
     }
 
-    /// Reads `127.0.0.1:5060` or `[::1]:5060` (the form `description` writes); nil otherwise.
+    /// Reads `127.0.0.1:5060` or `[::1]:5060` (the form `description` writes); nil otherwise (an
+    /// IPv6 address without brackets included).
     public init?(parsing text: String) {
         let hostText: Substring
         let portText: Substring
@@ -29,7 +30,8 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
             hostText = text[text.index(after: text.startIndex)..<close]
             portText = text[text.index(close, offsetBy: 2)...]
         } else {
-            guard let colon = text.lastIndex(of: ":") else { return nil }
+            // An IPv6 address with a port must be in brackets: `2001:db8::7:5060` is an address.
+            guard let colon = text.firstIndex(of: ":"), colon == text.lastIndex(of: ":") else { return nil }
             hostText = text[..<colon]
             portText = text[text.index(after: colon)...]
         }
