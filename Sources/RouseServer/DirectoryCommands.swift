@@ -141,8 +141,8 @@ extension CommandLineInterface {
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
             let posted = try PostedPushTokens.list(for: aor, on: connection)
             let dead = try PostgresLocationStore.deadTokens(on: connection, among: bindings.flatMap(\.pushChannels) + posted.map(\.channel))
-            let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
-            let isDead = { (channel: PushChannel) in deadKeys.contains("\(channel.family.rawValue) \(channel.token)") }
+            let deadIDs = Set(dead.map(\.id))
+            let isDead = { (channel: PushChannel) in deadIDs.contains(channel.tokenID) }
             let whole = switches.contains("--tokens")
             let shown = { (token: String) in whole ? token : Binding.shortenedToken(token) }
             if json {

@@ -336,17 +336,6 @@ enum BindingRecords {
 
     // MARK: - Dead tokens
 
-    static func markDead(
-        _ connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String, at date: Date
-    ) throws {
-        try connection.query(
-            """
-            INSERT INTO push_dead_tokens (family, token, reason, marked_at) VALUES ($1, $2, $3, to_timestamp($4))
-            ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
-            """,
-            [family.rawValue, family == .apns ? token.lowercased() : token, reason, String(date.timeIntervalSince1970)])
-    }
-
     static func deadTokens(_ connection: PostgresConnection, among channels: [PushChannel]) throws -> [DeadPushToken] {
         var json = JSONText(capacity: channels.count * 128)
         json.beginArray()

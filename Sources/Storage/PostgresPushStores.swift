@@ -50,13 +50,14 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
     public static func markDead(
         on connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String, at markedAt: Date? = nil
     ) throws {
+        let id = PushTokenID(family: family, token: token)
         try connection.query(
             """
             INSERT INTO push_dead_tokens (family, token, reason, marked_at)
             VALUES ($1, $2, $3, coalesce(to_timestamp($4::double precision), now()))
             ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
             """,
-            [family.rawValue, token, reason, markedAt.map { String($0.timeIntervalSince1970) }])
+            [id.family.rawValue, id.token, reason, markedAt.map { String($0.timeIntervalSince1970) }])
     }
 
     /// Stores one push's outcome on `connection`; a record with an id already stored stays as it
@@ -113,6 +114,7 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
 
     /// Whether a token is marked dead.
     public static func isDead(on connection: PostgresConnection, family: PushProviderFamily, token: String) throws -> Bool {
-        try !connection.query("SELECT 1 FROM push_dead_tokens WHERE family = $1 AND token = $2", [family.rawValue, token]).isEmpty
+        let id = PushTokenID(family: family, token: token)
+        return try !connection.query("SELECT 1 FROM push_dead_tokens WHERE family = $1 AND token = $2", [id.family.rawValue, id.token]).isEmpty
     }
 }
