@@ -6,7 +6,7 @@ import RouseVocabulary
 /// device registers or posts it again. Storage implements it; tests use an in-memory one.
 /// Implementations are thread-safe and must not block the caller's thread.
 public protocol DeadTokenRecorder: Sendable {
-    func markDead(family: PushProviderFamily, token: String, reason: String) async throws
+    func markDead(_ token: PushTokenID, reason: String) async throws
 }
 
 /// One push as the admin pages show it ("Recent pushes"). Holds a shortened token only.
@@ -331,7 +331,7 @@ public final class PushService: @unchecked Sendable {
         _ outcome: PushOutcome, channel: PushChannel, app: PushApp?, aor: String?, callID: String?, record: Bool = true
     ) async -> PushOutcome {
         if outcome.isDeadToken, let deadTokens {
-            try? await deadTokens.markDead(family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
+            try? await deadTokens.markDead(channel.tokenID, reason: outcome.reason ?? "dead")
         }
         if record, let records {
             try? await records.record(PushRecord(

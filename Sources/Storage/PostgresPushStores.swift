@@ -18,10 +18,10 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
         queue = PostgresWriteQueue(settings: settings, name: "rouse-push-records", capacity: capacity)
     }
 
-    public func markDead(family: PushProviderFamily, token: String, reason: String) async throws {
+    public func markDead(_ token: PushTokenID, reason: String) async throws {
         let markedAt = Date()
         queue.enqueue { connection in
-            try Self.markDead(on: connection, family: family, token: token, reason: reason, at: markedAt)
+            try Self.markDead(on: connection, family: token.family, token: token.token, reason: reason, at: markedAt)
         }
     }
 

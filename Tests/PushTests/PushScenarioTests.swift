@@ -11,8 +11,8 @@ actor MemoryPushStores: DeadTokenRecorder, PushRecordStore {
     private(set) var dead: [(family: PushProviderFamily, token: String, reason: String)] = []
     private(set) var records: [PushRecord] = []
 
-    func markDead(family: PushProviderFamily, token: String, reason: String) async throws {
-        dead.append((family, token, reason))
+    func markDead(_ token: PushTokenID, reason: String) async throws {
+        dead.append((token.family, token.token, reason))
     }
 
     func record(_ record: PushRecord) async throws {
