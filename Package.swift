@@ -23,6 +23,10 @@ var targets: [Target] = [
     // The few OpenSSL operations Rouse uses.
     .target(name: "Crypto", dependencies: ["COpenSSL"]),
 
+    // Words every layer shares (push channels and token identity, wake results, flow endpoints,
+    // IP prefix sets); no dependencies.
+    .target(name: "RouseVocabulary"),
+
     // The SIP core: pure Swift, no I/O.
     .target(name: "SIPMessage"),
     .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
@@ -31,23 +35,23 @@ var targets: [Target] = [
     // DNS for SIP: the message codec, RFC 3263 next-hop location, a stub resolver off the SIP loop.
     .target(name: "SIPDNS"),
     // REGISTER, digest authentication, bindings and their push channels.
-    .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto"]),
+    .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto", "RouseVocabulary"]),
     // Sockets, the event loop, flows and TLS.
-    .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL"]),
+    .target(name: "SIPTransport", dependencies: ["SIPMessage", "CLinuxShims", "COpenSSL", "RouseVocabulary"]),
     // Push apps, the APNs and FCM clients over HTTP/2, payloads and outcomes.
-    .target(name: "Push", dependencies: ["Crypto", "CCurl", "Registrar"]),
+    .target(name: "Push", dependencies: ["Crypto", "CCurl", "RouseVocabulary"]),
     // RFC 3261 §16 in one place: request checks, Route popping, Record-Route flow tokens, branch
     // copies, CANCEL, the best response, the instance forward proof, answers about Rouse itself.
-    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
+    .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto", "RouseVocabulary"]),
     // INVITE handling: the wake-then-ring coordinator, journeys.
-    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog"]),
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog", "RouseVocabulary"]),
     // The SIP service: sockets → transactions → the registrar, the call coordinator and SIPProxy's
     // steps; the coordinator's `CallSignaling` over real flows.
     .target(
         name: "SIPService",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog", "RouseVocabulary"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy", "Crypto", "RouseVocabulary"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
     // The value-type logger every layer takes, and the process's standard-error writer.
@@ -56,12 +60,12 @@ var targets: [Target] = [
     .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
     // Rouse's HTTP API on it: the token posting endpoint, health, calls, the admin API and pages.
     .target(
-        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting"],
+        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting", "RouseVocabulary"],
         resources: [.copy("openapi.json")]),
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog", "RouseVocabulary", "SIPProxy"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.
@@ -70,28 +74,29 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "Storage", "Registrar", "CLinuxShims", "COpenSSL", "Crypto"]),
     .executableTarget(
         name: "RouseBench",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "RouseServer", "RouseTestSupport", "Push", "RouseLog"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "RouseServer", "RouseTestSupport", "Push", "RouseLog", "Crypto", "Storage", "RouseVocabulary", "Registrar"]),
+    .testTarget(name: "RouseVocabularyTests", dependencies: ["RouseVocabulary"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
     .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
-    .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport"]),
-    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push"]),
+    .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport", "RouseVocabulary"]),
+    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "RouseVocabulary", "Crypto"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
-    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport"]),
-    .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "SIPTransaction"]),
+    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport", "RouseVocabulary"]),
+    .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "Crypto", "RouseVocabulary"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(
         name: "SIPTransportTests",
-        dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage"]),
+        dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport", "RouseVocabulary"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage", "RouseVocabulary"]),
     .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "RouseTestSupport"]),
     .testTarget(
-        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push"]),
+        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
     .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
     .testTarget(
         name: "RouseServerTests",
-        dependencies: ["RouseServer", "SIPService", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog"]),
+        dependencies: ["RouseServer", "SIPService", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog", "RouseVocabulary"]),
 ]
 
 var products: [Product] = [
@@ -106,8 +111,8 @@ if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
         ("SIPParserFuzz", ["SIPMessage", "SIPDifferential"]),
         ("SIPDifferentialFuzz", ["SIPDifferential", "SIPMessage"]),
         ("DigestFuzz", ["Registrar", "Crypto"]),
-        ("PushParametersFuzz", ["Registrar", "SIPMessage"]),
-        ("HTTPBodyFuzz", ["HTTPAPI", "HTTPServer", "Push", "Registrar", "Crypto"]),
+        ("PushParametersFuzz", ["Registrar", "SIPMessage", "RouseVocabulary"]),
+        ("HTTPBodyFuzz", ["HTTPAPI", "HTTPServer", "Push", "Registrar", "Crypto", "RouseVocabulary"]),
     ]
     for (name, dependencies) in harnesses {
         targets.append(.executableTarget(name: name, dependencies: dependencies))

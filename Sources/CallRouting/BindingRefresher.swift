@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseLog
+import RouseVocabulary
 
 /// The bindings a refresh may be due for (the registrar implements it).
 public protocol RefreshCandidateSource: Sendable {
@@ -43,7 +44,7 @@ public final class BindingRefresher: @unchecked Sendable {
     public let minimumInterval: TimeInterval
     private let logger: Logger
     private var timer: (any DispatchSourceTimer)?
-    private var lastPushByToken: [String: Date] = [:]
+    private var lastPushByToken: [PushTokenID: Date] = [:]
 
     /// - Parameter lead: how long before expiry the push goes; raised to 120 s when shorter.
     public init(
@@ -95,7 +96,7 @@ public final class BindingRefresher: @unchecked Sendable {
                 // Once per token: the flows (reg-ids) of one device share it, and one push wakes it.
                 var due: [(binding: Binding, channel: PushChannel)] = []
                 for item in Self.due(bindings, now: now) {
-                    let key = CallTargets.tokenKey(item.channel)
+                    let key = item.channel.tokenID
                     guard lastPushByToken[key].map({ now.timeIntervalSince($0) >= minimumInterval }) ?? true else { continue }
                     lastPushByToken[key] = now
                     due.append(item)

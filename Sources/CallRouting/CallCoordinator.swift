@@ -4,6 +4,7 @@ import Metrics
 import Push
 import Registrar
 import RouseLog
+import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransaction
@@ -51,7 +52,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Tokens a provider called dead (seen here, or read from PostgreSQL), by `family:token`, with
     /// when: not pushed again until a binding carrying the token registers after that moment.
     /// Forgotten after `deadTokenMemory` (PostgreSQL keeps the mark; the next call reads it again).
-    private var deadTokens: ExpiringTable<String, Date>
+    private var deadTokens: ExpiringTable<PushTokenID, Date>
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
     /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
     private var talking: ExpiringTable<String, CallJourney>
@@ -171,7 +172,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             // A device that registers its token again revives it (product.md "The pushes").
             for binding in bindings {
                 for channel in binding.pushChannels {
-                    let key = CallTargets.tokenKey(channel)
+                    let key = channel.tokenID
                     if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens.removeValue(forKey: key) }
                 }
             }
@@ -242,7 +243,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         // call when they arrive.
         let channels = bindings.flatMap(\.pushChannels)
         Task { [self] in
-            let found: (posted: [PostedToken], dead: Set<String>)?
+            let found: (posted: [PostedToken], dead: Set<PushTokenID>)?
             do {
                 found = try await tokens.wakeTokens(for: callee, checking: channels)
             } catch {
@@ -260,7 +261,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Who the call goes to, with reachability as the SIP side sees it now and the dead marks of
     /// its tokens (looked up one by one, never the whole table).
     private func targets(_ bindings: [Binding], posted: [PostedToken]) -> CallTargets {
-        let keys = (bindings.flatMap(\.pushChannels) + posted.map(\.channel)).map(CallTargets.tokenKey)
+        let keys = (bindings.flatMap(\.pushChannels) + posted.map(\.channel)).map(\.tokenID)
         let dead = Set(keys.filter { deadTokens[$0] != nil })
         return CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 
 /// How a call ended, as the journey and the metrics say it.
 public enum CallOutcome: String, Sendable, Hashable, CaseIterable {
@@ -16,70 +17,6 @@ public enum CallOutcome: String, Sendable, Hashable, CaseIterable {
     case failed
 }
 
-/// What became of a woken device after its ring push (the "woke in time" column of Recent pushes).
-public enum WakeResult: Sendable, Hashable {
-    /// Not known yet: the call still waits.
-    case pending
-    /// The device registered again this long after the push was sent, in time for the call.
-    case woke(afterMilliseconds: Int)
-    /// The device registered again after the call had stopped waiting for it (too late to ring).
-    case late(afterMilliseconds: Int)
-    /// The device did not register again while the call could still reach it.
-    case notInTime
-    /// The call ended (answered elsewhere, caller hung up) before the device came back.
-    case callEnded
-    /// The push failed or was refused, so no wake was expected.
-    case notPushed
-
-    /// One word for storage and the API: `pending`, `woke`, `late`, `no`, `call_ended`, `not_pushed`.
-    public var word: String {
-        switch self {
-        case .pending: return "pending"
-        case .woke: return "woke"
-        case .late: return "late"
-        case .notInTime: return "no"
-        case .callEnded: return "call_ended"
-        case .notPushed: return "not_pushed"
-        }
-    }
-
-    /// Milliseconds from push to the fresh REGISTER, when the device came back.
-    public var milliseconds: Int? {
-        switch self {
-        case .woke(let ms), .late(let ms): return ms
-        default: return nil
-        }
-    }
-
-    /// In words, as the journey line ends: "woke in 1.9 s", "no re-register in time", …
-    public var words: String {
-        switch self {
-        case .pending: return "waiting for the device"
-        case .woke(let ms): return "woke in \(WakeResult.seconds(ms))"
-        case .late(let ms): return "woke in \(WakeResult.seconds(ms)), too late for the call"
-        case .notInTime: return "no re-register in time"
-        case .callEnded: return "call ended before the device came back"
-        case .notPushed: return "not woken"
-        }
-    }
-
-    /// Rebuilds a result from its stored word and milliseconds.
-    public init(word: String, milliseconds: Int?) {
-        switch word {
-        case "woke": self = .woke(afterMilliseconds: milliseconds ?? 0)
-        case "late": self = .late(afterMilliseconds: milliseconds ?? 0)
-        case "no": self = .notInTime
-        case "call_ended": self = .callEnded
-        case "not_pushed": self = .notPushed
-        default: self = .pending
-        }
-    }
-
-    static func seconds(_ ms: Int) -> String {
-        ms < 1000 ? "\(ms) ms" : String(format: "%.1f s", Double(ms) / 1000)
-    }
-}
-
 /// One ring push of a call: a line of the journey and a row of the extension's Recent pushes.
 public struct JourneyPush: Sendable, Hashable {
     /// The push record's id (push_records.record_uuid).
@@ -90,7 +27,7 @@ public struct JourneyPush: Sendable, Hashable {
     public var appID: Int64?
     /// The first 8 characters of the token and an ellipsis.
     public var tokenShort: String
-    /// `accepted`, `refused` or `failed`.
+    /// `accepted`, `refused` or `failed` (`PushOutcome.Kind`), as stored.
     public var outcome: String
     public var status: Int?
     /// The provider's reason (`Unregistered`, `BadDeviceToken`, …).
@@ -122,14 +59,16 @@ public struct JourneyPush: Sendable, Hashable {
     /// The journey line: "pushed iPhone (apns): accepted in 182 ms, woke in 1.9 s".
     public var line: String {
         var text = "pushed \(device) (\(provider.rawValue)): "
-        switch outcome {
-        case "accepted": text += "accepted in \(latencyMilliseconds) ms"
-        case "refused": text += "refused: \(reason ?? "?") (\(explanation))"
-        default: text += "failed: \(explanation)"
+        switch outcomeKind {
+        case .accepted: text += "accepted in \(latencyMilliseconds) ms, " + wake.words
+        case .refused: text += "refused: \(reason ?? "?") (\(explanation))"
+        case .failed, nil: text += "failed: \(explanation)"
         }
-        if outcome == "accepted" { text += ", " + wake.words }
         return text
     }
+
+    /// Which of the three outcomes the stored word names; nil for a word that is none of them.
+    public var outcomeKind: PushOutcome.Kind? { PushOutcome.Kind(rawValue: outcome) }
 }
 
 /// One response a branch received.

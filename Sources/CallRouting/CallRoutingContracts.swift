@@ -1,6 +1,7 @@
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransaction
 
@@ -52,8 +53,8 @@ public protocol CalleeDirectory: Sendable {
 /// Posted tokens and dead-token marks, read when a call arrives (PostgreSQL in production).
 public protocol WakeTokenSource: Sendable {
     /// The extension's posted tokens, and which of `tokens` (and of the posted ones) are marked
-    /// dead, as `family:token` keys.
-    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>)
+    /// dead.
+    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<PushTokenID>)
 }
 
 /// Sends a call's ring and cancel pushes (PushService implements it).

@@ -1,6 +1,7 @@
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransaction
@@ -68,7 +69,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         init(_ device: WakeDevice, pushID: UUID) {
             self.device = device
             self.pushID = pushID
-            tag = CallTokenSigner.deviceTag(device.key)
+            tag = CallTokenSigner.deviceTag(device.id)
         }
     }
 
@@ -78,7 +79,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         /// new connection is a new branch).
         struct Key: Hashable, Sendable {
             var bindingID: UUID
-            var flow: String
+            var flow: FlowConnectionID
             var instance: String
 
             init(_ binding: Binding) {
@@ -234,7 +235,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func addPostedDevices(_ complete: CallTargets, _ now: Date, _ callee: CalleeView) {
         guard phase == .waiting || phase == .ringing, !answered else { return }
         for device in complete.devices {
-            if let index = devices.firstIndex(where: { $0.device.key == device.key }) {
+            if let index = devices.firstIndex(where: { $0.device.id == device.id }) {
                 if devices[index].device.cancelChannel == nil { devices[index].device.cancelChannel = device.cancelChannel }
                 continue
             }
@@ -313,7 +314,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func pushAnswered(_ index: Int, _ outcome: PushOutcome, _ appID: Int64?, _ now: Date, _ callee: CalleeView) {
         guard devices.indices.contains(index), !devices[index].answered else { return }
         let accepted = outcome.isAccepted
-        if outcome.isDeadToken { out.append(.markDead(CallTargets.tokenKey(devices[index].device.ringChannel))) }
+        if outcome.isDeadToken { out.append(.markDead(devices[index].device.ringChannel.tokenID)) }
         var device = devices[index]
         if !accepted {
             device.wake = .notPushed
@@ -329,7 +330,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             id: device.pushID, device: device.device.name, provider: ring.provider, appID: appID, tokenShort: PushRecord.shorten(ring.token),
             outcome: outcome.word, status: outcome.status, reason: outcome.reason, explanation: outcome.explanation,
             latencyMilliseconds: outcome.latencyMilliseconds, sentAt: device.sentAt ?? now, wake: device.wake))))
-        if !accepted { pushFailures.append("push \(outcome.word == "refused" ? "refused" : "failed"): \(outcome.explanation)") }
+        if !accepted { pushFailures.append("push \(outcome.word): \(outcome.explanation)") }
         endWaitIfEveryPushFailed(now, callee)
     }
 
@@ -395,7 +396,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             ?? binding.userAgent ?? binding.contactForDisplay
         branches.append(Branch(key: key, binding: binding, isLate: late, deviceName: name))
         out.append(.record(.branchStarted(JourneyBranch(
-            bindingID: binding.id, target: binding.contactForDisplay, device: name, transport: binding.flow.transport, startedAt: now,
+            bindingID: binding.id, target: binding.contactForDisplay, device: name, transport: binding.flow.transport.rawValue, startedAt: now,
             isLateFork: late))))
         out.append(.fork(branch: branches.count - 1, request: request, binding: binding))
         out.append(.startTimer(.timerC(branch: branches.count - 1), at: now.addingTimeInterval(setup.settings.timerC.timeInterval)))
@@ -435,7 +436,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         guard let instance = branch.binding.instance else { return }
         let flows = CallTargets.flowsByDevice(callee.bindings(), reach: callee.reach).first { $0.first?.binding.instance == instance } ?? []
         guard let next = untriedFlow(among: flows) else { return }
-        out.append(.record(.nextFlow(after: branch.binding.userAgent ?? "the device", transport: next.flow.transport)))
+        out.append(.record(.nextFlow(after: branch.binding.userAgent ?? "the device", transport: next.flow.transport.rawValue)))
         // A next flow that fails at once tries the one after it (its `branchSent` comes back here).
         fork(to: next, late: branch.isLate, now)
     }
@@ -828,8 +829,8 @@ public enum CallAction<Flow: Hashable & Sendable>: Sendable {
     case stopTimer(CallTimer)
     /// A fact of the journey (`JourneyRecorder` puts it in words).
     case record(CallFact)
-    /// A provider called this `family:token` dead.
-    case markDead(String)
+    /// A provider called this token dead.
+    case markDead(PushTokenID)
     /// A VoIP-only iPhone to send the INVITE and a CANCEL if it registers within its grace.
     case graceDevice(GraceDevice)
     /// The call ended (answered or not): how, for the call tokens and the metrics.

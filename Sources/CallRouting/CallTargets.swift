@@ -1,5 +1,6 @@
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// A push token an app posted for its extension over HTTP (product.md "By posting its token"), as
 /// a call sees it: one more way to wake a device of the callee.
@@ -27,8 +28,8 @@ public enum BindingReach: Sendable, Hashable {
 /// One device of the callee that can be woken: pushed once per call, whatever number of bindings
 /// or posted tokens name it (product.md "One call, one ring push per device").
 public struct WakeDevice: Sendable, Hashable {
-    /// `family:token` of the ring channel: the device's identity for this call.
-    public var key: String
+    /// The ring channel's token: the device's identity for this call.
+    public var id: PushTokenID
     /// The channel the ring push goes to (an APNs VoIP token, an FCM token).
     public var ringChannel: PushChannel
     /// Where a cancel push can go: the FCM token itself, or an iPhone's regular (non-VoIP) token.
@@ -36,8 +37,8 @@ public struct WakeDevice: Sendable, Hashable {
     public var cancelChannel: PushChannel?
     /// `+sip.instance` of its bindings, when they carry one.
     public var instance: String?
-    /// Every `family:token` the device is known by (matching a fresh REGISTER).
-    public var tokens: Set<String>
+    /// Every token the device is known by (matching a fresh REGISTER).
+    public var tokens: Set<PushTokenID>
     /// Its bindings when the call arrived.
     public var bindingIDs: [UUID]
     /// Known only through a posted token: any new binding of the extension is taken as its return.
@@ -46,10 +47,10 @@ public struct WakeDevice: Sendable, Hashable {
     public var name: String
 
     public init(
-        key: String, ringChannel: PushChannel, cancelChannel: PushChannel?, instance: String?, tokens: Set<String>,
+        id: PushTokenID, ringChannel: PushChannel, cancelChannel: PushChannel?, instance: String?, tokens: Set<PushTokenID>,
         bindingIDs: [UUID], isPostedOnly: Bool, name: String
     ) {
-        self.key = key
+        self.id = id
         self.ringChannel = ringChannel
         self.cancelChannel = cancelChannel
         self.instance = instance
@@ -64,7 +65,7 @@ public struct WakeDevice: Sendable, Hashable {
     /// any binding.
     public func matches(_ binding: Binding) -> Bool {
         if let instance, let other = binding.instance { return instance == other }
-        if binding.pushChannels.contains(where: { tokens.contains(CallTargets.tokenKey($0)) }) { return true }
+        if binding.pushChannels.contains(where: { tokens.contains($0.tokenID) }) { return true }
         return isPostedOnly
     }
 }
@@ -85,21 +86,16 @@ public struct CallTargets: Sendable {
     /// A reachable binding that needs no push is registered (the 3 s wait applies).
     public var hasDeskPhone: Bool
 
-    /// `apns:abcd…`: a channel's identity (decisions.md: family + token).
-    public static func tokenKey(_ channel: PushChannel) -> String {
-        "\(channel.family.rawValue):\(channel.token)"
-    }
-
     /// - Parameters:
-    ///   - deadTokens: `family:token` keys a provider called dead (not pushed until registered again).
+    ///   - deadTokens: tokens a provider called dead (not pushed until registered again).
     ///   - reach: how each binding can be reached now.
-    public init(bindings: [Binding], posted: [PostedToken], deadTokens: Set<String>, reach: (Binding) -> BindingReach) {
+    public init(bindings: [Binding], posted: [PostedToken], deadTokens: Set<PushTokenID>, reach: (Binding) -> BindingReach) {
         var devices: [WakeDevice] = []
         var awake: [Binding] = []
         var deskPhones: [Binding] = []
         var atWaitEnd: [Binding] = []
         var hasDeskPhone = false
-        func live(_ channel: PushChannel) -> Bool { !deadTokens.contains(Self.tokenKey(channel)) }
+        func live(_ channel: PushChannel) -> Bool { !deadTokens.contains(channel.tokenID) }
 
         // RFC 5626 §5.3: one flow per device. The bindings of one `+sip.instance` are its flows
         // (reg-ids); the call uses the best of them, and the device is pushed when none is left.
@@ -126,11 +122,11 @@ public struct CallTargets: Sendable {
             case .gone: break
             }
             let cancel = ring.family != .apns ? ring : channels.first { $0.kind == .remote }
-            let tokens = Set(flows.flatMap { $0.binding.pushChannels.filter(live) }.map(Self.tokenKey))
+            let tokens = Set(flows.flatMap { $0.binding.pushChannels.filter(live) }.map(\.tokenID))
             let members = Set(flows.map(\.binding.id))
             let ids = bindings.map(\.id).filter(members.contains)
             if let index = devices.firstIndex(where: { device in
-                device.key == Self.tokenKey(ring) || (device.instance != nil && device.instance == pushing.instance)
+                device.id == ring.tokenID || (device.instance != nil && device.instance == pushing.instance)
             }) {
                 devices[index].bindingIDs.append(contentsOf: ids)
                 devices[index].tokens.formUnion(tokens)
@@ -138,17 +134,17 @@ public struct CallTargets: Sendable {
                 continue
             }
             devices.append(WakeDevice(
-                key: Self.tokenKey(ring), ringChannel: ring, cancelChannel: cancel, instance: pushing.instance, tokens: tokens,
+                id: ring.tokenID, ringChannel: ring, cancelChannel: cancel, instance: pushing.instance, tokens: tokens,
                 bindingIDs: ids, isPostedOnly: false, name: Self.name(of: pushing, ring: ring)))
         }
 
         let livePosted = posted.filter { live($0.channel) }
         for token in livePosted where token.channel.kind != .remote {
-            let key = Self.tokenKey(token.channel)
+            let key = token.channel.tokenID
             if devices.contains(where: { $0.tokens.contains(key) }) { continue }
             let cancel = token.channel.family != .apns ? token.channel : Self.pairedRemote(of: token, among: livePosted)
             devices.append(WakeDevice(
-                key: key, ringChannel: token.channel, cancelChannel: cancel, instance: nil, tokens: [key], bindingIDs: [],
+                id: key, ringChannel: token.channel, cancelChannel: cancel, instance: nil, tokens: [key], bindingIDs: [],
                 isPostedOnly: true,
                 name: token.channel.family == .apns ? "iPhone (posted token)"
                     : token.channel.family == .fcm ? "Android (posted token)" : "Browser (posted subscription)"))

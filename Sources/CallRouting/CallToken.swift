@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 
 /// What a call token says: which call, which extension, which device of it, and until when. A
 /// value; thread-safe.
@@ -49,8 +50,8 @@ public struct CallTokenSigner: Sendable {
     }
 
     /// The device part of a token: a digest of the device's push identity.
-    public static func deviceTag(_ deviceKey: String) -> String {
-        String(Hex.encode(Digest.hash(.sha256, Array(deviceKey.utf8))).prefix(24))
+    public static func deviceTag(_ device: PushTokenID) -> String {
+        String(Hex.encode(Digest.hash(.sha256, Array(device.key.utf8))).prefix(24))
     }
 
     public func issue(_ claims: CallTokenClaims, now: Date = Date()) -> String {

@@ -4,6 +4,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The admin JSON API under `/api/v1/admin/` (issue 5, item 4): organisations, extensions (with

@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The admin API's answers as values, encoded by `HTTPJSON` (and by `rouse … --json` through
@@ -109,7 +110,7 @@ enum AdminAnswer {
             testable = device.ringChannel != nil
             contact = binding.contactForDisplay
             userAgent = binding.userAgent
-            flow = Flow(transport: binding.flow.transport, source: binding.flow.source)
+            flow = Flow(transport: binding.flow.transport.rawValue, source: binding.flow.sourceText)
             expiresIn = binding.remainingSeconds(at: now)
             pushChannels = binding.pushChannels.map { channel in
                 Channel(
@@ -179,7 +180,7 @@ enum AdminAnswer {
             explanation = record.explanation
             latencyMs = record.latencyMilliseconds
             device = record.device
-            wake = record.wake.map { Wake(WakeResult(word: $0, milliseconds: record.wokeAfterMilliseconds)) }
+            wake = record.wake.map(Wake.init)
         }
     }
 

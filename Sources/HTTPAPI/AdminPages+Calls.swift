@@ -113,7 +113,7 @@ extension AdminPages {
         }
         for push in call.pushes {
             var line: HTML = "\(push.line)"
-            if push.outcome == "accepted", push.wake == .notInTime { line = "\(push.line) <span class=\"badge no-wake\">no re-register in time</span>" }
+            if push.outcomeKind == .accepted, push.wake == .notInTime { line = "\(push.line) <span class=\"badge no-wake\">no re-register in time</span>" }
             moments.append((push.sentAt, "push", line))
         }
         for branch in call.branches {

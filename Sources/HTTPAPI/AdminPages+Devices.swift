@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// An extension's devices (registered bindings and posted tokens): the Test push button, which

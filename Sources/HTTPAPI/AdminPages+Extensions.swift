@@ -249,7 +249,7 @@ extension AdminPages {
             <dl>
             <dt>Contact</dt><dd><code>\(binding.contactForDisplay)</code></dd>
             <dt>User agent</dt><dd>\(binding.userAgent ?? "—")</dd>
-            <dt>Transport and source</dt><dd>\(binding.flow.transport.uppercased()) from <code>\(binding.flow.source)</code></dd>
+            <dt>Transport and source</dt><dd>\(binding.flow.transport.rawValue.uppercased()) from <code>\(binding.flow.sourceText)</code></dd>
             <dt>Expires in</dt><dd>\(Self.duration(seconds: binding.remainingSeconds(at: detail.now)))</dd>
             </dl>
             \(push)
@@ -262,15 +262,15 @@ extension AdminPages {
     /// A row of Recent pushes: an accepted push whose device did not come back in time reads
     /// "no re-register in time".
     static func pushRow(_ record: PushRecord) -> HTML {
-        let wake = record.wake.map { WakeResult(word: $0, milliseconds: record.wokeAfterMilliseconds) }
+        let wake = record.wake
         let outcome: String
         let reason: String
-        if record.outcome == "accepted", wake == .notInTime {
+        if record.outcomeKind == .accepted, wake == .notInTime {
             outcome = "no re-register in time"
             reason = "the provider accepted the push, but the app did not register again within the wait (it took longer, or may not run in the background on that phone)"
         } else {
             outcome = record.outcome
-            reason = record.outcome == "refused" ? "\(record.reason ?? "refused"): \(record.explanation)" : record.explanation
+            reason = record.outcomeKind == .refused ? "\(record.reason ?? "refused"): \(record.explanation)" : record.explanation
         }
         let badge = outcome == "no re-register in time" ? "no-wake" : outcome
         let woke: HTML

@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// Settings → Mobile push: the operator's push apps per platform, the forms to add and edit them

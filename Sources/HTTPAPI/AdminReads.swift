@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// What the admin JSON API and the admin pages read and do alike: an extension's detail, the
@@ -93,10 +94,10 @@ struct AdminReads: Sendable {
         let postedTokens: [PostedPushToken]
         let recentPushes: [PushRecord]
         let recentCalls: [CallJourney]
-        let deadTokens: Set<String>
+        let deadTokens: Set<PushTokenID>
 
         /// Whether a provider called this channel's token dead.
-        func isDead(_ channel: PushChannel) -> Bool { deadTokens.contains("\(channel.family.rawValue) \(channel.token)") }
+        func isDead(_ channel: PushChannel) -> Bool { deadTokens.contains(channel.tokenID) }
 
         /// The bindings, then the posted tokens, as devices.
         var devices: [Device] { bindings.map(Device.init) + postedTokens.map(Device.init) }
@@ -118,7 +119,7 @@ struct AdminReads: Sendable {
             let calls = try PostgresCalls.recent(on: connection, aor: aor, limit: 20)
             return ExtensionDetail(
                 aor: aor, now: now, bindings: bindings, postedTokens: posted, recentPushes: pushes, recentCalls: calls,
-                deadTokens: Set(dead.map { "\($0.family.rawValue) \($0.token)" }))
+                deadTokens: Set(dead.map(\.id)))
         }
     }
 

@@ -4,6 +4,7 @@ import HTTPServer
 import Metrics
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// Rouse's HTTP API as one piece: the server on its address and the one route table of every

@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// `POST` and `DELETE /api/v1/push/register` (product.md, "By posting its token"): an app posts

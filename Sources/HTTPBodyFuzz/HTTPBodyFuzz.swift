@@ -11,6 +11,7 @@ import HTTPAPI
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 
 /// Gives the input to every body reader. A refusal must be a 400 in the API's error shape (never
 /// the 503 an unexpected error would become); an accepted posting must hold a token the endpoint's

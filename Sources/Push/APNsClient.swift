@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Registrar
+import RouseVocabulary
 
 /// One APNs request (protocol.md "APNs provider API"). A value; thread-safe.
 public struct APNsRequest: Sendable {

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Registrar
+import RouseVocabulary
 
 /// Sends FCM HTTP v1 messages for one service account over its own HTTP/2 client. The OAuth2
 /// access token comes from an RS256 JWT assertion POSTed to the account's `token_uri`; it is

@@ -1,5 +1,5 @@
 import Foundation
-import Registrar
+import RouseVocabulary
 
 /// What became of one push (product.md "What admins see"): accepted by the provider, refused by it
 /// (with its status, reason and a sentence for a person), or failed before the provider could
@@ -46,14 +46,21 @@ public struct PushOutcome: Sendable, Equatable, CustomStringConvertible {
         PushOutcome(result: .failed(.noApp, message: "no push app for \(provider.rawValue) / \(param?.isEmpty == false ? param! : "(no param)")"), latency: .zero)
     }
 
-    /// `accepted`, `refused` or `failed`: the word stored and counted.
-    public var word: String {
+    /// The three outcomes by name, without their details: the word stored and counted.
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        case accepted, refused, failed
+    }
+
+    public var kind: Kind {
         switch result {
-        case .accepted: return "accepted"
-        case .refused: return "refused"
-        case .failed: return "failed"
+        case .accepted: return .accepted
+        case .refused: return .refused
+        case .failed: return .failed
         }
     }
+
+    /// `accepted`, `refused` or `failed`: the word stored and counted.
+    public var word: String { kind.rawValue }
 
     public var isAccepted: Bool {
         if case .accepted = result { return true }

@@ -1,5 +1,5 @@
 import Foundation
-import Registrar
+import RouseVocabulary
 
 extension PushService {
     /// A push to a web push subscription (`channel.token` is its endpoint): the payload's JSON

@@ -1,12 +1,12 @@
 import Crypto
 import Foundation
-import Registrar
+import RouseVocabulary
 
 /// Marks a token dead (protocol.md's dead-token rules) so that it is not pushed again until the
 /// device registers or posts it again. Storage implements it; tests use an in-memory one.
 /// Implementations are thread-safe and must not block the caller's thread.
 public protocol DeadTokenRecorder: Sendable {
-    func markDead(family: PushProviderFamily, token: String, reason: String) async throws
+    func markDead(_ token: PushTokenID, reason: String) async throws
 }
 
 /// One push as the admin pages show it ("Recent pushes"). Holds a shortened token only.
@@ -18,7 +18,7 @@ public struct PushRecord: Sendable, Equatable {
     /// The first 8 characters of the token and an ellipsis.
     public var tokenShort: String
     public var appID: Int64?
-    /// `accepted`, `refused` or `failed`.
+    /// `accepted`, `refused` or `failed` (`PushOutcome.Kind`), as stored.
     public var outcome: String
     public var status: Int?
     public var reason: String?
@@ -28,21 +28,17 @@ public struct PushRecord: Sendable, Equatable {
     public var id: UUID?
     /// The device as people know it (a call's push names it).
     public var device: String?
-    /// What became of the woken device: `pending`, `woke`, `late`, `no`, `call_ended`,
-    /// `not_pushed` (CallRouting's `WakeResult.word`); nil for a push outside a call.
-    public var wake: String?
-    /// Milliseconds from push to the device's fresh REGISTER, when it came back.
-    public var wokeAfterMilliseconds: Int?
+    /// What became of the woken device; nil for a push outside a call.
+    public var wake: WakeResult?
 
     public init(
         createdAt: Date, aor: String?, callID: String?, provider: PushProvider, tokenShort: String, appID: Int64?,
         outcome: String, status: Int?, reason: String?, explanation: String, latencyMilliseconds: Int,
-        id: UUID? = nil, device: String? = nil, wake: String? = nil, wokeAfterMilliseconds: Int? = nil
+        id: UUID? = nil, device: String? = nil, wake: WakeResult? = nil
     ) {
         self.id = id
         self.device = device
         self.wake = wake
-        self.wokeAfterMilliseconds = wokeAfterMilliseconds
         self.createdAt = createdAt
         self.aor = aor
         self.callID = callID
@@ -55,6 +51,12 @@ public struct PushRecord: Sendable, Equatable {
         self.explanation = explanation
         self.latencyMilliseconds = latencyMilliseconds
     }
+
+    /// Milliseconds from push to the device's fresh REGISTER, when it came back.
+    public var wokeAfterMilliseconds: Int? { wake?.milliseconds }
+
+    /// Which of the three outcomes the stored word names; nil for a word that is none of them.
+    public var outcomeKind: PushOutcome.Kind? { PushOutcome.Kind(rawValue: outcome) }
 
     /// A token as records and logs show it (a web push endpoint: its push service's host only).
     public static func shorten(_ token: String) -> String {
@@ -329,7 +331,7 @@ public final class PushService: @unchecked Sendable {
         _ outcome: PushOutcome, channel: PushChannel, app: PushApp?, aor: String?, callID: String?, record: Bool = true
     ) async -> PushOutcome {
         if outcome.isDeadToken, let deadTokens {
-            try? await deadTokens.markDead(family: channel.family, token: channel.token, reason: outcome.reason ?? "dead")
+            try? await deadTokens.markDead(channel.tokenID, reason: outcome.reason ?? "dead")
         }
         if record, let records {
             try? await records.record(PushRecord(

@@ -5,6 +5,7 @@
 //   SWIFT_BACKTRACE=enable=no /tmp/rouse-fuzz/release/PushParametersFuzz -max_total_time=60 \
 //     Tests/Fuzz/push-parameters-corpus
 import Registrar
+import RouseVocabulary
 import SIPMessage
 
 /// Reads the input as one Contact value (as the registrar does) and its push parameters. Every

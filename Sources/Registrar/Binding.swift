@@ -1,28 +1,47 @@
 import Foundation
+import RouseVocabulary
 import SIPMessage
 
 /// The flow a REGISTER arrived over (RFC 5626 §3): requests to the binding must leave the same way,
-/// since a phone behind NAT can be reached no other way.
+/// since a phone behind NAT can be reached no other way. Typed: its text forms are read once, when
+/// a binding is loaded (`init(storedTransport:…)`), not on every reachability check.
 public struct BindingFlow: Hashable, Sendable {
-    /// `udp`, `tcp` or `tls`.
-    public var transport: String
-    /// The address and port the REGISTER came from (`192.0.2.7:5060`, `[2001:db8::7]:5060`).
-    public var source: String
-    /// The transport's identifier of the connection (or UDP socket and peer) on the instance that
-    /// holds it.
-    public var connectionID: String
-    /// The listen point it arrived on (`udp:127.0.0.1:5060`).
-    public var localPoint: String
+    public var transport: SIPTransportKind
+    /// The address and port the REGISTER came from; nil when the transport did not say.
+    public var source: SocketAddress?
+    /// The transport's name of the connection (or UDP socket and peer) on the instance that holds it.
+    public var connectionID: FlowConnectionID
+    /// The address and port of the listen point it arrived on (of `transport`); nil when unknown.
+    public var local: SocketAddress?
     /// Which Rouse instance holds the connection.
     public var instanceID: String
 
-    public init(transport: String, source: String, connectionID: String, localPoint: String, instanceID: String) {
+    public init(
+        transport: SIPTransportKind, source: SocketAddress?, connectionID: FlowConnectionID, local: SocketAddress?, instanceID: String
+    ) {
         self.transport = transport
         self.source = source
         self.connectionID = connectionID
-        self.localPoint = localPoint
+        self.local = local
         self.instanceID = instanceID
     }
+
+    /// Reads the stored text forms (`sourceText`, `localPointText`); nil when `storedTransport` is
+    /// not `udp`, `tcp` or `tls`. A source or listen point that does not read is unknown (nil).
+    public init?(storedTransport: String, source: String, connectionID: String, localPoint: String, instanceID: String) {
+        guard let transport = SIPTransportKind(rawValue: storedTransport) else { return nil }
+        let prefix = "\(transport.rawValue):"
+        let local = localPoint.hasPrefix(prefix) ? SocketAddress(parsing: String(localPoint.dropFirst(prefix.count))) : nil
+        self.init(
+            transport: transport, source: SocketAddress(parsing: source), connectionID: FlowConnectionID(connectionID), local: local,
+            instanceID: instanceID)
+    }
+
+    /// The source as stored: `192.0.2.7:5060`, `[2001:db8::7]:5060`, or empty when unknown.
+    public var sourceText: String { source?.description ?? "" }
+
+    /// The listen point as stored, in `ListenPoint`'s form: `udp:127.0.0.1:5060`, or empty when unknown.
+    public var localPointText: String { local.map { "\(transport.rawValue):\($0)" } ?? "" }
 }
 
 /// One registered Contact of an extension (RFC 3261 §10.3), with what Rouse needs to reach it: its

@@ -1,3 +1,4 @@
+import RouseVocabulary
 import SIPMessage
 
 /// The push parameters of one Contact (RFC 8599 §4.1, and the Linphone dialect of protocol.md),

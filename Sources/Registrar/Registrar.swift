@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import RouseVocabulary
 import SIPMessage
 
 /// The registrar service: owns a `RegistrarCore` on its own serial queue, makes its changes durable

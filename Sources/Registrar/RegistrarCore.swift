@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPMessage
 
 /// What the registrar decided about one REGISTER.
@@ -34,13 +35,8 @@ public struct RegistrarCore: Sendable {
     public private(set) var bindings: [AddressOfRecord: [Binding]] = [:]
     /// Which bindings hold each push token (decisions.md: a token lives on one device of one
     /// extension; the flows of one RFC 5626 instance share it).
-    private var tokenOwners: [TokenKey: Set<UUID>] = [:]
+    private var tokenOwners: [PushTokenID: Set<UUID>] = [:]
     private var bindingAOR: [UUID: AddressOfRecord] = [:]
-
-    struct TokenKey: Hashable, Sendable {
-        let family: PushProviderFamily
-        let token: String
-    }
 
     public init(
         policy: RegistrationPolicy, directory: DirectorySnapshot, supportedPushProviders: Set<PushProviderFamily>,
@@ -81,7 +77,7 @@ public struct RegistrarCore: Sendable {
         bindings[binding.aor, default: []].append(binding)
         bindingAOR[binding.id] = binding.aor
         for channel in binding.pushChannels {
-            tokenOwners[TokenKey(family: channel.family, token: channel.token), default: []].insert(binding.id)
+            tokenOwners[channel.tokenID, default: []].insert(binding.id)
         }
     }
 
@@ -90,7 +86,7 @@ public struct RegistrarCore: Sendable {
         if bindings[binding.aor]?.isEmpty == true { bindings[binding.aor] = nil }
         bindingAOR[binding.id] = nil
         for channel in binding.pushChannels {
-            let key = TokenKey(family: channel.family, token: channel.token)
+            let key = channel.tokenID
             tokenOwners[key]?.remove(binding.id)
             if tokenOwners[key]?.isEmpty == true { tokenOwners[key] = nil }
         }
@@ -120,7 +116,7 @@ public struct RegistrarCore: Sendable {
 
     /// Decides a REGISTER that arrived over `flow` at `now`.
     public mutating func register(_ request: SIPRequest, flow: BindingFlow, now: Date) -> RegisterDecision {
-        let sourceAddress = AuthFailureThrottle.address(ofSource: flow.source)
+        let sourceAddress = flow.source?.ip ?? ""
         if let throttle = authFailureThrottle, let left = throttle.isBlocked(sourceAddress, now: now) {
             var response = reply(request, 503, RegistrarCore.throttledReasonPhrase)
             response.headers.add(.retryAfter, String(max(1, Int(left.rounded(.up)))))
@@ -269,7 +265,7 @@ public struct RegistrarCore: Sendable {
             // Tokens live on one device: a token held elsewhere moves here (decisions.md). The
             // other flows of the same instance (RFC 5626 reg-ids) are that device and keep it.
             for channel in channels {
-                let key = TokenKey(family: channel.family, token: channel.token)
+                let key = channel.tokenID
                 for ownerID in tokenOwners[key] ?? [] where ownerID != existing?.id {
                     guard var owner = binding(withID: ownerID) else { continue }
                     if owner.aor == target, let instance = item.address.instance, owner.instance == instance { continue }
@@ -370,7 +366,7 @@ public struct RegistrarCore: Sendable {
             response.headers.add(.require, "outbound")
             // UDP flows get none: without one a phone keeps a UDP flow alive every 24–29 s (RFC
             // 5626 §4.4.1), what NATs need; a longer Flow-Timer would let them forget the phone.
-            if outbound.isEdge, outbound.transport != "udp", policy.flowTimer > 0 {
+            if outbound.isEdge, outbound.transport != .udp, policy.flowTimer > 0 {
                 response.headers.add(RegistrarCore.flowTimer, String(policy.flowTimer))
             }
         }
@@ -469,6 +465,5 @@ struct OutboundRequest {
 struct OutboundAnswer {
     /// Rouse is the UA's edge proxy (the first hop), which is who sends Flow-Timer.
     let isEdge: Bool
-    /// The flow's transport: `udp`, `tcp` or `tls`.
-    let transport: String
+    let transport: SIPTransportKind
 }

@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPTransport
 
 /// A SIP server under measurement, Rouse or Kamailio: where it listens, and the CPU and memory of

@@ -5,6 +5,7 @@ import RouseTestSupport
 
 #if canImport(Glibc)
 import Glibc
+import RouseVocabulary
 #endif
 
 /// VoIP ring pushes from Rouse's `PushService` to the APNs stand-in (`Tests/PushStandIns/standin.py`,

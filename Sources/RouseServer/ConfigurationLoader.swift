@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Registrar
 import RouseLog
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 
@@ -160,7 +161,7 @@ public enum ConfigurationLoader {
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
-            problems.append(error.description)
+            problems.append("trusted_peers: \(error.description)")
         }
         problems.append(contentsOf: reader.problems)
 

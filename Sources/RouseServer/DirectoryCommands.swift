@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import HTTPAPI
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The operator's commands for organisations, extensions and their registrations. Each reads the
@@ -140,8 +141,8 @@ extension CommandLineInterface {
             let bindings = try PostgresLocationStore.loadBindings(on: connection, for: aor, now: now)
             let posted = try PostedPushTokens.list(for: aor, on: connection)
             let dead = try PostgresLocationStore.deadTokens(on: connection, among: bindings.flatMap(\.pushChannels) + posted.map(\.channel))
-            let deadKeys = Set(dead.map { "\($0.family.rawValue) \($0.token)" })
-            let isDead = { (channel: PushChannel) in deadKeys.contains("\(channel.family.rawValue) \(channel.token)") }
+            let deadIDs = Set(dead.map(\.id))
+            let isDead = { (channel: PushChannel) in deadIDs.contains(channel.tokenID) }
             let whole = switches.contains("--tokens")
             let shown = { (token: String) in whole ? token : Binding.shortenedToken(token) }
             if json {
@@ -159,7 +160,7 @@ extension CommandLineInterface {
             for binding in bindings {
                 print(
                     "\(binding.aor)  \(binding.contactForDisplay)  user agent: \(binding.userAgent ?? "-")  "
-                        + "\(binding.flow.transport) from \(binding.flow.source)  expires in \(binding.remainingSeconds(at: now)) s")
+                        + "\(binding.flow.transport) from \(binding.flow.sourceText)  expires in \(binding.remainingSeconds(at: now)) s")
                 for channel in binding.pushChannels {
                     print(
                         "    push \(channel.provider.rawValue) / \(shown(channel.token)) / \(channel.param ?? "-") / "

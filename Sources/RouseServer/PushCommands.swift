@@ -2,6 +2,7 @@ import Foundation
 import HTTPAPI
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The operator's push commands: push apps (add, list, remove) and the test push. Each reads the

@@ -10,6 +10,7 @@ import Push
 import Registrar
 import RouseLog
 import SIPService
+import RouseVocabulary
 import SIPTransport
 import Storage
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SIPMessage
+import RouseVocabulary
 import SIPTransport
 
 /// Rouse's part as a proxy on requests it does not answer itself (RFC 3261 §16), as pure functions

@@ -2,6 +2,7 @@ import CallRouting
 import Crypto
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransaction
@@ -38,9 +39,9 @@ extension SIPService: CallSignaling {
     /// itself: the point its REGISTER arrived on, when that is not one of this instance's (nor a
     /// wildcard, which names no machine). A connection this instance held and lost has no holder.
     func holder(of binding: Binding) -> ListenPoint? {
-        guard let point = try? ListenPoint(parsing: binding.flow.localPoint), !listeningPoints.contains(point),
-            point.host != "0.0.0.0", point.host != "::"
-        else { return nil }
+        guard let local = binding.flow.local else { return nil }
+        let point = ListenPoint(transport: binding.flow.transport, host: local.ip, port: local.port)
+        guard !listeningPoints.contains(point), point.host != "0.0.0.0", point.host != "::" else { return nil }
         if point.transport.isReliable, binding.flow.instanceID == instanceID { return nil }
         return point
     }

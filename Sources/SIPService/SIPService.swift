@@ -5,6 +5,7 @@ import Foundation
 import Metrics
 import Registrar
 import RouseLog
+import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransaction
@@ -243,10 +244,10 @@ public final class SIPService: Sendable {
 
     func bindingFlow(_ flow: FlowID, request: SIPRequest) -> BindingFlow {
         let (source, local) = connections.endpoints(of: flow) ?? (flow.datagramPeer, nil)
+        let point = local ?? listeningPoints.first { $0.transport == flow.transport }
         return BindingFlow(
-            transport: flow.transport.rawValue, source: source?.description ?? "",
-            connectionID: flow.description, localPoint: local?.description ?? listeningPoints.first { $0.transport == flow.transport }?.description ?? "",
-            instanceID: instanceID)
+            transport: flow.transport, source: source, connectionID: FlowConnectionID(flow.description),
+            local: point.flatMap { try? SocketAddress(ip: $0.host, port: $0.port) }, instanceID: instanceID)
     }
 
     /// Whether a binding can be reached now, from this instance: over its own flow (a UDP flow
@@ -261,10 +262,10 @@ public final class SIPService: Sendable {
     /// same local UDP point to the same peer, a TCP/TLS binding over its connection if this
     /// instance holds it and it is open.
     func flow(for binding: Binding) -> FlowID? {
-        if binding.flow.transport == "udp" {
-            guard let local = try? ListenPoint(parsing: binding.flow.localPoint), listeningPoints.contains(local),
-                let peer = SocketAddress(parsing: binding.flow.source)
-            else { return nil }
+        if binding.flow.transport == .udp {
+            guard let address = binding.flow.local, let peer = binding.flow.source else { return nil }
+            let local = ListenPoint(transport: .udp, host: address.ip, port: address.port)
+            guard listeningPoints.contains(local) else { return nil }
             return transport.datagramFlow(from: local, to: peer)
         }
         guard binding.flow.instanceID == instanceID, let flow = connections.flow(named: binding.flow.connectionID) else { return nil }
@@ -335,14 +336,14 @@ final class ConnectionTable: @unchecked Sendable {
     // @unchecked: both dictionaries are only touched under `lock`.
     private let lock = NSLock()
     private var endpointsByFlow: [FlowID: (SocketAddress, ListenPoint)] = [:]
-    private var flowsByName: [String: FlowID] = [:]
+    private var flowsByName: [FlowConnectionID: FlowID] = [:]
 
     func note(_ packet: InboundPacket) {
         lock.lock()
         defer { lock.unlock() }
         if endpointsByFlow[packet.flow] == nil {
             endpointsByFlow[packet.flow] = (packet.source, packet.local)
-            flowsByName[packet.flow.description] = packet.flow
+            flowsByName[FlowConnectionID(packet.flow.description)] = packet.flow
         }
     }
 
@@ -351,14 +352,14 @@ final class ConnectionTable: @unchecked Sendable {
     func remember(_ flow: FlowID) {
         lock.lock()
         defer { lock.unlock() }
-        flowsByName[flow.description] = flow
+        flowsByName[FlowConnectionID(flow.description)] = flow
     }
 
     func remove(_ flow: FlowID) {
         lock.lock()
         defer { lock.unlock() }
         endpointsByFlow[flow] = nil
-        flowsByName[flow.description] = nil
+        flowsByName[FlowConnectionID(flow.description)] = nil
     }
 
     func endpoints(of flow: FlowID) -> (SocketAddress?, ListenPoint?)? {
@@ -367,7 +368,7 @@ final class ConnectionTable: @unchecked Sendable {
         return endpointsByFlow[flow].map { ($0.0, $0.1) }
     }
 
-    func flow(named name: String) -> FlowID? {
+    func flow(named name: FlowConnectionID) -> FlowID? {
         lock.lock()
         defer { lock.unlock() }
         return flowsByName[name]

@@ -1,3 +1,5 @@
+import RouseVocabulary
+
 /// Names a flow (RFC 5626 §3): a UDP listening socket and one peer, or one TCP/TLS connection.
 /// Opaque, and meaningful only to the `SIPTransportLayer` that issued it; connection numbers are
 /// never reused. A value type, safe to share between threads.

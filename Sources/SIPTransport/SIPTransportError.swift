@@ -1,8 +1,8 @@
+import RouseVocabulary
+
 /// What went wrong in the transport layer; `description` is a one-line message fit for a log. A value
 /// type, safe to share between threads.
 public enum SIPTransportError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// The text is not an IPv4 or IPv6 literal.
-    case invalidAddress(String)
     /// A listen point could not be parsed; `text` is what was given.
     case invalidListenPoint(text: String, reason: String)
     /// Binding or listening failed.
@@ -26,7 +26,6 @@ public enum SIPTransportError: Error, Hashable, Sendable, CustomStringConvertibl
 
     public var description: String {
         switch self {
-        case .invalidAddress(let text): return "\"\(text)\" is not an IP address"
         case .invalidListenPoint(let text, let reason): return "invalid listen point \"\(text)\": \(reason)"
         case .cannotListen(let point, let reason): return "cannot listen on \(point): \(reason)"
         case .tlsSetup(let reason): return "TLS setup failed: \(reason)"

@@ -1,4 +1,5 @@
 import Dispatch
+import RouseVocabulary
 
 /// Rouse's SIP sockets: UDP, TCP and TLS listen points served by one epoll thread that never blocks.
 ///

@@ -1,5 +1,6 @@
 import CLinuxShims
 import Glibc
+import RouseVocabulary
 
 /// Owns one non-blocking socket descriptor and closes it in deinit (or earlier with `close()`).
 /// Not thread-safe: made by `SIPTransportLayer.start()`, then used by the event loop thread only.

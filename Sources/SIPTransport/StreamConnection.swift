@@ -1,5 +1,6 @@
 import CLinuxShims
 import Glibc
+import RouseVocabulary
 import SIPMessage
 
 /// One TCP or TLS connection: its socket, framer, TLS session, write queue and deadlines. Not

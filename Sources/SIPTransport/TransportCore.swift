@@ -1,5 +1,6 @@
 import CLinuxShims
 import Glibc
+import RouseVocabulary
 import SIPMessage
 
 /// The numbers of the TCP/TLS connections currently open, readable from any thread. Thread-safe

@@ -1,5 +1,6 @@
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// The SQL of the location store: bindings and their push channels as rows. Each batch travels as
 /// one `jsonb` bind parameter unpacked with `jsonb_to_recordset`, so a transaction of any size costs
@@ -53,8 +54,7 @@ enum BindingRecords {
         for change in changes {
             guard case .save(let binding) = change else { continue }
             let fields: [(String, String?)] = [
-                ("contact", binding.contact), ("call-id", binding.callID), ("flow", binding.flow.transport),
-                ("flow", binding.flow.source), ("flow", binding.flow.connectionID), ("flow", binding.flow.localPoint),
+                ("contact", binding.contact), ("call-id", binding.callID), ("flow", binding.flow.connectionID.name),
                 ("flow", binding.flow.instanceID),
             ] + binding.pushChannels.flatMap { [("push token", $0.token), ("push param", $0.param)] }
             for (name, value) in fields where value?.utf8.contains(0) == true {
@@ -187,10 +187,10 @@ enum BindingRecords {
             json.field("expires_at", binding.expiresAt.timeIntervalSince1970)
             json.field("path", strings: binding.path.map(StorableText.escapingNUL))
             json.field("user_agent", binding.userAgent.map(StorableText.escapingNUL))
-            json.field("flow_transport", binding.flow.transport)
-            json.field("flow_source", binding.flow.source)
-            json.field("flow_connection", binding.flow.connectionID)
-            json.field("flow_local", binding.flow.localPoint)
+            json.field("flow_transport", binding.flow.transport.rawValue)
+            json.field("flow_source", binding.flow.sourceText)
+            json.field("flow_connection", binding.flow.connectionID.name)
+            json.field("flow_local", binding.flow.localPointText)
             json.field("flow_instance", binding.flow.instanceID)
             json.endObject()
         }
@@ -310,6 +310,13 @@ enum BindingRecords {
         guard let aor = address(try required(1)) else {
             throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unreadable address of record")
         }
+        guard
+            let flow = BindingFlow(
+                storedTransport: try required(12), source: try required(13), connectionID: try required(14), localPoint: try required(15),
+                instanceID: try required(16))
+        else {
+            throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unknown flow transport")
+        }
         let path = (try? JSONSerialization.jsonObject(with: Data(try required(10).utf8))) as? [Any] ?? []
         let channelRows = (try? JSONSerialization.jsonObject(with: Data(try required(17).utf8))) as? [[Any]] ?? []
         let channels: [PushChannel] = channelRows.compactMap { item in
@@ -324,24 +331,10 @@ enum BindingRecords {
             registeredAt: Date(timeIntervalSince1970: Double(try required(8)) ?? 0),
             expiresAt: Date(timeIntervalSince1970: Double(try required(9)) ?? 0),
             path: path.compactMap { $0 as? String }, userAgent: row[11],
-            flow: BindingFlow(
-                transport: try required(12), source: try required(13), connectionID: try required(14),
-                localPoint: try required(15), instanceID: try required(16)),
-            pushChannels: channels)
+            flow: flow, pushChannels: channels)
     }
 
     // MARK: - Dead tokens
-
-    static func markDead(
-        _ connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String, at date: Date
-    ) throws {
-        try connection.query(
-            """
-            INSERT INTO push_dead_tokens (family, token, reason, marked_at) VALUES ($1, $2, $3, to_timestamp($4))
-            ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
-            """,
-            [family.rawValue, family == .apns ? token.lowercased() : token, reason, String(date.timeIntervalSince1970)])
-    }
 
     static func deadTokens(_ connection: PostgresConnection, among channels: [PushChannel]) throws -> [DeadPushToken] {
         var json = JSONText(capacity: channels.count * 128)

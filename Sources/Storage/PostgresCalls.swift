@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 
 /// The `calls` table read back as `CallJourney` values (the admin API's call list and call detail),
 /// and the journey's JSON as the table keeps it. `PostgresJourneyStore` writes it.

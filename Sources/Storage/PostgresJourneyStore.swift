@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 
 /// Where calls' journeys and ring pushes go in PostgreSQL (`calls`, `push_records`), written behind
 /// the call so that recording never delays signalling.

@@ -1,5 +1,6 @@
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// Why the location store refused a change. Its description is one line for a person and names
 /// no token, Contact or other stored value beyond the extension's address. A value, safe to share.
@@ -135,7 +136,7 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
     /// with that token clears the mark. Blocking.
     public func markTokenDead(family: PushProviderFamily, token: String, reason: String, at date: Date = Date()) throws {
         try readers.run { connection in
-            try BindingRecords.markDead(connection, family: family, token: token, reason: reason, at: date)
+            try PostgresPushStores.markDead(on: connection, family: family, token: token, reason: reason, at: date)
         }
     }
 
@@ -252,6 +253,9 @@ public struct DeadPushToken: Hashable, Sendable {
     public let token: String
     public let reason: String
     public let markedAt: Date
+
+    /// The token's identity.
+    public var id: PushTokenID { PushTokenID(family: family, token: token) }
 
     public init(family: PushProviderFamily, token: String, reason: String, markedAt: Date) {
         self.family = family

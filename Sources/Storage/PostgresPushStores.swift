@@ -1,6 +1,7 @@
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 
 /// `push_dead_tokens` and `push_records` for the push service: marks dead tokens (the registrar's
 /// lookups skip them until the token is registered or posted again) and keeps every push's outcome.
@@ -17,10 +18,10 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
         queue = PostgresWriteQueue(settings: settings, name: "rouse-push-records", capacity: capacity)
     }
 
-    public func markDead(family: PushProviderFamily, token: String, reason: String) async throws {
+    public func markDead(_ token: PushTokenID, reason: String) async throws {
         let markedAt = Date()
         queue.enqueue { connection in
-            try Self.markDead(on: connection, family: family, token: token, reason: reason, at: markedAt)
+            try Self.markDead(on: connection, family: token.family, token: token.token, reason: reason, at: markedAt)
         }
     }
 
@@ -49,13 +50,14 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
     public static func markDead(
         on connection: PostgresConnection, family: PushProviderFamily, token: String, reason: String, at markedAt: Date? = nil
     ) throws {
+        let id = PushTokenID(family: family, token: token)
         try connection.query(
             """
             INSERT INTO push_dead_tokens (family, token, reason, marked_at)
             VALUES ($1, $2, $3, coalesce(to_timestamp($4::double precision), now()))
             ON CONFLICT (family, token) DO UPDATE SET reason = EXCLUDED.reason, marked_at = EXCLUDED.marked_at
             """,
-            [family.rawValue, token, reason, markedAt.map { String($0.timeIntervalSince1970) }])
+            [id.family.rawValue, id.token, reason, markedAt.map { String($0.timeIntervalSince1970) }])
     }
 
     /// Stores one push's outcome on `connection`; a record with an id already stored stays as it
@@ -106,12 +108,13 @@ public final class PostgresPushStores: DeadTokenRecorder, PushRecordStore {
                 reason: rows.value(index, "reason"), explanation: rows.value(index, "explanation") ?? "",
                 latencyMilliseconds: Int(rows.value(index, "latency_ms") ?? "0") ?? 0,
                 id: rows.value(index, "record_uuid").flatMap(UUID.init(uuidString:)), device: rows.value(index, "device"),
-                wake: rows.value(index, "wake"), wokeAfterMilliseconds: rows.value(index, "woke_after_ms").flatMap { Int($0) })
+                wake: rows.value(index, "wake").map { WakeResult(word: $0, milliseconds: rows.value(index, "woke_after_ms").flatMap { Int($0) }) })
         }
     }
 
     /// Whether a token is marked dead.
     public static func isDead(on connection: PostgresConnection, family: PushProviderFamily, token: String) throws -> Bool {
-        try !connection.query("SELECT 1 FROM push_dead_tokens WHERE family = $1 AND token = $2", [family.rawValue, token]).isEmpty
+        let id = PushTokenID(family: family, token: token)
+        return try !connection.query("SELECT 1 FROM push_dead_tokens WHERE family = $1 AND token = $2", [id.family.rawValue, id.token]).isEmpty
     }
 }

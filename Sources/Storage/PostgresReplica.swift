@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// Where the replica puts the bindings it reads: the registrar's in-memory index. `mark` is taken
 /// on the reader thread just before each read, and handed back with its result to `apply`, so the
@@ -30,10 +31,10 @@ public struct ReplicaRead: Sendable, Equatable {
     public var everything: Bool
     /// The extensions whose bindings changed (all, when `everything`), with their live bindings.
     public var bindings: [AddressOfRecord: [Binding]]
-    /// The posted tokens that changed, by `family:token`; nil when no longer posted.
-    public var posted: [String: PostedPushToken?]
-    /// The dead marks that changed, by `family:token`: whether the token is marked dead now.
-    public var dead: [String: Bool]
+    /// The posted tokens that changed; nil when no longer posted.
+    public var posted: [PushTokenID: PostedPushToken?]
+    /// The dead marks that changed: whether the token is marked dead now.
+    public var dead: [PushTokenID: Bool]
 }
 
 /// This instance's replica of what every instance shares through PostgreSQL: bindings (into the
@@ -241,8 +242,8 @@ public final class PostgresReplica: @unchecked Sendable {
             let dead = try deadKeys(connection, among: nil)
             return ReplicaRead(
                 through: through, everything: true, bindings: bindings,
-                posted: Dictionary(posted.map { (WakeTokenReplica.key($0.channel), Optional($0)) }) { _, last in last },
-                dead: Dictionary(uniqueKeysWithValues: dead.map { ($0, true) }))
+                posted: Dictionary(posted.map { ($0.channel.tokenID, Optional($0)) }) { _, last in last },
+                dead: Dictionary(dead.compactMap(PushTokenID.init(key:)).map { ($0, true) }) { _, last in last })
         }
         let changes = try connection.query(
             "SELECT kind, key, origin FROM replica_changes WHERE seq > $1 ORDER BY seq", [String(after)])
@@ -258,13 +259,13 @@ public final class PostgresReplica: @unchecked Sendable {
             default: break
             }
         }
-        var posted: [String: PostedPushToken?] = Dictionary(uniqueKeysWithValues: postedKeys.map { ($0, nil) })
+        var posted: [PushTokenID: PostedPushToken?] = Dictionary(postedKeys.compactMap(PushTokenID.init(key:)).map { ($0, nil) }) { _, last in last }
         for token in try PostedPushTokens.list(keys: Array(postedKeys), on: connection) {
-            posted[WakeTokenReplica.key(token.channel)] = token
+            posted[token.channel.tokenID] = token
         }
-        var dead: [String: Bool] = Dictionary(uniqueKeysWithValues: deadKeys.map { ($0, false) })
+        var dead: [PushTokenID: Bool] = Dictionary(deadKeys.compactMap(PushTokenID.init(key:)).map { ($0, false) }) { _, last in last }
         if !deadKeys.isEmpty {
-            for key in try Self.deadKeys(connection, among: Array(deadKeys)) { dead[key] = true }
+            for key in try Self.deadKeys(connection, among: Array(deadKeys)).compactMap(PushTokenID.init(key:)) { dead[key] = true }
         }
         return ReplicaRead(
             through: through, everything: false, bindings: try BindingRecords.load(connection, aors: aors, now: now), posted: posted,

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// What asking to send a test push to a device token gave.
 public enum TestPushClaim: Sendable, Equatable {
@@ -23,8 +24,7 @@ public enum TestPushClaim: Sendable, Equatable {
 public enum TestPushClaims {
     /// The row key of a token: hex SHA-256 of `family:token` (APNs tokens in lower case).
     public static func key(family: PushProviderFamily, token: String) -> String {
-        let token = family == .apns ? token.lowercased() : token
-        return Digest.hex(.sha256, "\(family.rawValue):\(token)")
+        Digest.hex(.sha256, PushTokenID(family: family, token: token).key)
     }
 
     /// Claims a test push to `token` at `now`, unless one went less than `interval` seconds before.

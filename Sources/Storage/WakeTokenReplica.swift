@@ -1,6 +1,7 @@
 import CallRouting
 import Foundation
 import Registrar
+import RouseVocabulary
 
 /// The posted push tokens and dead-token marks of every extension, held in memory and kept up to
 /// date by `PostgresReplica`: what a call reads when it arrives (CallRouting's `WakeTokenSource`),
@@ -10,19 +11,14 @@ import Registrar
 public final class WakeTokenReplica: WakeTokenSource, @unchecked Sendable {
     // @unchecked: `posted`, `postedByAOR` and `dead` are only touched under `lock`.
     private let lock = NSLock()
-    private var posted: [String: PostedPushToken] = [:]
-    private var postedByAOR: [AddressOfRecord: Set<String>] = [:]
-    private var dead: Set<String> = []
+    private var posted: [PushTokenID: PostedPushToken] = [:]
+    private var postedByAOR: [AddressOfRecord: Set<PushTokenID>] = [:]
+    private var dead: Set<PushTokenID> = []
 
     public init() {}
 
-    /// The key a token is held under, as `wakeTokens` reports dead ones: `family:token`.
-    public static func key(_ channel: PushChannel) -> String {
-        "\(channel.family.rawValue):\(channel.token)"
-    }
-
     /// Replaces everything (a full read).
-    public func replaceAll(posted tokens: [PostedPushToken], dead marks: Set<String>) {
+    public func replaceAll(posted tokens: [PostedPushToken], dead marks: Set<PushTokenID>) {
         lock.lock()
         defer { lock.unlock() }
         posted = [:]
@@ -31,9 +27,9 @@ public final class WakeTokenReplica: WakeTokenSource, @unchecked Sendable {
         dead = marks
     }
 
-    /// Applies what a read found for the keys that changed: `posted[key]` nil means that token is
-    /// posted no more; `dead[key]` says whether it is marked dead now.
-    public func update(posted tokens: [String: PostedPushToken?], dead marks: [String: Bool]) {
+    /// Applies what a read found for the tokens that changed: `posted[id]` nil means that token is
+    /// posted no more; `dead[id]` says whether it is marked dead now.
+    public func update(posted tokens: [PushTokenID: PostedPushToken?], dead marks: [PushTokenID: Bool]) {
         lock.lock()
         defer { lock.unlock() }
         for (key, token) in tokens {
@@ -50,7 +46,7 @@ public final class WakeTokenReplica: WakeTokenSource, @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return (postedByAOR[aor] ?? []).compactMap { posted[$0] }
-            .sorted { ($0.postedAt, Self.key($0.channel)) < ($1.postedAt, Self.key($1.channel)) }
+            .sorted { ($0.postedAt, $0.channel.tokenID) < ($1.postedAt, $1.channel.tokenID) }
     }
 
     /// How many tokens are posted and how many marked dead.
@@ -60,25 +56,25 @@ public final class WakeTokenReplica: WakeTokenSource, @unchecked Sendable {
         return (posted.count, dead.count)
     }
 
-    public func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>) {
+    public func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<PushTokenID>) {
         let mine = postedTokens(of: aor)
         return (mine.map { PostedToken(channel: $0.channel, deviceID: $0.deviceID) }, deadKeys(among: tokens + mine.map(\.channel)))
     }
 
-    /// The keys of `channels` marked dead.
-    public func deadKeys(among channels: [PushChannel]) -> Set<String> {
+    /// The tokens of `channels` marked dead.
+    public func deadKeys(among channels: [PushChannel]) -> Set<PushTokenID> {
         lock.lock()
         defer { lock.unlock() }
-        return Set(channels.map(Self.key).filter { dead.contains($0) })
+        return Set(channels.map(\.tokenID).filter { dead.contains($0) })
     }
 
     private func insert(_ token: PostedPushToken) {
-        let key = Self.key(token.channel)
+        let key = token.channel.tokenID
         posted[key] = token
         postedByAOR[token.aor, default: []].insert(key)
     }
 
-    private func remove(_ key: String) {
+    private func remove(_ key: PushTokenID) {
         guard let old = posted.removeValue(forKey: key) else { return }
         postedByAOR[old.aor]?.remove(key)
         if postedByAOR[old.aor]?.isEmpty == true { postedByAOR[old.aor] = nil }

@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import XCTest
 
 /// Binding-refresh pushes (RFC 8599 §5.5, issue 11) with a manual clock: which bindings fall due,
@@ -14,7 +15,7 @@ final class BindingRefresherTests: XCTestCase {
         Binding(
             aor: aor, contact: "sip:app@192.0.2.6:5060;transport=tcp", callID: UUID().uuidString, cseq: 1,
             registeredAt: now.addingTimeInterval(-600), expiresAt: now.addingTimeInterval(seconds),
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.6:40000", connectionID: "tcp#1", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.6:40000"), connectionID: FlowConnectionID("tcp#1"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: channels, refreshesItself: refreshesItself)
     }
 

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransaction
 import XCTest
@@ -51,7 +52,7 @@ final class CallCoordinatorTests: XCTestCase {
         var woken = sleeping
         woken.id = UUID()
         woken.registeredAt = Date()
-        woken.flow.connectionID = "tcp#2"
+        woken.flow.connectionID = FlowConnectionID("tcp#2")
         harness.directory.set([woken])
         harness.coordinator.bindingsChanged(callee)
         let invite = try harness.waitForBranch()
@@ -116,14 +117,14 @@ final class CallCoordinatorTests: XCTestCase {
     func desk() -> Binding {
         Binding(
             aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
-            userAgent: "Desk", flow: BindingFlow(transport: "udp", source: "192.0.2.5:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i"))
+            userAgent: "Desk", flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
     }
 
     func app() -> Binding {
         Binding(
             aor: callee, contact: "sip:app@192.0.2.6:5060;transport=tcp", instance: "<urn:uuid:1>", callID: "a", cseq: 1,
             registeredAt: Date().addingTimeInterval(-60), expiresAt: Date().addingTimeInterval(600), userAgent: "App",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.6:40000", connectionID: "tcp#1", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.6:40000"), connectionID: FlowConnectionID("tcp#1"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: [voip])
     }
 }
@@ -295,7 +296,7 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
     var late2xx: [SIPResponse] { lock.withLock { lateResponses } }
 
     func reach(_ binding: Binding) -> BindingReach {
-        binding.flow.transport == "udp" ? .datagram : (binding.flow.connectionID == "tcp#1" ? .gone : .connected)
+        binding.flow.transport == .udp ? .datagram : (binding.flow.connectionID.name == "tcp#1" ? .gone : .connected)
     }
 
     func sendInvite(
@@ -446,7 +447,7 @@ final class StalledTokens: WakeTokenSource, @unchecked Sendable {
 
     var stalledReads: Int { lock.withLock { waiting.count } }
 
-    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<String>) {
+    func wakeTokens(for aor: AddressOfRecord, checking tokens: [PushChannel]) async throws -> (posted: [PostedToken], dead: Set<PushTokenID>) {
         await withCheckedContinuation { continuation in
             let held = lock.withLock { () -> Bool in
                 guard !released else { return false }

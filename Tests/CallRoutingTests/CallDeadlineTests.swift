@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 
@@ -149,7 +150,7 @@ final class CallDeadlineTests: XCTestCase {
         Binding(
             aor: callee, contact: "sip:desk@192.0.2.8:5060;transport=tcp", callID: "r", cseq: 1, registeredAt: Date(),
             expiresAt: Date().addingTimeInterval(600), userAgent: "Remote desk",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.8:40000", connectionID: "tcp#9", localPoint: "tcp:127.0.0.1:5070", instanceID: "other"))
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.8:40000"), connectionID: FlowConnectionID("tcp#9"), local: SocketAddress(parsing: "127.0.0.1:5070"), instanceID: "other"))
     }
 
     func testAVoIPOnlyIPhoneThatNeverComesBackIsLetGoAfterTheGrace() throws {
@@ -170,13 +171,13 @@ final class CallDeadlineTests: XCTestCase {
         Binding(
             aor: callee, contact: "sip:app@192.0.2.6:5060;transport=tcp", instance: "<urn:uuid:1>", callID: "a", cseq: 1,
             registeredAt: Date().addingTimeInterval(-60), expiresAt: Date().addingTimeInterval(600), userAgent: "App",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.6:40000", connectionID: "tcp#1", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.6:40000"), connectionID: FlowConnectionID("tcp#1"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: [voip])
     }
 
     func desk() -> Binding {
         Binding(
             aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
-            userAgent: "Desk", flow: BindingFlow(transport: "udp", source: "192.0.2.5:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i"))
+            userAgent: "Desk", flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
     }
 }

@@ -1,6 +1,7 @@
 import CallRouting
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPTransaction
 import XCTest
@@ -19,8 +20,7 @@ final class CallFlowTests: XCTestCase {
         Binding(
             aor: callee, contact: "sip:1002@192.0.2.6:\(40000 + regID);transport=tcp;ob", instance: instance, regID: regID,
             callID: "flow-\(regID)", cseq: 1, registeredAt: Date().addingTimeInterval(-age), expiresAt: Date().addingTimeInterval(600),
-            userAgent: "Phone", flow: BindingFlow(
-                transport: "tcp", source: "192.0.2.6:\(40000 + regID)", connectionID: connection, localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            userAgent: "Phone", flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.6:\(40000 + regID)"), connectionID: FlowConnectionID(connection), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: push ? [fcm] : [])
     }
 
@@ -107,13 +107,13 @@ final class CallFlowTests: XCTestCase {
         // The woken app registers both flows again, over new connections, one after the other.
         var back1 = first
         back1.registeredAt = Date()
-        back1.flow.connectionID = "tcp#5"
+        back1.flow.connectionID = FlowConnectionID("tcp#5")
         harness.directory.set([back1, second])
         harness.coordinator.bindingsChanged(callee)
         try harness.waitUntil { harness.signaling.invites.count == 1 }
         var back2 = second
         back2.registeredAt = Date()
-        back2.flow.connectionID = "tcp#6"
+        back2.flow.connectionID = FlowConnectionID("tcp#6")
         harness.directory.set([back1, back2])
         harness.coordinator.bindingsChanged(callee)
         harness.coordinator.drain()

@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransaction
@@ -244,7 +245,7 @@ final class CallStateMachineTests: XCTestCase {
 
     func testAFlowThatFailsMovesTheBranchToTheDevicesNextFlow() {
         var udp = android(backAt: -10)
-        udp.flow = BindingFlow(transport: "udp", source: "192.0.2.7:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i")
+        udp.flow = BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("udp#0"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i")
         udp.contact = "sip:pixel@192.0.2.7:5060"
         udp.pushChannels = []
         var tcp = android(backAt: -5)
@@ -255,7 +256,7 @@ final class CallStateMachineTests: XCTestCase {
                        "one INVITE, over the open connection")
         _ = step(&call, .branchSent(0, sent(0)), at: 0)
         XCTAssertEqual(signals(&call, .branchResponse(0, response(430, on: 0)), at: 0.1), ["stop timerC(0)", "fork 1 Pixel", "start timerC(1) +181.1"])
-        XCTAssertEqual(call.branches[1].binding.flow.transport, "udp")
+        XCTAssertEqual(call.branches[1].binding.flow.transport.rawValue, "udp")
     }
 
     // MARK: - Fixtures
@@ -269,8 +270,8 @@ final class CallStateMachineTests: XCTestCase {
     func at(_ seconds: TimeInterval) -> Date { t0.addingTimeInterval(seconds) }
 
     func reach(_ binding: Binding) -> BindingReach {
-        if binding.flow.transport == "udp" { return .datagram }
-        return binding.flow.connectionID == "gone" ? .gone : .connected
+        if binding.flow.transport == .udp { return .datagram }
+        return binding.flow.connectionID.name == "gone" ? .gone : .connected
     }
 
     func view() -> Machine.CalleeView {
@@ -322,14 +323,14 @@ final class CallStateMachineTests: XCTestCase {
         Binding(
             aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: t0.addingTimeInterval(-300),
             expiresAt: t0.addingTimeInterval(600), userAgent: "Desk",
-            flow: BindingFlow(transport: "udp", source: "192.0.2.5:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i"))
+            flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
     }
 
     func deskTCP() -> Binding {
         Binding(
             aor: callee, contact: "sip:desk2@192.0.2.8:5060;transport=tcp", callID: "d2", cseq: 1, registeredAt: t0.addingTimeInterval(-300),
             expiresAt: t0.addingTimeInterval(600), userAgent: "DeskTCP",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.8:40000", connectionID: "tcp#8", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"))
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.8:40000"), connectionID: FlowConnectionID("tcp#8"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
     }
 
     /// An iPhone known only by its VoIP token, asleep (its connection gone); `backAt`: its fresh
@@ -350,8 +351,7 @@ final class CallStateMachineTests: XCTestCase {
         var binding = Binding(
             aor: callee, contact: "sip:\(user)@192.0.2.6:5060;transport=tcp", instance: instance, callID: user, cseq: 1,
             registeredAt: t0.addingTimeInterval(backAt ?? -60), expiresAt: t0.addingTimeInterval(600), userAgent: agent,
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.6:40000", connectionID: backAt == nil ? "gone" : "tcp#\(user)\(backAt!)",
-                              localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.6:40000"), connectionID: FlowConnectionID(backAt == nil ? "gone" : "tcp#\(user)\(backAt!)"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: [channel])
         binding.id = backAt == nil ? stableID : UUID()
         return binding
@@ -367,7 +367,7 @@ final class CallStateMachineTests: XCTestCase {
                 if let reason = response.headers[.reason], response.statusCode != 480 { return "respond \(response.statusCode) Reason: \(reason)" }
                 return "respond \(response.statusCode)" + (response.statusCode == 480 ? " " + lowercasedFirst(response.reasonPhrase) : "")
             case .relay2xx(let response): return "relay \(response.statusCode)"
-            case .push(let order): return "push \(CallTargets.tokenKey(order.channel))"
+            case .push(let order): return "push \(order.channel.tokenID.key)"
             case .endOfCallPush(let order):
                 return "end-push \(order.device) cancel=\(order.cancelReason?.rawValue ?? "-") missed=\(order.missedReason ?? "-")"
             case .fork(let index, _, let binding): return "fork \(index) \(binding.userAgent ?? "?")"
@@ -377,7 +377,7 @@ final class CallStateMachineTests: XCTestCase {
             case .startTimer(let timer, let deadline): return "start \(name(of: timer)) +\(seconds(deadline.timeIntervalSince(t0)))"
             case .stopTimer(let timer): return "stop \(name(of: timer))"
             case .record: return nil
-            case .markDead(let key): return "dead \(key)"
+            case .markDead(let token): return "dead \(token.key)"
             case .graceDevice(let grace): return "grace \(label(grace.device.name)) until +\(seconds(grace.until.timeIntervalSince(t0)))"
             case .ended(let ending): return "ended \(ending.outcome.rawValue) \(ending.finalStatus)"
             }

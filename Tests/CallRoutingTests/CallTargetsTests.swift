@@ -1,6 +1,7 @@
 import CallRouting
 import Foundation
 import Registrar
+import RouseVocabulary
 import XCTest
 
 final class CallTargetsTests: XCTestCase {
@@ -12,7 +13,7 @@ final class CallTargetsTests: XCTestCase {
         Binding(
             aor: aor, contact: contact, instance: instance, callID: UUID().uuidString, cseq: 1, registeredAt: Date(),
             expiresAt: Date().addingTimeInterval(600), userAgent: agent,
-            flow: BindingFlow(transport: transport, source: "127.0.0.1:40000", connectionID: "\(transport)#1", localPoint: "\(transport):127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: SIPTransportKind(rawValue: transport)!, source: SocketAddress(parsing: "127.0.0.1:40000"), connectionID: FlowConnectionID("\(transport)#1"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: channels)
     }
 
@@ -48,8 +49,8 @@ final class CallTargetsTests: XCTestCase {
     func testDeadTokensAreNotPushedAndAVoipOnlyIPhoneHasNoCancelChannel() {
         let iphone = binding(contact: "sip:ios@127.0.0.1", instance: "<urn:uuid:1>", channels: [voip])
         let android = binding(contact: "sip:and@127.0.0.1", channels: [fcm])
-        let targets = CallTargets(bindings: [iphone, android], posted: [], deadTokens: ["fcm:fcm-token-1"], reach: { _ in .gone })
-        XCTAssertEqual(targets.devices.map(\.key), ["apns:aa11"])
+        let targets = CallTargets(bindings: [iphone, android], posted: [], deadTokens: [PushTokenID(family: .fcm, token: "fcm-token-1")], reach: { _ in .gone })
+        XCTAssertEqual(targets.devices.map(\.id.key), ["apns:aa11"])
         XCTAssertNil(targets.devices[0].cancelChannel, "never a second VoIP push")
         XCTAssertFalse(targets.hasDeskPhone, "a push binding with dead tokens is not a desk phone")
     }
@@ -65,7 +66,7 @@ final class CallTargetsTests: XCTestCase {
         var flow = binding(contact: "sip:phone@127.0.0.1:\(40000 + regID);ob", instance: instance, channels: channels)
         flow.regID = regID
         flow.registeredAt = Date().addingTimeInterval(-age)
-        flow.flow.connectionID = "tcp#\(regID)"
+        flow.flow.connectionID = FlowConnectionID("tcp#\(regID)")
         return flow
     }
 
@@ -82,7 +83,7 @@ final class CallTargetsTests: XCTestCase {
 
         let allGone = CallTargets(bindings: [older, newer], posted: [], deadTokens: [], reach: { _ in .gone })
         XCTAssertTrue(allGone.awake.isEmpty)
-        XCTAssertEqual(allGone.devices.map(\.key), ["fcm:fcm-token-1"], "no flow left: the device is pushed, once")
+        XCTAssertEqual(allGone.devices.map(\.id.key), ["fcm:fcm-token-1"], "no flow left: the device is pushed, once")
     }
 
     func testADeskPhoneWithTwoFlowsIsOneDeskPhone() {
@@ -99,7 +100,7 @@ final class CallTargetsTests: XCTestCase {
         let targets = CallTargets(
             bindings: [flow(1, age: 60, channels: [fcm]), flow(2, age: 10, channels: [rotated])], posted: [], deadTokens: [], reach: { _ in .gone })
         XCTAssertEqual(targets.devices.map(\.ringChannel), [rotated])
-        XCTAssertEqual(targets.devices.first?.tokens, ["fcm:fcm-token-1", "fcm:fcm-token-2"])
+        XCTAssertEqual(targets.devices.first?.tokens.map(\.key).sorted(), ["fcm:fcm-token-1", "fcm:fcm-token-2"])
     }
 
     func testFlowsByDeviceKeepsDevicesInOrderAndFlowsBestFirst() {

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 
@@ -51,7 +52,7 @@ final class CallTokenTests: XCTestCase {
         Binding(
             aor: callee, contact: "sip:\(name)@192.0.2.7:5060;transport=tcp", instance: "<urn:uuid:\(name)>", callID: name, cseq: 1,
             registeredAt: Date().addingTimeInterval(-60), expiresAt: Date().addingTimeInterval(600), userAgent: name,
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:40000", connectionID: "tcp#1", localPoint: "tcp:127.0.0.1:5060", instanceID: "i"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:40000"), connectionID: FlowConnectionID("tcp#1"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"),
             pushChannels: [PushChannel(provider: .fcm, token: token, param: "p", kind: .standard)])
     }
 
@@ -134,7 +135,7 @@ final class CallTokenTests: XCTestCase {
             bindings: [sleeping, Binding(
                 aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(),
                 expiresAt: Date().addingTimeInterval(600), userAgent: "Desk",
-                flow: BindingFlow(transport: "udp", source: "192.0.2.5:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i"))],
+                flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))],
             settings: CallSettings(wakeWait: .seconds(30), wakeWaitWithDeskPhone: .seconds(30)), callTokens: signer)
         harness.placeCall()
         let pixel = try tokenClaims(harness, ringTo: "fcm-a")
@@ -145,7 +146,7 @@ final class CallTokenTests: XCTestCase {
         var woken = sleeping
         woken.id = UUID()
         woken.registeredAt = Date()
-        woken.flow.connectionID = "tcp#2"
+        woken.flow.connectionID = FlowConnectionID("tcp#2")
         harness.directory.set(harness.directory.bindings(for: callee) + [woken])
         harness.coordinator.bindingsChanged(callee)
         harness.coordinator.drain()
@@ -162,7 +163,7 @@ final class CallTokenTests: XCTestCase {
         let desk = Binding(
             aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(),
             expiresAt: Date().addingTimeInterval(600), userAgent: "Desk",
-            flow: BindingFlow(transport: "udp", source: "192.0.2.5:5060", connectionID: "udp#0", localPoint: "udp:127.0.0.1:5060", instanceID: "i"))
+            flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
         let harness = Harness(
             bindings: [sleeping, desk], settings: CallSettings(wakeWait: .seconds(30), wakeWaitWithDeskPhone: .seconds(30), cancelGrace: .seconds(30)),
             callTokens: signer)
@@ -176,7 +177,7 @@ final class CallTokenTests: XCTestCase {
         var woken = sleeping
         woken.id = UUID()
         woken.registeredAt = Date()
-        woken.flow.connectionID = "tcp#2"
+        woken.flow.connectionID = FlowConnectionID("tcp#2")
         harness.directory.set([desk, woken])
         harness.coordinator.bindingsChanged(callee)
         harness.coordinator.drain()

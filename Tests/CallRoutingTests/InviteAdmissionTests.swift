@@ -2,6 +2,7 @@ import CallRouting
 import Crypto
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 

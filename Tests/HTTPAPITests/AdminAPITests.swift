@@ -3,6 +3,7 @@ import Foundation
 import HTTPAPI
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -144,7 +145,7 @@ final class AdminAPITests: XCTestCase {
         let binding = Binding(
             aor: aor, contact: "sip:1001@192.0.2.7:5060;transport=tcp;pn-provider=apns;pn-prid=\(voipToken)", callID: "c1", cseq: 1,
             registeredAt: now, expiresAt: now.addingTimeInterval(600), userAgent: "Linphone/5.2",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
             pushChannels: [PushChannel(provider: .apns, token: voipToken, param: "TEAM.com.example.app.voip", kind: .voip)])
         let done = DispatchSemaphore(value: 0)
         store.apply([.save(binding)]) { _ in done.signal() }

@@ -4,6 +4,7 @@ import HTTPAPI
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -103,7 +104,7 @@ final class AdminDeviceTests: XCTestCase {
         let binding = Binding(
             aor: alice, contact: contact, instance: "urn:uuid:\(UUID().uuidString.lowercased())", callID: UUID().uuidString, cseq: 1,
             registeredAt: Date(), expiresAt: Date().addingTimeInterval(600), userAgent: userAgent,
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
             pushChannels: channels)
         let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
         defer { store.shutdown() }

@@ -5,6 +5,7 @@ import HTTPAPI
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -263,7 +264,7 @@ final class AdminPagesTests: XCTestCase {
             Binding(
                 aor: alice, contact: "sip:1001@192.0.2.7:5060;transport=tcp;pn-provider=apns;pn-prid=\(token)", callID: "c1", cseq: 1,
                 registeredAt: Date(), expiresAt: Date().addingTimeInterval(600), userAgent: hostile,
-                flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+                flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
                 pushChannels: [PushChannel(provider: .apns, token: token, param: "TEAM.com.example\(hostile)", kind: .voip)]))
         let connection = try database.connect()
         _ = try PostedPushTokens.store(
@@ -330,7 +331,7 @@ final class AdminPagesTests: XCTestCase {
             Binding(
                 aor: alice, contact: "sip:1001@192.0.2.7:5060;pn-provider=apns;pn-prid=\(token);pn-param=TEAM.com.example.app.voip", callID: "c1",
                 cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600), userAgent: "Linphone/5.2",
-                flow: BindingFlow(transport: "udp", source: "192.0.2.7:5060", connectionID: "", localPoint: "udp:127.0.0.1:5060", instanceID: "a"),
+                flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID(""), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
                 pushChannels: [PushChannel(provider: .apns, token: token, param: "TEAM.com.example.app.voip", kind: .voip)]))
         let postedToken = "posted-fcm-token-0123456789-abcdefghijklmnopqrstuvwxyz"
         _ = try PostedPushTokens.store(

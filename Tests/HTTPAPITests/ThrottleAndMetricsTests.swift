@@ -5,6 +5,7 @@ import HTTPServer
 import Metrics
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

@@ -3,6 +3,7 @@ import HTTPAPI
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

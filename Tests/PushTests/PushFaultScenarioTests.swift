@@ -2,6 +2,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Testing
 
 /// A provider that fails (issue 9 item 3): answers 503, drops connections, stalls, or cannot be

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Push
 import Registrar
+import RouseVocabulary
 import XCTest
 
 /// Payloads, app validation, app selection and outcome words, without the network.

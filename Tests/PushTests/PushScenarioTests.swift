@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Testing
 
 /// Dead tokens and records kept in memory, as Storage keeps them in PostgreSQL.
@@ -10,8 +11,8 @@ actor MemoryPushStores: DeadTokenRecorder, PushRecordStore {
     private(set) var dead: [(family: PushProviderFamily, token: String, reason: String)] = []
     private(set) var records: [PushRecord] = []
 
-    func markDead(family: PushProviderFamily, token: String, reason: String) async throws {
-        dead.append((family, token, reason))
+    func markDead(_ token: PushTokenID, reason: String) async throws {
+        dead.append((token.family, token.token, reason))
     }
 
     func record(_ record: PushRecord) async throws {

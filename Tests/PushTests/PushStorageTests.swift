@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -43,8 +44,8 @@ final class PushStorageTests: XCTestCase {
     func testDeadTokensAndRecordsAreWritten() async throws {
         let stores = PostgresPushStores(settings: PostgresSettings(conninfo: database.conninfo))
         defer { stores.shutdown() }
-        try await stores.markDead(family: .apns, token: "abcd", reason: "BadDeviceToken")
-        try await stores.markDead(family: .apns, token: "abcd", reason: "Unregistered")
+        try await stores.markDead(PushTokenID(family: .apns, token: "abcd"), reason: "BadDeviceToken")
+        try await stores.markDead(PushTokenID(family: .apns, token: "abcd"), reason: "Unregistered")
         try await stores.record(PushRecord(
             createdAt: Date(timeIntervalSince1970: 1_700_000_000), aor: "1002@example.com", callID: "c1", provider: .apnsSandbox,
             tokenShort: "abcd…", appID: nil, outcome: "refused", status: 410, reason: "Unregistered", explanation: "dead", latencyMilliseconds: 12))

@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Testing
 
 /// Subscription keys kept in memory, as Storage keeps the posted ones in PostgreSQL.

@@ -44,8 +44,8 @@ final class OutboundRegistrationTests: XCTestCase {
         ])
         let before = Dictionary(uniqueKeysWithValues: fixture.core.bindings(for: F.alice).map { ($0.regID ?? 0, $0) })
         XCTAssertEqual(before.keys.sorted(), [1, 2])
-        XCTAssertEqual(before[1]?.flow.source, "192.0.2.7:40001")
-        XCTAssertEqual(before[2]?.flow.source, "192.0.2.7:40002")
+        XCTAssertEqual(before[1]?.flow.sourceText, "192.0.2.7:40001")
+        XCTAssertEqual(before[2]?.flow.sourceText, "192.0.2.7:40002")
 
         // Flow 1 comes back over a new connection (new port, new Call-ID): it replaces flow 1 only.
         fixture.now += 1
@@ -56,7 +56,7 @@ final class OutboundRegistrationTests: XCTestCase {
         XCTAssertEqual(events.map(\.kind), [.refreshed])
         let after = Dictionary(uniqueKeysWithValues: fixture.core.bindings(for: F.alice).map { ($0.regID ?? 0, $0) })
         XCTAssertEqual(after[1]?.id, before[1]?.id)
-        XCTAssertEqual(after[1]?.flow.source, "192.0.2.7:40003")
+        XCTAssertEqual(after[1]?.flow.sourceText, "192.0.2.7:40003")
         XCTAssertEqual(after[2], before[2], "the other flow is untouched")
 
         // Unregistering flow 2 leaves flow 1.

@@ -50,7 +50,7 @@ final class RegisterTests: XCTestCase {
         XCTAssertEqual(events.map(\.kind), [.added])
         let binding = try XCTUnwrap(fixture.core.bindings(for: F.alice).first)
         XCTAssertEqual(binding.userAgent, "TestPhone/1.0")
-        XCTAssertEqual(binding.flow.source, "192.0.2.7:5060")
+        XCTAssertEqual(binding.flow.sourceText, "192.0.2.7:5060")
         XCTAssertEqual(binding.cseq, 2)
     }
 
@@ -215,7 +215,7 @@ final class RegisterTests: XCTestCase {
         let list = fixture.core.bindings(for: F.alice)
         XCTAssertEqual(list.count, 1)
         XCTAssertEqual(list[0].id, first.id)
-        XCTAssertEqual(list[0].flow.transport, "tcp")
+        XCTAssertEqual(list[0].flow.transport.rawValue, "tcp")
         XCTAssertEqual(response.headers.values(.contact), [
             "<sip:1001@192.0.2.7:40123;transport=tcp;ob>;expires=3600;+sip.instance=\"<urn:uuid:00000000-0000-1000-8000-AABBCCDDEEFF>\""
         ], "without Supported: outbound the reg-id is ignored (RFC 5626 §6)")

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 
@@ -32,7 +33,7 @@ struct RegistrarFixture {
     }
 
     static func flow(_ source: String = "192.0.2.7:5060", transport: String = "udp") -> BindingFlow {
-        BindingFlow(transport: transport, source: source, connectionID: "\(transport)#\(source)", localPoint: "udp:127.0.0.1:5060", instanceID: "test")
+        BindingFlow(transport: SIPTransportKind(rawValue: transport)!, source: SocketAddress(parsing: source), connectionID: FlowConnectionID("\(transport)#\(source)"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "test")
     }
 
     /// A REGISTER as a phone writes it (before or after a challenge).

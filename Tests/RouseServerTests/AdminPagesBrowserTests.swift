@@ -120,7 +120,7 @@ final class AdminPagesBrowserTests: XCTestCase {
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if let call = try PostgresCalls.recent(on: connection, limit: 10).first(where: { $0.callID == callID }), call.endedAt != nil,
-                try PostgresPushStores.recent(on: connection, aor: "1002@example.com").contains(where: { $0.wake == "woke" })
+                try PostgresPushStores.recent(on: connection, aor: "1002@example.com").contains(where: { $0.wake?.word == "woke" })
             {
                 return
             }

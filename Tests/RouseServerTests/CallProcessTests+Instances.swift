@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 @testable import RouseServer
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransport

@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import Storage
@@ -224,7 +225,7 @@ final class CallProcessTests: XCTestCase {
         XCTAssertEqual(journey.branches[0].finalStatus, 200)
         XCTAssertEqual(journey.answeredBy, "RouseTestApp/1 (iPhone)")
         let record = try XCTUnwrap(try pushRecords().first { $0.callID == call.callID })
-        XCTAssertEqual(record.wake, "woke")
+        XCTAssertEqual(record.wake?.word, "woke")
         XCTAssertNotNil(record.wokeAfterMilliseconds)
         // The BYE ended the talk: the journey says who hung up.
         let ended = try self.journey(callID: call.callID, outcome: .answered) { $0.endedAt != nil }
@@ -322,7 +323,7 @@ final class CallProcessTests: XCTestCase {
         XCTAssertEqual(journey.reason, "no device woke in time")
         XCTAssertEqual(journey.pushes.first?.wake, .notInTime)
         XCTAssertTrue(journey.pushes.first?.line.hasSuffix("no re-register in time") == true, journey.pushes.first?.line ?? "")
-        XCTAssertEqual(try pushRecords().first { $0.callID == call.callID }?.wake, "no")
+        XCTAssertEqual(try pushRecords().first { $0.callID == call.callID }?.wake?.word, "no")
     }
 
     func testCallerCancelsDuringTheWait() throws {
@@ -492,7 +493,7 @@ final class CallProcessTests: XCTestCase {
         let deadline = Date().addingTimeInterval(10)
         var wake: String?
         while Date() < deadline {
-            wake = try PostgresPushStores.recent(on: connection, aor: "1002@example.com").first { $0.callID == call.callID }?.wake
+            wake = try PostgresPushStores.recent(on: connection, aor: "1002@example.com").first { $0.callID == call.callID }?.wake?.word
             if wake == "late" { break }
             Thread.sleep(forTimeInterval: 0.05)
         }

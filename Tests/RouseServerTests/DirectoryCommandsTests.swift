@@ -1,6 +1,7 @@
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -142,7 +143,7 @@ final class DirectoryCommandsTests: XCTestCase {
         let binding = Binding(
             aor: aor, contact: "<sip:1001@192.0.2.7:5060;transport=tcp>", callID: "c1", cseq: 1, registeredAt: now,
             expiresAt: now.addingTimeInterval(600), userAgent: "Linphone/5.2",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
             pushChannels: [
                 PushChannel(provider: .apns, token: voipToken, param: "TEAM.com.example.app.voip", kind: .voip),
                 PushChannel(provider: .fcm, token: fcmToken, param: nil, kind: .standard),
@@ -218,7 +219,7 @@ final class DirectoryCommandsTests: XCTestCase {
         let binding = Binding(
             aor: aor, contact: "<sip:1001@192.0.2.7:5060;transport=tcp>", callID: "c1", cseq: 1, registeredAt: Date(),
             expiresAt: Date().addingTimeInterval(600), userAgent: "Linphone/5.2",
-            flow: BindingFlow(transport: "tcp", source: "192.0.2.7:5060", connectionID: "7", localPoint: "tcp:127.0.0.1:5060", instanceID: "a"),
+            flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
             pushChannels: [PushChannel(provider: .apns, token: voipToken, param: "TEAM.com.example.app.voip", kind: .voip)])
         let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
         defer { store.shutdown() }

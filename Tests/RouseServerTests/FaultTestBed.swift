@@ -4,6 +4,7 @@ import Glibc
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import Storage

@@ -4,6 +4,7 @@ import Registrar
 import RouseLog
 import RouseServer
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPService
 import SIPTransaction
@@ -72,7 +73,7 @@ final class FlowRoutingTests: XCTestCase {
         let phone = try TestSIPClient(transport: .tcp, host: point.host, port: point.port)
         try register(phone, transport: "TCP")
         let binding = try XCTUnwrap(registrar.bindings(for: aor).first)
-        XCTAssertEqual(binding.flow.transport, "tcp")
+        XCTAssertEqual(binding.flow.transport.rawValue, "tcp")
         XCTAssertTrue(service.isReachable(binding))
 
         // The Contact names 10.0.0.9, where nothing listens: the request must come down the connection.
@@ -95,7 +96,7 @@ final class FlowRoutingTests: XCTestCase {
         let phone = try TestSIPClient(transport: .udp, host: point.host, port: point.port)
         try register(phone, transport: "UDP")
         let binding = try XCTUnwrap(registrar.bindings(for: aor).first)
-        XCTAssertEqual(binding.flow.source, "127.0.0.1:\(phone.localPort)")
+        XCTAssertEqual(binding.flow.sourceText, "127.0.0.1:\(phone.localPort)")
         XCTAssertTrue(service.sendRequest(try options(to: binding), to: binding) { _ in })
         let bytes = try XCTUnwrap(try phone.receive(timeout: .seconds(10)))
         guard case .request(let request) = try SIPParser.parse(bytes) else { return XCTFail("not a request") }

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import Storage

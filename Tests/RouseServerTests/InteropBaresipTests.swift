@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPTransport
 import XCTest
 
@@ -66,7 +67,7 @@ final class InteropBaresipTests: XCTestCase {
         let phone = try baresip("1002", over: transport, answers: true)
         let binding = try bed.registered("1002", by: "baresip", phone)
         XCTAssertTrue(binding.userAgent?.hasPrefix("baresip") == true, "\(binding.userAgent ?? "no user agent")")
-        XCTAssertEqual(binding.flow.transport, transport.rawValue)
+        XCTAssertEqual(binding.flow.transport, transport)
 
         try bed.assertSIPpCall(over: transport, callee: ("baresip", phone))
         let journey = try XCTUnwrap(try bed.endedCall())

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPTransport
 import Storage
 import XCTest

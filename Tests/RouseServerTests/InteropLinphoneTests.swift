@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPTransport
 import XCTest
 
@@ -135,7 +136,7 @@ final class InteropLinphoneTests: XCTestCase {
         let phone = try linphone("1002", over: transport)
         let binding = try bed.registered("1002", by: "linphonec", phone, file: "linphone-1002.log")
         XCTAssertTrue(binding.userAgent?.hasPrefix("Linphonec/5.1") == true, "\(binding.userAgent ?? "no user agent")")
-        XCTAssertEqual(binding.flow.transport, transport.rawValue)
+        XCTAssertEqual(binding.flow.transport, transport)
 
         quit(phone)
         XCTAssertEqual(try bed.bindings("1002").count, 0, "quitting unregisters")

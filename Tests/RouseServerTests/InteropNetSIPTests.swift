@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPTransport
 import Storage
 import XCTest
@@ -80,7 +81,7 @@ final class InteropNetSIPTests: XCTestCase {
         // A 200 means the binding is in PostgreSQL already.
         let stored = try bed.bindings(Self.aor.number)
         XCTAssertEqual(stored.count, 1, "\(stored)")
-        XCTAssertEqual(stored.first?.flow.transport, transport.rawValue)
+        XCTAssertEqual(stored.first?.flow.transport, transport)
         XCTAssertTrue(stored.first?.contact.contains("127.0.0.1:\(phonePort)") == true, "\(stored.first?.contact ?? "none") vs \(contact)")
 
         input.fileHandleForWriting.write(Data("go\n".utf8))

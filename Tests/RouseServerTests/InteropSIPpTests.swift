@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPTransport
 import XCTest
 
@@ -42,7 +43,7 @@ final class InteropSIPpTests: XCTestCase {
         XCTAssertEqual(phone.waitForExit(timeout: 90), 0, bed.report("SIPp", phone, file: "register-errors.log"))
         let stored = try bed.bindings("1001")
         XCTAssertEqual(stored.map(\.userAgent), ["SIPp/3.6"])
-        XCTAssertEqual(stored.first?.flow.transport, transport.rawValue)
+        XCTAssertEqual(stored.first?.flow.transport, transport)
     }
 
     func testSIPpCallIsAnsweredAndHungUpOverUDP() throws {

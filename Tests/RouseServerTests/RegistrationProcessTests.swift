@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import Storage
@@ -128,7 +129,7 @@ final class RegistrationProcessTests: XCTestCase {
         XCTAssertEqual(tls.headers.values(.contact).count, 3, "the 200 lists every current binding")
         // A 200 means the binding is in PostgreSQL already.
         let stored = try storedBindings()
-        XCTAssertEqual(Set(stored.map(\.flow.transport)), ["udp", "tcp", "tls"])
+        XCTAssertEqual(Set(stored.map(\.flow.transport.rawValue)), ["udp", "tcp", "tls"])
         XCTAssertTrue(stored.allSatisfy { $0.userAgent == "RouseTestPhone/1" })
     }
 
@@ -140,7 +141,7 @@ final class RegistrationProcessTests: XCTestCase {
         XCTAssertEqual(Set(offered.map(\.1)).count, 1, "both challenges carry one nonce")
         XCTAssertEqual(try registerWithDigest(.tcp, contact: "<sip:1001@127.0.0.1:5072;transport=tcp>", algorithm: .md5).statusCode, 200)
         XCTAssertEqual(try registerWithDigest(.udp, contact: "<sip:1001@127.0.0.1:5071>", algorithm: .md5).statusCode, 200)
-        XCTAssertEqual(Set(try storedBindings().map(\.flow.transport)), ["udp", "tcp"])
+        XCTAssertEqual(Set(try storedBindings().map(\.flow.transport.rawValue)), ["udp", "tcp"])
     }
 
     func testWrongPasswordIsChallengedAgainAndStoresNothing() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import RouseLog
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPService
 import SIPTransport

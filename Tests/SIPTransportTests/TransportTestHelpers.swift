@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import XCTest

@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -110,12 +111,12 @@ final class PostgresJourneyStoreTests: XCTestCase {
         XCTAssertEqual(records.count, 2)
         let iPhone = try XCTUnwrap(records.first { $0.device == "iPhone (apns)" })
         XCTAssertEqual(iPhone.id, final.pushes[0].id)
-        XCTAssertEqual(iPhone.wake, "woke")
+        XCTAssertEqual(iPhone.wake?.word, "woke")
         XCTAssertEqual(iPhone.wokeAfterMilliseconds, 1900)
         XCTAssertEqual(iPhone.callID, final.callID)
         XCTAssertEqual(iPhone.createdAt, final.pushes[0].sentAt)
         let pixel = try XCTUnwrap(records.first { $0.device == "Pixel (fcm)" })
-        XCTAssertEqual(pixel.wake, "not_pushed")
+        XCTAssertEqual(pixel.wake?.word, "not_pushed")
         XCTAssertNil(pixel.wokeAfterMilliseconds)
         XCTAssertEqual(pixel.reason, "Unregistered")
         XCTAssertEqual(
@@ -141,7 +142,7 @@ final class PostgresJourneyStoreTests: XCTestCase {
         XCTAssertTrue(store.flush(timeout: 30))
         let records = try PostgresPushStores.recent(on: try database.database.connect(), aor: aor.description)
         XCTAssertEqual(Set(records.compactMap(\.id)), Set(journey.pushes.map(\.id)))
-        XCTAssertEqual(records.first { $0.id == journey.pushes[0].id }?.wake, "woke")
+        XCTAssertEqual(records.first { $0.id == journey.pushes[0].id }?.wake?.word, "woke")
     }
 
     func testADeviceBackAfterTheCallShowsInItsJourney() throws {
@@ -176,7 +177,7 @@ final class PostgresJourneyStoreTests: XCTestCase {
         XCTAssertEqual(records.count, 200)
         for (index, pending) in pushes.enumerated() {
             let record = records.first { $0.id == pending.id }
-            XCTAssertEqual(record?.wake, index % 2 == 0 ? "woke" : "no", "push \(index)")
+            XCTAssertEqual(record?.wake?.word, index % 2 == 0 ? "woke" : "no", "push \(index)")
             XCTAssertEqual(record?.wokeAfterMilliseconds, index % 2 == 0 ? 1000 + index : nil, "push \(index)")
         }
     }

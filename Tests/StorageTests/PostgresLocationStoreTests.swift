@@ -1,6 +1,7 @@
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -59,14 +60,14 @@ final class PostgresLocationStoreTests: XCTestCase {
         var second = makeBinding(alice, channels: [token])
         second.instance = first.instance
         second.regID = 2
-        second.flow.connectionID = "tcp-18"
+        second.flow.connectionID = FlowConnectionID("tcp-18")
         first.regID = 1
         try store.applyAndWait([.save(first)])
         try store.applyAndWait([.save(second)])
         let loaded = try store.loadBindings(now: Date()).sorted { ($0.regID ?? 0) < ($1.regID ?? 0) }
         XCTAssertEqual(loaded.map(\.id), [first.id, second.id])
         XCTAssertEqual(loaded.map(\.regID), [1, 2])
-        XCTAssertEqual(loaded.map(\.flow.connectionID), ["tcp-17", "tcp-18"])
+        XCTAssertEqual(loaded.map(\.flow.connectionID.name), ["tcp-17", "tcp-18"])
         XCTAssertEqual(loaded.map(\.pushChannels), [[token], [token]])
     }
 

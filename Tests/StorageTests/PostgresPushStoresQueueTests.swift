@@ -2,6 +2,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -35,7 +36,7 @@ final class PostgresPushStoresQueueTests: XCTestCase {
         defer { stores.shutdown() }
         let started = Date()
         try await stores.record(record("away-1"))
-        try await stores.markDead(family: .apns, token: "dead" + String(repeating: "cd", count: 30), reason: "Unregistered")
+        try await stores.markDead(PushTokenID(family: .apns, token: "dead" + String(repeating: "cd", count: 30)), reason: "Unregistered")
         try await stores.record(record("away-2"))
         XCTAssertLessThan(Date().timeIntervalSince(started), 1, "recording never waits for PostgreSQL")
         let deadline = Date().addingTimeInterval(10)

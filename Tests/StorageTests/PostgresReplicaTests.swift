@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -126,7 +127,7 @@ final class PostgresReplicaTests: XCTestCase {
         XCTAssertEqual(index.ids(bob), [late.id])
         XCTAssertEqual(replica.tokens.postedTokens(of: bob).map(\.channel), [token])
         XCTAssertEqual(replica.tokens.postedTokens(of: bob).map(\.deviceID), ["phone-1"])
-        XCTAssertEqual(replica.tokens.deadKeys(among: [token]), ["fcm:fcm-token-1"])
+        XCTAssertEqual(replica.tokens.deadKeys(among: [token]), [PushTokenID(family: .fcm, token: "fcm-token-1")])
         XCTAssertEqual(replica.catchUpCount, 1)
         XCTAssertEqual(replica.fullReloadCount, 0)
 

@@ -1,6 +1,7 @@
 import Foundation
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 
@@ -82,9 +83,7 @@ func makeBinding(
         instance: "<urn:uuid:\(id.uuidString.lowercased())>", regID: 1, q: 0.5, callID: "call-\(id.uuidString)@phone",
         cseq: cseq, registeredAt: now, expiresAt: now.addingTimeInterval(expiresIn),
         path: ["<sip:proxy.example.net;lr>", "<sip:edge.example.net;lr;ob>"], userAgent: "Phone \"1\"/2.0",
-        flow: BindingFlow(
-            transport: "tcp", source: "192.0.2.7:5060", connectionID: "tcp-17", localPoint: "tcp:127.0.0.1:5060",
-            instanceID: "instance-a"),
+        flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("tcp-17"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "instance-a"),
         pushChannels: channels)
 }
 

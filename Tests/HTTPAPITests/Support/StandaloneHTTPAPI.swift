@@ -6,6 +6,7 @@ import HTTPServer
 import Metrics
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// The HTTP API run on its own for a test, wired as `rouse serve` wires it but without a

@@ -1,4 +1,4 @@
-import CallRouting
+import RouseVocabulary
 import XCTest
 
 final class WakeResultTests: XCTestCase {
@@ -9,5 +9,15 @@ final class WakeResultTests: XCTestCase {
         for result in [WakeResult.woke(afterMilliseconds: 5), .late(afterMilliseconds: 9000), .notInTime, .callEnded, .notPushed, .pending] {
             XCTAssertEqual(WakeResult(word: result.word, milliseconds: result.milliseconds), result)
         }
+    }
+}
+
+final class WakeResultWordTests: XCTestCase {
+    func testStoredWordsAreTheDocumentedOnes() {
+        XCTAssertEqual(
+            [WakeResult.pending, .woke(afterMilliseconds: 1), .late(afterMilliseconds: 2), .notInTime, .callEnded, .notPushed].map(\.word),
+            ["pending", "woke", "late", "no", "call_ended", "not_pushed"])
+        XCTAssertEqual(WakeResult(word: "woke", milliseconds: 1900), .woke(afterMilliseconds: 1900))
+        XCTAssertNil(WakeResult.notInTime.milliseconds)
     }
 }

@@ -1,4 +1,4 @@
-import CallRouting
+import RouseVocabulary
 import XCTest
 
 /// `trusted_peers`: the addresses and blocks whose INVITEs are not challenged.
