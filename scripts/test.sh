@@ -55,6 +55,8 @@ check_leftovers() {
 # folders would land in the tests' TMPDIR: XCTest suites, then swift-testing ones. Like `swift
 # test`, no colour codes when the output is not a terminal.
 if [ ! -t 1 ] || [ ! -t 2 ]; then export NO_COLOR=1; fi
+echo "== layers (scripts/check-layers.py: dependencies and imports point down, architecture.md draws them)"
+python3 scripts/check-layers.py || status=1
 echo "== swift test (all suites)"
 swift build --build-tests 2>&1 | grep -vE "$quiet" || { echo "rouse: the build FAILED" >&2; exit 1; }
 bundle="$(swift build --show-bin-path)/RousePackageTests.xctest"
