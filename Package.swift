@@ -77,7 +77,7 @@ var targets: [Target] = [
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "RouseServer", "RouseTestSupport", "Push", "RouseLog", "Crypto", "Storage", "RouseVocabulary", "Registrar"]),
     .testTarget(name: "RouseVocabularyTests", dependencies: ["RouseVocabulary"]),
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
-    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto"]),
+    .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto", "RouseVocabulary"]),
     .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport", "RouseVocabulary"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "RouseVocabulary", "Crypto"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
@@ -87,10 +87,10 @@ var targets: [Target] = [
     .testTarget(
         name: "SIPTransportTests",
         dependencies: ["SIPTransport", "SIPMessage", "RouseTestSupport", "RouseVocabulary"]),
-    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage", "RouseVocabulary"]),
+    .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage", "RouseVocabulary", "Crypto"]),
     .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "RouseTestSupport"]),
     .testTarget(
-        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary"]),
+        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary", "Crypto"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
     .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
@@ -118,6 +118,14 @@ if ProcessInfo.processInfo.environment["ROUSE_FUZZ"] != nil {
         targets.append(.executableTarget(name: name, dependencies: dependencies))
         products.append(.executable(name: name, targets: [name]))
     }
+}
+
+// Every import is declared, and internal unless a public declaration needs it (SE-0409, SE-0444):
+// a module's own API says which modules it exposes.
+for index in targets.indices where targets[index].type != .system {
+    targets[index].swiftSettings = (targets[index].swiftSettings ?? []) + [
+        .enableUpcomingFeature("InternalImportsByDefault"), .enableUpcomingFeature("MemberImportVisibility"),
+    ]
 }
 
 let package = Package(

@@ -1,9 +1,9 @@
 import Dispatch
-import Foundation
-import Push
-import Registrar
-import RouseLog
-import RouseVocabulary
+public import Foundation
+public import Push
+public import Registrar
+public import RouseLog
+public import RouseVocabulary
 
 /// The bindings a refresh may be due for (the registrar implements it).
 public protocol RefreshCandidateSource: Sendable {

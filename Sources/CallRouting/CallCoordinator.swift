@@ -1,13 +1,13 @@
 import Dispatch
-import Foundation
-import Metrics
+public import Foundation
+public import Metrics
 import Push
-import Registrar
-import RouseLog
+public import Registrar
+public import RouseLog
 import RouseVocabulary
-import SIPMessage
+public import SIPMessage
 import SIPProxy
-import SIPTransaction
+public import SIPTransaction
 
 /// The shell around each call's `CallStateMachine` (product.md "What happens on a call"): admits
 /// an INVITE for an extension, feeds the call's machine its events with the time, and carries out

@@ -1,7 +1,7 @@
-import Foundation
-import Push
-import Registrar
-import RouseVocabulary
+public import Foundation
+public import Push
+public import Registrar
+public import RouseVocabulary
 
 /// How a call ended, as the journey and the metrics say it.
 public enum CallOutcome: String, Sendable, Hashable, CaseIterable {

@@ -1,9 +1,9 @@
-import Foundation
-import Push
-import Registrar
-import RouseVocabulary
-import SIPMessage
-import SIPTransaction
+public import Foundation
+public import Push
+public import Registrar
+public import RouseVocabulary
+public import SIPMessage
+public import SIPTransaction
 
 /// What the coordinator needs from the SIP side (SIPService implements it over real sockets; unit
 /// tests may use a double). Every method returns at once and never blocks.

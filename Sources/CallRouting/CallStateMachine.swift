@@ -1,10 +1,10 @@
-import Foundation
-import Push
-import Registrar
-import RouseVocabulary
-import SIPMessage
+public import Foundation
+public import Push
+public import Registrar
+public import RouseVocabulary
+public import SIPMessage
 import SIPProxy
-import SIPTransaction
+public import SIPTransaction
 
 /// The wake-then-ring logic of one call (product.md "What happens on a call"), as a value: events
 /// go in with the time, actions come out (answer the caller, push a device, fork, cancel a branch,

@@ -1,6 +1,6 @@
-import Foundation
-import Registrar
-import RouseVocabulary
+public import Foundation
+public import Registrar
+public import RouseVocabulary
 
 /// A push token an app posted for its extension over HTTP (product.md "By posting its token"), as
 /// a call sees it: one more way to wake a device of the callee.

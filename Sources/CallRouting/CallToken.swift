@@ -1,8 +1,8 @@
 import Crypto
-import Foundation
+public import Foundation
 import Push
-import Registrar
-import RouseVocabulary
+public import Registrar
+public import RouseVocabulary
 
 /// What a call token says: which call, which extension, which device of it, and until when. A
 /// value; thread-safe.

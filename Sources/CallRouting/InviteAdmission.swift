@@ -1,7 +1,7 @@
-import Foundation
-import Registrar
-import RouseVocabulary
-import SIPMessage
+public import Foundation
+public import Registrar
+public import RouseVocabulary
+public import SIPMessage
 
 /// The decision on an arriving INVITE before anything rings (issue 6 item 1): whom it is for,
 /// and whether the caller may place it. Rouse is never an open relay: a Request-URI outside its

@@ -1,7 +1,7 @@
-import Foundation
-import Push
-import Registrar
-import RouseVocabulary
+public import Foundation
+public import Push
+public import Registrar
+public import RouseVocabulary
 
 /// A fact of a call's journey, as `CallStateMachine` (and the coordinator, for what happens after
 /// a call is gone from the machine) states it; `JourneyRecorder` puts it in words.

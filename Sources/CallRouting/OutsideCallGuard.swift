@@ -1,6 +1,6 @@
-import Foundation
-import Registrar
-import SIPProxy
+public import Foundation
+public import Registrar
+public import SIPProxy
 
 /// How far an extension may call outside Rouse (toll-fraud guard, issue 19). Ordered: each class
 /// allows what the ones below it allow.

@@ -1,6 +1,6 @@
 import CallRouting
 import Foundation
-import HTTPServer
+public import HTTPServer
 import Registrar
 import Storage
 

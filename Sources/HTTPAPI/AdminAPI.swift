@@ -1,11 +1,11 @@
 import CallRouting
 import Crypto
-import Foundation
-import HTTPServer
-import Push
-import Registrar
-import RouseVocabulary
-import Storage
+public import Foundation
+public import HTTPServer
+public import Push
+public import Registrar
+public import RouseVocabulary
+public import Storage
 
 /// The admin JSON API under `/api/v1/admin/` (issue 5, item 4): organisations, extensions (with
 /// an extension's bindings, posted tokens, recent pushes and recent calls), push apps (keys

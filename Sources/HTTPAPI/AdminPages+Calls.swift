@@ -1,7 +1,9 @@
 import CallRouting
 import Foundation
 import HTTPServer
+import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// Calls: the latest calls, of one extension when asked, and a call's journey as a timeline

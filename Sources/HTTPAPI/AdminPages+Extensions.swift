@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseVocabulary
 import Storage
 
 /// Organisations and extensions (list with search, add, change password, remove) and an

@@ -1,5 +1,5 @@
-import CallRouting
-import Foundation
+public import CallRouting
+public import Foundation
 import HTTPServer
 import Registrar
 import Storage

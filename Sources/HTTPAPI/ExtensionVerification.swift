@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Registrar
+public import Registrar
 
 extension ExtensionDirectory {
     /// The extension `user` (`number@domain`) when `password` is its password; nil otherwise.

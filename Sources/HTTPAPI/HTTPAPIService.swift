@@ -1,11 +1,11 @@
-import CallRouting
-import Foundation
-import HTTPServer
-import Metrics
-import Push
-import Registrar
-import RouseVocabulary
-import Storage
+public import CallRouting
+public import Foundation
+public import HTTPServer
+public import Metrics
+public import Push
+public import Registrar
+public import RouseVocabulary
+public import Storage
 
 /// Rouse's HTTP API as one piece: the server on its address and the one route table of every
 /// endpoint (token posting, health, metrics, the VAPID key, the call API, the admin JSON API and

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import HTTPServer
 
 /// The OpenAPI 3 document of every endpoint, served at `GET /api/v1/openapi.json`: the resource

@@ -1,9 +1,9 @@
 import Crypto
-import Foundation
-import HTTPServer
-import Push
-import Registrar
-import RouseVocabulary
+public import Foundation
+public import HTTPServer
+public import Push
+public import Registrar
+public import RouseVocabulary
 import Storage
 
 /// `POST` and `DELETE /api/v1/push/register` (product.md, "By posting its token"): an app posts

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A request as a route sees it: method, path (no query string), headers with lower-case names,
 /// the whole body (at most the server's limit), the client's address and the query string's

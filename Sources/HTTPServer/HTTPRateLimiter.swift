@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A token bucket per client address for the HTTP API (setting `http_rate_limit`): each client may
 /// make `rate` requests a second, with bursts of twice that; beyond it a request gets 429 with

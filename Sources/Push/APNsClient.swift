@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 import RouseVocabulary
 
 /// One APNs request (protocol.md "APNs provider API"). A value; thread-safe.

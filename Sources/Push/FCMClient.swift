@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 import RouseVocabulary
 
 /// Sends FCM HTTP v1 messages for one service account over its own HTTP/2 client. The OAuth2

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import RouseVocabulary
+public import RouseVocabulary
 
 /// An APNs host: Apple's production or sandbox environment (protocol.md).
 public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable {

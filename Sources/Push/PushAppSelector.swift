@@ -1,4 +1,4 @@
-import RouseVocabulary
+public import RouseVocabulary
 
 /// Chooses the push app for a device (decisions.md "Push apps"): by provider family, then by the
 /// device parameter: a Linphone `.remote`/`.voip`/`&…` service suffix is dropped; a leading team id

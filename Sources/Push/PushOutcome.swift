@@ -1,5 +1,5 @@
 import Foundation
-import RouseVocabulary
+public import RouseVocabulary
 
 /// What became of one push (product.md "What admins see"): accepted by the provider, refused by it
 /// (with its status, reason and a sentence for a person), or failed before the provider could

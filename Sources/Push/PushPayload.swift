@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// What a push says happened to a call (decisions.md "Payload keys").
 public enum PushEvent: String, Sendable, CaseIterable {

@@ -1,6 +1,6 @@
 import Crypto
-import Foundation
-import RouseVocabulary
+public import Foundation
+public import RouseVocabulary
 
 /// Marks a token dead (protocol.md's dead-token rules) so that it is not pushed again until the
 /// device registers or posts it again. Storage implements it; tests use an in-memory one.

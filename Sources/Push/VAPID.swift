@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// Rouse's VAPID key pair (RFC 8292): a P-256 key that signs the JWT sent with every web push, and
 /// its public key, which browsers subscribe with (`applicationServerKey`) and which Rouse serves at

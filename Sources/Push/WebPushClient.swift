@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// One web push message before encryption (RFC 8030 §5): the plaintext, how long the push service
 /// may keep it, how urgent it is, and the topic that lets a later message replace it. A value.

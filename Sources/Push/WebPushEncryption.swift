@@ -1,4 +1,4 @@
-import Crypto
+public import Crypto
 
 /// Why a web push message could not be encrypted or read. Never holds key material.
 public struct WebPushError: Error, Sendable, Equatable, CustomStringConvertible {

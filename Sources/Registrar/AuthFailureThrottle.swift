@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Counts failed credential attempts per source IP address (the port is ignored) in a sliding
 /// window and blocks a source that fails too often: once `limit` failures fall within `window`

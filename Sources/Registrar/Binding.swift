@@ -1,5 +1,5 @@
-import Foundation
-import RouseVocabulary
+public import Foundation
+public import RouseVocabulary
 import SIPMessage
 
 /// The flow a REGISTER arrived over (RFC 5626 §3): requests to the binding must leave the same way,

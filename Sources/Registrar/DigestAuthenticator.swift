@@ -1,5 +1,5 @@
-import Crypto
-import Foundation
+public import Crypto
+public import Foundation
 import SIPMessage
 
 /// The parameters of a `Digest` Authorization header (RFC 7616 §3.4, RFC 3261 §22.4).

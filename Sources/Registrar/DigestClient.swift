@@ -1,5 +1,5 @@
-import Crypto
-import SIPMessage
+public import Crypto
+public import SIPMessage
 
 /// One offer of a `WWW-Authenticate`/`Proxy-Authenticate` line (RFC 7616 §3.3, RFC 3261 §22):
 /// `Digest realm="…", nonce="…", algorithm=…, qop="auth", opaque="…"`.

@@ -1,4 +1,4 @@
-import Crypto
+public import Crypto
 
 /// What Rouse keeps of an extension's SIP password: the digest HA1 hashes for MD5 and SHA-256
 /// (RFC 7616 §3.4.2: H(username:realm:password), with the number as username and the domain as

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A change to the durable location service; the registrar sends a batch per REGISTER.
 public enum BindingChange: Hashable, Sendable {

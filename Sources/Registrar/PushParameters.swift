@@ -1,5 +1,5 @@
-import RouseVocabulary
-import SIPMessage
+public import RouseVocabulary
+public import SIPMessage
 
 /// The push parameters of one Contact (RFC 8599 §4.1, and the Linphone dialect of protocol.md),
 /// turned into push channels.

@@ -1,7 +1,7 @@
 import Dispatch
-import Foundation
-import RouseVocabulary
-import SIPMessage
+public import Foundation
+public import RouseVocabulary
+public import SIPMessage
 
 /// The registrar service: owns a `RegistrarCore` on its own serial queue, makes its changes durable
 /// through a `LocationStore` before answering (a 200 means the binding is in PostgreSQL), expires

@@ -1,6 +1,6 @@
-import Foundation
-import RouseVocabulary
-import SIPMessage
+public import Foundation
+public import RouseVocabulary
+public import SIPMessage
 
 /// What the registrar decided about one REGISTER.
 public enum RegisterDecision: Sendable {

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Push
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import Storage

@@ -1,5 +1,6 @@
 import RouseLog
 import RouseServer
+import RouseVocabulary
 import SIPService
 import SIPTransport
 

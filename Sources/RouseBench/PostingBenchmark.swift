@@ -2,6 +2,7 @@ import Crypto
 import Dispatch
 import Foundation
 import Glibc
+import RouseVocabulary
 import SIPTransport
 import Storage
 

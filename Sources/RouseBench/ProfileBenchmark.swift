@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPTransport
 import Storage
 

@@ -1,6 +1,7 @@
+import CallRouting
 import Foundation
 import HTTPAPI
-import Push
+public import Push
 import Registrar
 import RouseVocabulary
 import Storage

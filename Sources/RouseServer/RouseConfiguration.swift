@@ -1,9 +1,10 @@
-import Crypto
+public import Crypto
+import Foundation
 import Push
 import Registrar
-import RouseLog
-import SIPMessage
-import SIPTransport
+public import RouseLog
+public import SIPMessage
+public import SIPTransport
 
 /// Every setting `rouse serve` runs with, after the config file, the environment and the flags
 /// have been merged and checked (ConfigurationLoader).

@@ -8,10 +8,10 @@ import HTTPServer
 import Metrics
 import Push
 import Registrar
-import RouseLog
+public import RouseLog
 import SIPService
 import RouseVocabulary
-import SIPTransport
+public import SIPTransport
 import Storage
 
 /// A whole Rouse instance: checks PostgreSQL and applies migrations, loads the directory and the

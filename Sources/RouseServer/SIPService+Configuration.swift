@@ -1,10 +1,10 @@
-import CallRouting
-import Crypto
-import Foundation
-import Metrics
-import Registrar
-import RouseLog
-import SIPService
+public import CallRouting
+public import Crypto
+public import Foundation
+public import Metrics
+public import Registrar
+public import RouseLog
+public import SIPService
 import SIPTransaction
 import SIPTransport
 

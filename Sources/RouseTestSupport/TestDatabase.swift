@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+public import Storage
 
 /// A fresh, empty PostgreSQL database for one test suite, made on the cluster that `make test`
 /// starts (`ROUSE_TEST_DATABASE_URL`) and dropped by `drop()`.

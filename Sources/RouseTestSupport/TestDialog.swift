@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// A confirmed dialog of a `TestUserAgent` (RFC 3261 §12), made by `TestUserAgent.answer(_:)` (the
 /// phone's side) or `TestOutgoingCall.ack()` (the caller's side). In-dialog requests carry the route

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Glibc
 
 /// A minimal HTTP/1.1 client over one TCP connection, for tests that need the exact bytes of an

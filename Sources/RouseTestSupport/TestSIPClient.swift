@@ -1,7 +1,7 @@
 import CLinuxShims
 import COpenSSL
 import Glibc
-import SIPMessage
+public import SIPMessage
 
 /// What went wrong in a `TestSIPClient`.
 public enum TestSIPClientError: Error, Hashable, Sendable, CustomStringConvertible {

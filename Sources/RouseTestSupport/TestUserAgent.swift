@@ -1,6 +1,6 @@
-import Crypto
+public import Crypto
 import Registrar
-import SIPMessage
+public import SIPMessage
 
 /// What went wrong in a `TestUserAgent`, `TestDialog` or `TestOutgoingCall`.
 public enum TestUserAgentError: Error, Hashable, Sendable, CustomStringConvertible {

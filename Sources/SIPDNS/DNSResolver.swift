@@ -1,5 +1,5 @@
 import Dispatch
-import Foundation
+public import Foundation
 import Glibc
 
 /// What one question came back with.

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A table that forgets: an entry older than `maxAge` is dropped, and at most `limit` are kept
 /// (when full, the oldest goes). Lookups, inserts and removals cost O(1) amortised: entries are

@@ -1,5 +1,5 @@
-import SIPMessage
-import SIPTransport
+public import SIPMessage
+public import SIPTransport
 
 /// The INVITEs forwarded statefully outside the call coordinator (an INVITE another instance sent
 /// through this instance's flow to a phone), by the server transaction they came in on, so the

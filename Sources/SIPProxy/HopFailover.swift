@@ -1,4 +1,4 @@
-import SIPDNS
+public import SIPDNS
 
 /// An outside call's way through its route's next hops, one at a time (RFC 3263 §4.3 and the
 /// field's habit, Kamailio's dispatcher and drouting alike): a hop is left for the next on a

@@ -1,7 +1,8 @@
 import Crypto
-import Foundation
-import SIPMessage
-import SIPTransport
+public import Foundation
+import RouseVocabulary
+public import SIPMessage
+public import SIPTransport
 
 /// Proves that an INVITE arriving at one Rouse instance was forwarded by another instance of the
 /// same deployment, for one binding the receiving instance holds (issue 17 item 3). The

@@ -1,5 +1,5 @@
-import SIPDNS
-import SIPMessage
+public import SIPDNS
+public import SIPMessage
 
 /// What an outside call was dialled as: the number (or user) and the domain of its Request-URI.
 /// `tel:+44 20 7946 0958`, `sip:+442079460958@rouse.example;user=phone` and

@@ -1,8 +1,8 @@
 import Crypto
-import Foundation
-import SIPMessage
+public import Foundation
+public import SIPMessage
 import RouseVocabulary
-import SIPTransport
+public import SIPTransport
 
 /// Rouse's part as a proxy on requests it does not answer itself (RFC 3261 §16), as pure functions
 /// on messages: its own Route entries popped (§16.4), Record-Route entries carrying signed flow

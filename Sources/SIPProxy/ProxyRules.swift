@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// RFC 3261 §16 proxy behaviour as pure functions on messages: checks on an arriving request
 /// (§16.3), the copy sent to each target (§16.6), the CANCEL of a branch (§9.1) and the response

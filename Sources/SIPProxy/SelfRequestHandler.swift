@@ -1,4 +1,4 @@
-import SIPMessage
+public import SIPMessage
 
 /// Answers what Rouse answers about itself, as RFC 3261 asks of a UAS with no other handler:
 /// OPTIONS addressed to it gets 200 with Allow, Accept and Supported (§11.2); a method it

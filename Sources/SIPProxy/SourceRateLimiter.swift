@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A token bucket per source address (setting `sip_rate_limit`): each source may send `rate`
 /// messages a second, with bursts of twice that; what goes beyond is dropped before it is parsed,

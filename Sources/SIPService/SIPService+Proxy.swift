@@ -1,12 +1,13 @@
-import CallRouting
+public import CallRouting
 import Crypto
 import Foundation
-import Registrar
+public import Registrar
+import RouseLog
 import RouseVocabulary
-import SIPMessage
+public import SIPMessage
 import SIPProxy
-import SIPTransaction
-import SIPTransport
+public import SIPTransaction
+public import SIPTransport
 
 /// The proxy side of the SIP service: the `CallSignaling` the call coordinator drives, and the
 /// steps of `ProxyCore` (RFC 3261 §16) carried out over the transaction layer and the transport.

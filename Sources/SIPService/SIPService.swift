@@ -1,15 +1,15 @@
-import CallRouting
-import Crypto
+public import CallRouting
+public import Crypto
 import Dispatch
-import Foundation
-import Metrics
-import Registrar
-import RouseLog
+public import Foundation
+public import Metrics
+public import Registrar
+public import RouseLog
 import RouseVocabulary
-import SIPMessage
+public import SIPMessage
 import SIPProxy
-import SIPTransaction
-import SIPTransport
+public import SIPTransaction
+public import SIPTransport
 
 /// The SIP side of Rouse, wired as architecture.md draws it: sockets (SIPTransportLayer) → parser
 /// → transactions (TransactionLayer) → the handlers. It needs no database, so benchmarks and

@@ -1,6 +1,6 @@
 import SIPMessage
-import SIPTransaction
-import SIPTransport
+public import SIPTransaction
+public import SIPTransport
 
 /// What a `SIPService` runs with: where it listens, the names it answers to, TLS, the transport's
 /// and the parser's limits, the transaction timers, the per-source rate limit and the name it gives

@@ -1,4 +1,4 @@
-import RouseVocabulary
+public import RouseVocabulary
 
 /// Names a flow (RFC 5626 §3): a UDP listening socket and one peer, or one TCP/TLS connection.
 /// Opaque, and meaningful only to the `SIPTransportLayer` that issued it; connection numbers are

@@ -1,4 +1,4 @@
-import RouseVocabulary
+public import RouseVocabulary
 
 /// Where Rouse listens: a transport, an IP literal and a port, written `udp:127.0.0.1:5060` or
 /// `tls:[::1]:5061` (the form of `ROUSE_SIP_LISTEN`). Port 0 asks the kernel for a free port. A value

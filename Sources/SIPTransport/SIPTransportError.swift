@@ -1,4 +1,4 @@
-import RouseVocabulary
+public import RouseVocabulary
 
 /// What went wrong in the transport layer; `description` is a one-line message fit for a log. A value
 /// type, safe to share between threads.

@@ -1,5 +1,5 @@
 import Dispatch
-import RouseVocabulary
+public import RouseVocabulary
 
 /// Rouse's SIP sockets: UDP, TCP and TLS listen points served by one epoll thread that never blocks.
 ///

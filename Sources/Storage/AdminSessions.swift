@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// A signed-in administrator's session of the admin pages: the secret token its cookie carries,
 /// who signed in and when the session ends. A value, safe to share; `token` is a credential and

@@ -1,4 +1,4 @@
-import Registrar
+public import Registrar
 
 /// Why a directory operation was refused. Its description is one line for a person; it never
 /// holds a password or hash. A value, safe to share; its parsing helpers do no I/O.

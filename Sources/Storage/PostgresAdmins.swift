@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// Why an administrator operation was refused: one line for a person, never a password.
 public enum AdminError: Error, Sendable, Hashable, CustomStringConvertible {

@@ -1,7 +1,7 @@
-import CallRouting
-import Foundation
+public import CallRouting
+public import Foundation
 import Push
-import Registrar
+public import Registrar
 import RouseVocabulary
 
 /// The `calls` table read back as `CallJourney` values (the admin API's call list and call detail),

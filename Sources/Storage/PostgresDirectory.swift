@@ -1,5 +1,5 @@
-import Foundation
-import Registrar
+public import Foundation
+public import Registrar
 
 /// An organisation as the directory lists it. A value, safe to share.
 public struct DirectoryDomain: Hashable, Sendable {

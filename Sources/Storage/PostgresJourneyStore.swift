@@ -1,8 +1,8 @@
-import CallRouting
-import Foundation
+public import CallRouting
+public import Foundation
 import Push
 import Registrar
-import RouseVocabulary
+public import RouseVocabulary
 
 /// Where calls' journeys and ring pushes go in PostgreSQL (`calls`, `push_records`), written behind
 /// the call so that recording never delays signalling.

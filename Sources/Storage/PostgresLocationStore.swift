@@ -1,6 +1,6 @@
-import Foundation
-import Registrar
-import RouseVocabulary
+public import Foundation
+public import Registrar
+public import RouseVocabulary
 
 /// Why the location store refused a change. Its description is one line for a person and names
 /// no token, Contact or other stored value beyond the extension's address. A value, safe to share.

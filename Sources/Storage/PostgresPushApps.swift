@@ -1,7 +1,7 @@
 import Foundation
-import Push
+public import Push
 import Registrar
-import RouseVocabulary
+public import RouseVocabulary
 
 /// The operator's push apps in PostgreSQL (`push_apps`). The key text is stored in its own column
 /// and is returned only to the push service (`all()`), never listed (`summaries()`).

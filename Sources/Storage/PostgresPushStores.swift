@@ -1,7 +1,7 @@
-import Foundation
-import Push
+public import Foundation
+public import Push
 import Registrar
-import RouseVocabulary
+public import RouseVocabulary
 
 /// `push_dead_tokens` and `push_records` for the push service: marks dead tokens (the registrar's
 /// lookups skip them until the token is registered or posted again) and keeps every push's outcome.

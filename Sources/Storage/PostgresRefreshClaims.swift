@@ -1,5 +1,5 @@
-import CallRouting
-import Foundation
+public import CallRouting
+public import Foundation
 
 /// Claims a binding's refresh push in PostgreSQL, so that of all instances exactly one sends it,
 /// once per registration (CallRouting's `RefreshClaims`).

@@ -1,7 +1,7 @@
 import Dispatch
-import Foundation
-import Registrar
-import RouseVocabulary
+public import Foundation
+public import Registrar
+public import RouseVocabulary
 
 /// Where the replica puts the bindings it reads: the registrar's in-memory index. `mark` is taken
 /// on the reader thread just before each read, and handed back with its result to `apply`, so the

@@ -1,4 +1,4 @@
-import SIPProxy
+public import SIPProxy
 
 /// A route as an operator enters it (CLI, API, pages): text fields checked here, once, with the
 /// field named in the error.

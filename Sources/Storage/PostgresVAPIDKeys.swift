@@ -1,4 +1,4 @@
-import Push
+public import Push
 
 /// Rouse's VAPID key pair in `webpush_vapid_keys` (migration 400): made once by whichever instance
 /// asks first and shared by every instance, so a browser subscribed through one instance is pushed

@@ -1,4 +1,4 @@
-import Push
+public import Push
 
 /// The keys of posted web push subscriptions (`webpush_subscriptions`, migration 400), by endpoint:
 /// what `WebPushClient` encrypts a push with. A row lives as long as the posted token it belongs

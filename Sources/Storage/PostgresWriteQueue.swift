@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Writes that must not be lost while PostgreSQL is away (push records, dead-token marks), made
 /// behind their caller: `enqueue` never blocks, and one writer thread empties the FIFO in order on

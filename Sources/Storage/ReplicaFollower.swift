@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// How far this instance has followed the replica change log (`replica_changes`, migration 500),
 /// and which read to make next: the logic of `PostgresReplica`, as a value that takes events and

@@ -1,7 +1,7 @@
 import Crypto
-import Foundation
+public import Foundation
 import Registrar
-import RouseVocabulary
+public import RouseVocabulary
 
 /// What asking to send a test push to a device token gave.
 public enum TestPushClaim: Sendable, Equatable {

@@ -1,7 +1,7 @@
-import CallRouting
+public import CallRouting
 import Foundation
-import Registrar
-import RouseVocabulary
+public import Registrar
+public import RouseVocabulary
 
 /// The posted push tokens and dead-token marks of every extension, held in memory and kept up to
 /// date by `PostgresReplica`: what a call reads when it arrives (CallRouting's `WakeTokenSource`),

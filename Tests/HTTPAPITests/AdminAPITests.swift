@@ -1,6 +1,8 @@
+import Crypto
 import Dispatch
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Registrar
 import RouseTestSupport
 import RouseVocabulary

@@ -1,9 +1,11 @@
 import CallRouting
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import Storage
 import XCTest
 

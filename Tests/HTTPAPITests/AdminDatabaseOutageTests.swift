@@ -1,5 +1,6 @@
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Registrar
 import RouseTestSupport
 import Storage

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Push
 import Registrar
 import RouseTestSupport

@@ -1,7 +1,9 @@
 import CallRouting
+import Crypto
 import Dispatch
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Push
 import Registrar
 import RouseTestSupport

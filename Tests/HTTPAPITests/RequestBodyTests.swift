@@ -1,6 +1,7 @@
 import Foundation
 import HTTPAPI
 import HTTPServer
+import RouseVocabulary
 import XCTest
 
 /// The request bodies as the endpoints read them, without a server: absent, `null`, a wrong type

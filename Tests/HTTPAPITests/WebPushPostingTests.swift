@@ -1,5 +1,6 @@
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Push
 import Registrar
 import RouseTestSupport

@@ -1,5 +1,6 @@
 import Foundation
 import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 @testable import Registrar
+import RouseVocabulary
 import SIPMessage
 import XCTest
 

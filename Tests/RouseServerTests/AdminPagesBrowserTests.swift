@@ -1,7 +1,9 @@
+import CallRouting
 import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import Storage

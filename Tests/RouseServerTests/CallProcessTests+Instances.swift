@@ -1,3 +1,4 @@
+import CallRouting
 import Crypto
 import Foundation
 @testable import RouseServer
@@ -6,6 +7,7 @@ import RouseVocabulary
 import SIPMessage
 import SIPProxy
 import SIPTransport
+import Storage
 import XCTest
 
 /// Calls placed on one instance to devices registered on another (issue 17 item 3): two

@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import Push
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import XCTest

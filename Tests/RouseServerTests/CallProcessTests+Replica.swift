@@ -1,6 +1,9 @@
+import CallRouting
 import Foundation
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
+import SIPTransport
 import Storage
 import XCTest
 

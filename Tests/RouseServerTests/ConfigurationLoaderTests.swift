@@ -1,5 +1,9 @@
+import Crypto
 import Foundation
+import RouseLog
 import RouseServer
+import RouseVocabulary
+import SIPMessage
 import SIPTransport
 import XCTest
 

@@ -3,6 +3,7 @@ import Foundation
 import Push
 import Registrar
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import Storage
 import XCTest

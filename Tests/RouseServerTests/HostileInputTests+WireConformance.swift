@@ -1,4 +1,5 @@
 import Foundation
+import Registrar
 import RouseTestSupport
 import RouseVocabulary
 import SIPMessage

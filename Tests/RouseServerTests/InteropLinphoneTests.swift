@@ -1,4 +1,6 @@
+import CallRouting
 import Foundation
+import Registrar
 import RouseVocabulary
 import SIPTransport
 import XCTest

@@ -3,6 +3,7 @@ import RouseTestSupport
 import RouseVocabulary
 import SIPMessage
 import SIPTransport
+import Storage
 import XCTest
 
 /// `rouse serve` started as a process, on a fresh database, and queried over real sockets the way a

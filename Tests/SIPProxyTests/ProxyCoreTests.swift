@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import RouseVocabulary
 import SIPMessage
 @testable import SIPProxy
 import SIPTransport

@@ -1,5 +1,6 @@
 import Foundation
 import RouseTestSupport
+import RouseVocabulary
 import SIPTransport
 import XCTest
 

@@ -1,5 +1,6 @@
 import Foundation
 import RouseTestSupport
+import RouseVocabulary
 import SIPMessage
 import SIPTransport
 import XCTest

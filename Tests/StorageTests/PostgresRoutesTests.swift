@@ -1,4 +1,5 @@
 import Foundation
+import RouseTestSupport
 import SIPMessage
 import SIPProxy
 import Storage
