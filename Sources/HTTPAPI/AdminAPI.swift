@@ -4,6 +4,7 @@ public import Foundation
 public import HTTPServer
 public import Push
 public import Registrar
+import RouseLog
 public import RouseVocabulary
 public import Storage
 
@@ -20,7 +21,7 @@ public struct AdminAPI: Sendable {
     public static let base = "/api/v1/admin"
 
     let reads: AdminReads
-    let log: @Sendable (HTTPAPIEvent) -> Void
+    let logger: Logger
 
     static let notFound = HTTPResponse.error(404, code: "not_found", message: "no such path")
 
@@ -254,7 +255,7 @@ public struct AdminAPI: Sendable {
             postedTokens: detail.postedTokens.map { AdminAnswer.PostedTokenItem($0, isDead: isDead, wholeTokens: whole) },
             recentPushes: detail.recentPushes.map(AdminAnswer.RecentPush.init), recentCalls: detail.recentCalls.map(AdminAnswer.CallSummary.init))
         if whole, !detail.bindings.allSatisfy({ $0.pushChannels.isEmpty }) || !detail.postedTokens.isEmpty {
-            log(.tokensShown(admin: Self.admin(context), target: "\(aor) (every device, admin API)"))
+            logger.tokensShown(admin: Self.admin(context), target: "\(aor) (every device, admin API)")
         }
         return .json(200, answer, headers: whole ? [("Cache-Control", "no-store")] : [])
     }
@@ -451,7 +452,7 @@ public struct AdminAPI: Sendable {
         guard let answer = try await reads.sendTestPush(appID: id, token: token, provider: chosen, context.store()) else {
             return .error(404, code: "not_found", message: "there is no push app #\(id)")
         }
-        log(.testPush(admin: Self.admin(context), target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word))
+        logger.testPush(admin: Self.admin(context), target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word)
         return Self.testAnswer(answer, interval: reads.testPushInterval)
     }
 
@@ -468,9 +469,9 @@ public struct AdminAPI: Sendable {
             return .error(409, code: "conflict", message: "no test push for this device: \(device.untestableReason ?? "")")
         }
         let answer = try await reads.sendTestPush(to: device, of: aor, store)
-        log(.testPush(
+        logger.testPush(
             admin: Self.admin(context), target: "\(aor) device \(device.id) (\(device.name))",
-            token: PushRecord.shorten(channel.token), outcome: answer.word))
+            token: PushRecord.shorten(channel.token), outcome: answer.word)
         var appID: Int64? = nil
         if case .sent(_, let id?) = answer { appID = id }
         return Self.testAnswer(

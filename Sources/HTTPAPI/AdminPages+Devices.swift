@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseLog
 import RouseVocabulary
 import Storage
 
@@ -47,7 +48,7 @@ extension AdminPages {
     /// `POST /admin/extensions/{address}/devices/{id}/token`.
     @Sendable func showToken(_ page: SignedIn) async throws -> HTTPResponse {
         let (aor, device) = try await device(page)
-        log(.tokensShown(admin: page.session.adminName, target: "\(aor) device \(device.id) (\(device.name))"))
+        logger.tokensShown(admin: page.session.adminName, target: "\(aor) device \(device.id) (\(device.name))")
         return Self.tokenPage(page, aor: aor, device: device)
     }
 
@@ -61,7 +62,7 @@ extension AdminPages {
         let resultID = "device-result-\(device.id)"
         let answer = try await reads.sendTestPush(to: device, of: aor, page.store)
         let target = "\(aor) device \(device.id) (\(device.name))"
-        log(.testPush(admin: page.session.adminName, target: target, token: PushRecord.shorten(channel.token), outcome: answer.word))
+        logger.testPush(admin: page.session.adminName, target: target, token: PushRecord.shorten(channel.token), outcome: answer.word)
         let after = page.renewed()
         switch answer {
         case .sent(let outcome, let appID):

@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseLog
 import RouseVocabulary
 import Storage
 
@@ -311,7 +312,7 @@ extension AdminPages {
             return try await pushPage(page, testForms: [id: FormState(errors: ["token": problem])], status: 400)
         }
         let answer = try await reads.sendTestPush(appID: id, token: token, provider: provider, page.store)
-        if let answer { log(.testPush(admin: page.session.adminName, target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word)) }
+        if let answer { logger.testPush(admin: page.session.adminName, target: "push app #\(id)", token: PushRecord.shorten(token), outcome: answer.word) }
         let after = page.renewed()
         switch answer {
         case nil:

@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import Push
 import Registrar
+import RouseLog
 import Storage
 
 /// The admin HTML pages under `/admin/` (issue 7): sign-in with an administrator's credentials, a
@@ -31,7 +32,7 @@ public struct AdminPages: Sendable {
     let sessionLifetime: TimeInterval
     /// Counts failed sign-ins per address, with SIP and the posting endpoint.
     let throttle: AuthFailureThrottle?
-    let log: @Sendable (HTTPAPIEvent) -> Void
+    let logger: Logger
 
     // MARK: - Sessions and forms
 

@@ -4,6 +4,7 @@ public import HTTPServer
 public import Metrics
 public import Push
 public import Registrar
+public import RouseLog
 public import RouseVocabulary
 public import Storage
 
@@ -27,7 +28,7 @@ public final class HTTPAPIService: Sendable {
     /// - Parameter limits: the server's; `requestsPerSecond` becomes the rate limiter around the table.
     /// - Parameter authFailureThrottle: refuses sources with too many failed credentials (429), shared with SIP.
     /// - Parameter metrics: served at `/metrics`; counts `rouse_http_requests_total{route,status}`.
-    /// - Parameter log: gets one event per request; no secrets.
+    /// - Parameter logger: gets a line per request (`http.request`), test push and token reveal; no secrets.
     /// - Parameter pushSettings: where the admin API's and pages' test pushes go.
     /// - Parameter adminSessionLifetime: seconds an admin pages session lasts from sign-in.
     /// - Parameter healthProblems: what `/health` reports besides PostgreSQL (push providers backed
@@ -44,7 +45,7 @@ public final class HTTPAPIService: Sendable {
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
         healthProblems: @escaping @Sendable () -> [String] = { [] }, pushService: PushService? = nil, testPushInterval: TimeInterval = 30,
-        adminDatabaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+        adminDatabaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, logger: Logger = .discarding
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
             throw HTTPServer.StartError(description: "cannot listen for HTTP on \(listen): expected host:port")
@@ -56,7 +57,7 @@ public final class HTTPAPIService: Sendable {
         let parts = RouteParts(
             pool: pool, directory: directory, throttle: authFailureThrottle, metrics: metrics, calls: calls, healthProblems: healthProblems,
             reads: AdminReads(pushSettings: pushSettings, pusher: pushService, testPushInterval: testPushInterval),
-            adminSessionLifetime: adminSessionLifetime, adminDatabaseDeadline: adminDatabaseDeadline, log: log)
+            adminSessionLifetime: adminSessionLifetime, adminDatabaseDeadline: adminDatabaseDeadline, logger: logger)
         var outermost: [any HTTPMiddleware<APIContext>] = []
         if limits.requestsPerSecond > 0 {
             outermost.append(HTTPRateLimitMiddleware(limiter: HTTPRateLimiter(rate: Double(limits.requestsPerSecond))))
@@ -66,7 +67,7 @@ public final class HTTPAPIService: Sendable {
         let trusted: HTTPServer.TrustedProxy? = trustedProxies.isEmpty ? nil : { @Sendable address in trustedProxies.contains(address) }
         server = try HTTPServer(host: host, port: port, responder: router, limits: limits, trustedProxy: trusted) { entry in
             requests.increment(["route": router.routePattern(for: entry.path) ?? "unmatched", "status": String(entry.status)])
-            log(.request(entry))
+            logger.request(entry)
         }
         self.router = router
     }
@@ -94,7 +95,7 @@ public final class HTTPAPIService: Sendable {
         let reads: AdminReads
         let adminSessionLifetime: TimeInterval
         let adminDatabaseDeadline: Double
-        let log: @Sendable (HTTPAPIEvent) -> Void
+        let logger: Logger
     }
 
     /// Every endpoint: method, path pattern, middleware (outermost first) and handler. The routes
@@ -115,13 +116,13 @@ public final class HTTPAPIService: Sendable {
         let admin: [any HTTPMiddleware<APIContext>] = [
             jsonThrottle, adminDeadline, AdminAuthentication(sessions: AdminSessionCache(), throttle: parts.throttle),
         ]
-        let api = AdminAPI(reads: parts.reads, log: parts.log)
+        let api = AdminAPI(reads: parts.reads, logger: parts.logger)
         let a = AdminAPI.base
 
         let pagesDeadline = DatabaseDeadline(pool: pool, seconds: parts.adminDatabaseDeadline) { _ in AdminPages.unavailablePage() }
         let signedIn: [any HTTPMiddleware<APIContext>] = [pagesDeadline, AdminSessionCheck(checkingForm: false)]
         let form: [any HTTPMiddleware<APIContext>] = [pagesDeadline, AdminSessionCheck(checkingForm: true)]
-        let pages = AdminPages(reads: parts.reads, sessionLifetime: parts.adminSessionLifetime, throttle: parts.throttle, log: parts.log)
+        let pages = AdminPages(reads: parts.reads, sessionLifetime: parts.adminSessionLifetime, throttle: parts.throttle, logger: parts.logger)
         let p = AdminPages.base
         let page = AdminPages.page
 
@@ -227,14 +228,26 @@ public struct CallAPIParts: Sendable {
     }
 }
 
-/// What the HTTP API reports to its owner's log.
-public enum HTTPAPIEvent: Sendable {
-    /// One request answered (no headers, no body).
-    case request(HTTPRequestLog)
+/// The HTTP API's log lines. None carries a secret: no headers, bodies or query strings, and
+/// tokens only shortened.
+extension Logger {
+    /// One request answered.
+    func request(_ entry: HTTPRequestLog) {
+        info(
+            "http.request",
+            ["http.method": entry.method, "http.path": entry.path, "http.status": String(entry.status),
+             "http.remote": entry.remoteAddress, "http.ms": String(format: "%.1f", entry.milliseconds)])
+    }
+
     /// An administrator sent a test push (admin pages or API): who, to what (`push app #1`, or an
     /// extension's device), the token shortened, and the outcome's word or `limited`.
-    case testPush(admin: String, target: String, token: String, outcome: String)
+    func testPush(admin: String, target: String, token: String, outcome: String) {
+        info("admin.test_push", ["admin": admin, "target": target, "token": token, "outcome": outcome])
+    }
+
     /// An administrator had a device's whole token shown (page or API): who, and whose device;
     /// never the token.
-    case tokensShown(admin: String, target: String)
+    func tokensShown(admin: String, target: String) {
+        info("admin.token_shown", ["admin": admin, "target": target])
+    }
 }

@@ -169,30 +169,13 @@ public final class RouseService: @unchecked Sendable {
             trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies),
             calls: CallAPIParts(signer: callTokens, control: coordinator, instanceID: instanceID),
             healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores),
-            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval
-        ) { [logger] event in
-            RouseService.log(event, to: logger)
-        }
+            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval, logger: logger)
         self.http = http
         logger.info("http.listening", ["listen": http.listenAddress])
     }
 
     /// The HTTP API's `host:port` as bound, once started.
     public var httpListenAddress: String? { http?.listenAddress }
-
-    private static func log(_ event: HTTPAPIEvent, to logger: Logger) {
-        switch event {
-        case .request(let request):
-            logger.info(
-                "http.request",
-                ["http.method": request.method, "http.path": request.path, "http.status": String(request.status),
-                 "http.remote": request.remoteAddress, "http.ms": String(format: "%.1f", request.milliseconds)])
-        case .testPush(let admin, let target, let token, let outcome):
-            logger.info("admin.test_push", ["admin": admin, "target": target, "token": token, "outcome": outcome])
-        case .tokensShown(let admin, let target):
-            logger.info("admin.token_shown", ["admin": admin, "target": target])
-        }
-    }
 
     /// The SIP points bound.
     public var listeningPoints: [ListenPoint] { sip?.listeningPoints ?? [] }

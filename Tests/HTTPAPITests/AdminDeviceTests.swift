@@ -4,6 +4,7 @@ import HTTPAPI
 import HTTPServer
 import Push
 import Registrar
+import RouseLog
 import RouseTestSupport
 import RouseVocabulary
 import Storage
@@ -39,14 +40,15 @@ final class AdminDeviceTests: XCTestCase {
     let alice = AddressOfRecord(number: "1001", domain: "example.com")
 
     /// What the service logged, kept for the test.
-    final class EventLog: @unchecked Sendable {
+    final class EventLog: LogHandler, @unchecked Sendable {
         // @unchecked: `events` is only touched under `lock`.
         private let lock = NSLock()
-        private var events: [HTTPAPIEvent] = []
-        func append(_ event: HTTPAPIEvent) { lock.lock(); events.append(event); lock.unlock() }
-        var all: [HTTPAPIEvent] { lock.lock(); defer { lock.unlock() }; return events }
-        /// Every event in words, as a log line would hold it.
-        var text: String { all.map { "\($0)" }.joined(separator: "\n") }
+        private var events: [LogEntry] = []
+        func write(_ entry: LogEntry) { lock.lock(); events.append(entry); lock.unlock() }
+        func flush(timeout: TimeInterval) {}
+        var all: [LogEntry] { lock.lock(); defer { lock.unlock() }; return events }
+        /// Every line's event and fields, `key=value`, as a log line holds them.
+        var text: String { all.map { ([$0.event] + $0.fields.map { "\($0.0)=\($0.1)" }).joined(separator: " ") }.joined(separator: "\n") }
     }
 
     override func setUpWithError() throws {
@@ -80,10 +82,7 @@ final class AdminDeviceTests: XCTestCase {
         let events = self.events
         service = try StandaloneHTTPAPI(
             listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), pushSettings: settings,
-            pushService: pusher, testPushInterval: 300
-        ) { event in
-            events.append(event)
-        }
+            pushService: pusher, testPushInterval: 300, logger: Logger(level: .info, handler: events))
         browser = try PageBrowser(port: service.server.port)
         http = try TestHTTPClient(port: service.server.port)
     }
@@ -218,9 +217,9 @@ final class AdminDeviceTests: XCTestCase {
             for token in [Self.sandboxToken, Self.postedToken, Self.regularToken] { XCTAssertFalse(text.contains(token), "a whole token in a page") }
         }
         let log = events.text
-        XCTAssertTrue(log.contains("admin: \"root\""), log)
-        XCTAssertTrue(log.contains("outcome: \"accepted\""), log)
-        XCTAssertTrue(log.contains("outcome: \"limited\""), log)
+        XCTAssertTrue(log.contains("admin=root"), log)
+        XCTAssertTrue(log.contains("outcome=accepted"), log)
+        XCTAssertTrue(log.contains("outcome=limited"), log)
         for token in [Self.sandboxToken, Self.postedToken] { XCTAssertFalse(log.contains(token), "a whole token in the log: \(log)") }
     }
 
@@ -270,7 +269,7 @@ final class AdminDeviceTests: XCTestCase {
         let channels = wholeBindings.flatMap { $0["pushChannels"] as? [[String: Any]] ?? [] }.compactMap { $0["token"] as? String }
         XCTAssertEqual(Set(channels), [Self.sandboxToken, Self.regularToken])
         XCTAssertEqual((whole.json["postedTokens"] as? [[String: Any]])?.first?["token"] as? String, Self.postedToken)
-        XCTAssertTrue(events.text.contains("tokensShown"), events.text)
+        XCTAssertTrue(events.text.contains("admin.token_shown"), events.text)
         let bad = try api("GET", "/api/v1/admin/extensions/1001@example.com?tokens=yes")
         XCTAssertEqual(bad.status, 400)
         XCTAssertEqual((bad.json["error"] as? [String: Any])?["field"] as? String, "tokens")
@@ -332,9 +331,8 @@ final class AdminDeviceTests: XCTestCase {
         // The extension's page itself still shows every token shortened; the log names who asked.
         let again = try browser.get("/admin/extensions/1001@example.com")
         for token in [Self.sandboxToken, Self.postedToken, Self.regularToken] { XCTAssertFalse(again.text.contains(token)) }
-        let shownEvents = events.all.compactMap { event -> String? in
-            if case .tokensShown(let admin, let target) = event { return "\(admin) \(target)" }
-            return nil
+        let shownEvents = events.all.filter { $0.event == "admin.token_shown" }.map { entry in
+            entry.fields.map(\.1).joined(separator: " ")
         }
         XCTAssertEqual(shownEvents.count, 4, "\(shownEvents)")
         XCTAssertTrue(shownEvents.first?.hasPrefix("root 1001@example.com device ") == true, "\(shownEvents)")

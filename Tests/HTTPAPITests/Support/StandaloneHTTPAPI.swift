@@ -6,6 +6,7 @@ import HTTPServer
 import Metrics
 import Push
 import Registrar
+import RouseLog
 import RouseVocabulary
 import Storage
 
@@ -27,7 +28,7 @@ final class StandaloneHTTPAPI: @unchecked Sendable {
         listen: String, settings: PostgresSettings, pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil, pushService: PushService? = nil,
-        testPushInterval: TimeInterval = 30, log: @escaping @Sendable (HTTPAPIEvent) -> Void = { _ in }
+        testPushInterval: TimeInterval = 30, logger: Logger = .discarding
     ) throws {
         var poolSettings = settings
         poolSettings.statementTimeout = min(settings.statementTimeout, 5)
@@ -45,7 +46,7 @@ final class StandaloneHTTPAPI: @unchecked Sendable {
             service = try HTTPAPIService(
                 listen: listen, pool: pool, directory: cache, pushSettings: pushSettings, adminSessionLifetime: adminSessionLifetime,
                 authFailureThrottle: authFailureThrottle, metrics: metrics, trustedProxies: trustedProxies, calls: calls,
-                pushService: pushService, testPushInterval: testPushInterval, log: log)
+                pushService: pushService, testPushInterval: testPushInterval, logger: logger)
         } catch {
             pool.shutdown()
             throw error
