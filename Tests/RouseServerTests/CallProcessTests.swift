@@ -403,6 +403,9 @@ final class CallProcessTests: XCTestCase {
         _ = try PostedPushTokens.store(
             PushChannel(provider: .apns, token: token, param: nil, kind: .voip), deviceID: nil,
             for: AddressOfRecord(number: "1002", domain: "example.com"), on: connection)
+        // Stored behind Rouse's back: it reaches the instance by the replica's NOTIFY (a posted token
+        // reaches a call after that round trip, architecture.md), so the call waits for it.
+        try waitUntilCaughtUp(port: try httpPort(), "the posted token")
         let caller = try caller()
         let call = try place(caller)
         _ = try pushes(apns, token: token)
