@@ -64,9 +64,9 @@ TMPDIR=$tests_tmp "$bundle" 2>&1 || status=1
 TMPDIR=$tests_tmp "$bundle" --testing-library swift-testing 2>&1 || status=1
 check_leftovers "swift test"
 
-echo "== swift test --sanitize=thread (transports, transactions, registrar, storage, calls, proxy, SIP service)"
+echo "== swift test --sanitize=thread (transports, transactions, registrar, storage, calls, proxy, SIP service, DNS, the log writer)"
 tsan=(--sanitize=thread --scratch-path .build-tsan)
-filter='SIPTransportTests|SIPTransactionTests|RegistrarTests|FlowRoutingTests|StorageTests|CallRoutingTests|SIPProxyTests|SIPServiceTests'
+filter='SIPTransportTests|SIPTransactionTests|RegistrarTests|FlowRoutingTests|StorageTests|CallRoutingTests|SIPProxyTests|SIPServiceTests|SIPDNSTests|RouseLogTests'
 swift build --build-tests "${tsan[@]}" 2>&1 | grep -vE "$quiet" || { echo "rouse: the ThreadSanitizer build FAILED" >&2; exit 1; }
 bundle="$(swift build "${tsan[@]}" --show-bin-path)/RousePackageTests.xctest"
 # What `swift test --filter` selects: the tests whose Module.Class/method matches, comma-separated.

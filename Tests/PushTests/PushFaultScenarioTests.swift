@@ -64,8 +64,9 @@ struct PushFaultScenarioTests {
         // A short Retry-After is waited for, and the next attempt gets through.
         try standIn.standIn.setFault(.unavailable(retryAfterSeconds: 2))
         let retried = Task { await service.sendRing(
-            call, to: PushChannel(provider: .fcm, token: "fcm-token-0403", param: nil, kind: .standard), expiresAt: Date().addingTimeInterval(10)) }
-        _ = try standIn.standIn.waitForRequests(count: 3)
+            call, to: PushChannel(provider: .fcm, token: "fcm-token-0403", param: nil, kind: .standard), expiresAt: Date().addingTimeInterval(60)) }
+        // Generous: suites run side by side, and the retry must still fall before the push's deadline.
+        _ = try standIn.standIn.waitForRequests(count: 3, timeout: 45)
         try standIn.standIn.setFault(.none)
         let second = await retried.value
         #expect(second.isAccepted, "\(second)")
