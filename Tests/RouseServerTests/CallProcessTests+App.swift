@@ -108,11 +108,7 @@ extension CallProcessTests {
 
     /// The HTTP port `process` logged.
     func httpPort(of process: RouseProcess) throws -> UInt16 {
-        // Log lines are written by the logger's own thread: the line may follow `serving SIP on`.
-        XCTAssertTrue(process.waitForOutput(containing: "event=http.listening"), process.outputText)
-        let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("event=http.listening") })
-        let address = try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("listen=") })
-        return try XCTUnwrap(UInt16(address.split(separator: ":").last ?? ""))
+        try process.httpPort()
     }
 
     func testADeclinePostedToAnotherInstanceReachesTheOneHoldingTheCall() throws {

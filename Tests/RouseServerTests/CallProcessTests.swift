@@ -250,10 +250,7 @@ final class CallProcessTests: XCTestCase {
 
     /// The HTTP API's port, from the `http.listening` log line.
     func httpPort() throws -> UInt16 {
-        let text = try XCTUnwrap(rouse).outputText
-        let line = try XCTUnwrap(text.split(separator: "\n").first { $0.contains("event=http.listening") })
-        let address = try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("listen=") })
-        return try XCTUnwrap(UInt16(address.split(separator: ":").last ?? ""))
+        try XCTUnwrap(rouse).httpPort()
     }
 
     func testDeskPhoneRingsWhenTheShortWaitEndsThenTheLateAppJoinsTheFork() throws {

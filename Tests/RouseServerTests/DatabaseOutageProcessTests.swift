@@ -127,7 +127,7 @@ final class DatabaseOutageProcessTests: XCTestCase {
         XCTAssertEqual(first.stop(), 0, first.outputText)
         try bed.startRouse()
         let restarted = try XCTUnwrap(bed.rouse)
-        XCTAssertTrue(restarted.outputText.contains("event=registrar.ready bindings=4"), restarted.outputText)
+        XCTAssertNotNil(restarted.line(containing: "event=registrar.ready bindings=4"), restarted.outputText)
         let stored = try PostgresLocationStore.loadBindings(on: connection, for: nil, now: Date())
         for agent in [desk, app, oldApp, third] {
             XCTAssertTrue(stored.contains { isBinding($0, of: agent) }, "\(agent.userAgent) was answered 200: \(stored.map(\.contact))")

@@ -151,10 +151,7 @@ final class CallTestBed {
 
     /// The HTTP API's port, from the `http.listening` log line.
     func httpPort() throws -> UInt16 {
-        let text = try XCTUnwrap(rouse).outputText
-        let line = try XCTUnwrap(text.split(separator: "\n").first { $0.contains("event=http.listening") })
-        let address = try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("listen=") })
-        return try XCTUnwrap(UInt16(address.split(separator: ":").last ?? ""))
+        try XCTUnwrap(rouse).httpPort()
     }
 
     /// A desk phone of 1002 over UDP (no push parameters).

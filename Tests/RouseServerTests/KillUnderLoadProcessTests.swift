@@ -159,7 +159,7 @@ final class KillUnderLoadProcessTests: XCTestCase {
         let stored = Set(try PostgresLocationStore.loadBindings(on: try database.connect(), for: nil, now: Date()).map(\.contact))
         let lost = answered200.filter { !stored.contains($0.contact) }
         XCTAssertEqual(lost.map(\.contact), [], "every binding answered 200 is there after kill -9 and a restart")
-        let line = restarted.outputText.split(separator: "\n").first { $0.contains("event=registrar.ready") } ?? ""
+        let line = restarted.line(containing: "event=registrar.ready") ?? ""
         let loaded = Int(line.components(separatedBy: " bindings=").last?.split(separator: " ").first ?? "") ?? -1
         XCTAssertGreaterThanOrEqual(loaded, answered200.count, String(line))
         XCTAssertEqual(loaded, stored.count, "the restarted registrar holds what PostgreSQL holds")

@@ -103,6 +103,21 @@ final class RouseProcess {
         return false
     }
 
+    /// The first output line containing `text`, once it is there (log lines are written by the
+    /// logger's own thread, so one may come after what was printed later); nil when the process
+    /// exits or `timeout` passes first.
+    func line(containing text: String, timeout: TimeInterval = 60) -> Substring? {
+        guard waitForOutput(containing: text, timeout: timeout) else { return nil }
+        return outputText.split(separator: "\n").first { $0.contains(text) }
+    }
+
+    /// The HTTP API's port, from the `http.listening` log line.
+    func httpPort() throws -> UInt16 {
+        let line = try XCTUnwrap(line(containing: "event=http.listening"), outputText)
+        let address = try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("listen=") })
+        return try XCTUnwrap(UInt16(address.split(separator: ":").last ?? ""))
+    }
+
     /// Waits for the process to exit, up to `timeout`; returns its status, or nil if still running.
     func waitForExit(timeout: TimeInterval = 60) -> Int32? {
         let deadline = Date().addingTimeInterval(timeout)

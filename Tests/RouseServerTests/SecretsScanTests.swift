@@ -303,9 +303,7 @@ final class SecretsScanTests: XCTestCase {
     }
 
     func httpPort(_ process: RouseProcess) throws -> UInt16 {
-        let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("event=http.listening") })
-        let address = try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("listen=") })
-        return try XCTUnwrap(UInt16(address.split(separator: ":").last ?? ""))
+        try process.httpPort()
     }
 
     func waitForPush(_ standIn: PushStandIn, token: String, timeout: TimeInterval = 15) throws {
