@@ -33,7 +33,7 @@ var targets: [Target] = [
     // The datagram-versus-stream check shared by the differential fuzz harness and its replay test.
     .target(name: "SIPDifferential", dependencies: ["SIPMessage"]),
     // DNS for SIP: the message codec, RFC 3263 next-hop location, a stub resolver off the SIP loop.
-    .target(name: "SIPDNS"),
+    .target(name: "SIPDNS", dependencies: ["RouseVocabulary"]),
     // REGISTER, digest authentication, bindings and their push channels.
     .target(name: "Registrar", dependencies: ["SIPMessage", "Crypto", "RouseVocabulary"]),
     // Sockets, the event loop, flows and TLS.

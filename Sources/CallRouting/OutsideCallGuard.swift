@@ -25,21 +25,14 @@ public enum ClassOfService: String, Sendable, Hashable, CaseIterable, Comparable
 
 /// Which outside targets an organisation counts as national; everything else outside is
 /// international (the stricter reading, so an unforeseen number costs no more than allowed).
-public struct DialPlanClasses: Sendable, Hashable {
-    public var national: [RoutePattern]
+public struct DialPlanClasses: Sendable {
+    private let national: [CompiledRoutePattern]
 
-    public init(national: [RoutePattern] = []) { self.national = national }
+    public init(national: [RoutePattern] = []) { self.national = national.compactMap(CompiledRoutePattern.init) }
 
     /// The class a call to `target` needs.
     public func required(for target: DialledTarget) -> ClassOfService {
-        for pattern in national {
-            switch pattern {
-            case .prefix(let prefix): if target.isNumber, target.user.hasPrefix(prefix) { return .national }
-            case .regex(let text): if let regex = try? Regex(text), (try? regex.wholeMatch(in: target.user)) != nil { return .national }
-            case .domain(let domain): if target.domain == domain { return .national }
-            }
-        }
-        return .international
+        national.contains { $0.matches(target) } ? .national : .international
     }
 }
 

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import RouseVocabulary
 
 /// One HTTP request for `HTTP2Client`. A value; thread-safe.
 public struct HTTP2Request: Sendable {
@@ -332,8 +333,8 @@ final class Transfer {
         check(rouse_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)))
         check(rouse_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1))
         check(rouse_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
-        check(rouse_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, Self.milliseconds(r.timeout))))
-        check(rouse_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, Self.milliseconds(min(options.connectTimeout, r.timeout)))))
+        check(rouse_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, r.timeout.wholeMilliseconds)))
+        check(rouse_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, min(options.connectTimeout, r.timeout).wholeMilliseconds)))
         if let caFile = options.caFile, !caFile.isEmpty {
             check(rouse_curl_easy_setopt_string(easy, CURLOPT_CAINFO, caFile))
             // Read the extra CA file at each new connection, so that a replaced file applies at once.
@@ -442,10 +443,5 @@ final class Transfer {
     static func host(of url: String) -> String {
         guard let components = URLComponents(string: url), let host = components.host else { return "the push service" }
         return components.port.map { "\(host):\($0)" } ?? host
-    }
-
-    static func milliseconds(_ duration: Duration) -> Int {
-        let (seconds, attoseconds) = duration.components
-        return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
     }
 }

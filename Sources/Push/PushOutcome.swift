@@ -94,10 +94,7 @@ public struct PushOutcome: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    public var latencyMilliseconds: Int {
-        let (seconds, attoseconds) = latency.components
-        return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
-    }
+    public var latencyMilliseconds: Int { latency.wholeMilliseconds }
 
     /// One line in words: "accepted in 12 ms (id …)", "refused: 410 Unregistered: the app was
     /// uninstalled …", "failed: no push app for apns / com.example.voip".

@@ -1,4 +1,5 @@
 import Foundation
+import RouseVocabulary
 import SIPProxy
 import Storage
 
@@ -94,7 +95,7 @@ extension CommandLineInterface {
         var item: [String: Any] = [
             "id": route.id, "organisation": route.organisation, "name": route.name, "position": route.position,
             "pattern": route.pattern.description, "strip": route.strip, "prepend": route.prepend, "hops": route.hops.map(\.description),
-            "hop_timeout_ms": Duration.milliseconds(of: route.hopTimeout),
+            "hop_timeout_ms": route.hopTimeout.wholeMilliseconds,
             "caller_identity": route.callerIdentity.description, "emergency": route.emergency, "has_password": listed.hasPassword,
         ]
         if let username = route.username { item["username"] = username }

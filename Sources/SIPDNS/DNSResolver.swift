@@ -1,6 +1,7 @@
 import Dispatch
 public import Foundation
 import Glibc
+import RouseVocabulary
 
 /// What one question came back with.
 public enum DNSLookupResult: Sendable, Hashable {
@@ -235,7 +236,7 @@ public final class DNSResolver: @unchecked Sendable {
         while true {
             let left = ContinuousClock.now.duration(to: deadline)
             guard left > .zero else { throw .timedOut }
-            let milliseconds = Int32(min(Double(left.components.seconds) * 1000 + Double(left.components.attoseconds) / 1e15 + 1, 60_000))
+            let milliseconds = Int32(min(left.wholeMilliseconds + 1, 60_000))
             var descriptor = pollfd(fd: fd, events: events, revents: 0)
             let ready = poll(&descriptor, 1, milliseconds)
             if ready > 0 { return }

@@ -1,3 +1,4 @@
+import RouseVocabulary
 public import SIPDNS
 
 /// An outside call's way through its route's next hops, one at a time (RFC 3263 §4.3 and the
@@ -148,14 +149,7 @@ public struct HopFailover: Sendable {
 
     /// `4 s`, `2.5 s`: a hop timeout in the journey's words.
     public static func seconds(_ duration: Duration) -> String {
-        let milliseconds = Duration.milliseconds(of: duration)
+        let milliseconds = duration.wholeMilliseconds
         return milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(Double(milliseconds) / 1000) s"
-    }
-}
-
-extension Duration {
-    /// Whole milliseconds of a duration (what routes store).
-    public static func milliseconds(of duration: Duration) -> Int {
-        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
     }
 }

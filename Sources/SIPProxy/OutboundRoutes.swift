@@ -109,7 +109,7 @@ public struct RouteHop: Sendable, Hashable, CustomStringConvertible {
     public init(_ target: SIPServerTarget) { self.target = target }
 
     public init(parsing text: String) throws(RoutePattern.Invalid) {
-        var rest = Substring(text.trimmingSpaces())
+        var rest = Substring(text.trimmingSIPWhitespace)
         var secure = false
         if rest.lowercased().hasPrefix("sips:") {
             secure = true
@@ -150,15 +150,6 @@ public struct RouteHop: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { (target.secure ? "sips:" : "") + target.description }
-}
-
-extension String {
-    func trimmingSpaces() -> String {
-        var text = Substring(self)
-        while text.first == " " { text = text.dropFirst() }
-        while text.last == " " { text = text.dropLast() }
-        return String(text)
-    }
 }
 
 /// Who the callee sees calling over a route.
@@ -244,27 +235,45 @@ public struct OutboundRoute: Sendable, Hashable, Identifiable {
     }
 }
 
+/// A pattern ready to match, its regular expression compiled once. Immutable, so safe to share
+/// between threads.
+public struct CompiledRoutePattern: @unchecked Sendable {
+    // @unchecked: `regex` is built at init and only read after (Regex values are immutable).
+    public let pattern: RoutePattern
+    private let regex: Regex<AnyRegexOutput>?
+
+    /// Nil when a `regex:` pattern does not compile (stored patterns were checked when added).
+    public init?(_ pattern: RoutePattern) {
+        self.pattern = pattern
+        if case .regex(let text) = pattern {
+            guard let compiled = try? Regex(text) else { return nil }
+            regex = compiled
+        } else {
+            regex = nil
+        }
+    }
+
+    /// Whether the pattern takes `target`: a prefix of a number, the whole user part for a
+    /// regular expression, or the domain of a user at another domain.
+    public func matches(_ target: DialledTarget) -> Bool {
+        switch pattern {
+        case .prefix(let prefix): return target.isNumber && target.user.hasPrefix(prefix)
+        case .regex: return regex.map { (try? $0.wholeMatch(in: target.user)) != nil } ?? false
+        case .domain(let domain): return !target.isNumber && target.domain == domain
+        }
+    }
+}
+
 /// The routes of every organisation, compiled for matching: a value, safe to share between threads
 /// (its compiled expressions are immutable once built).
 public struct OutboundRouteTable: Sendable {
-    private let byOrganisation: [String: [Compiled]]
-
-    /// A route with its expression compiled once.
-    private struct Compiled: @unchecked Sendable {
-        // @unchecked: `regex` is built at init and only read after (Regex values are immutable).
-        let route: OutboundRoute
-        let regex: Regex<AnyRegexOutput>?
-    }
+    private let byOrganisation: [String: [(route: OutboundRoute, pattern: CompiledRoutePattern)]]
 
     public init(_ routes: [OutboundRoute]) {
-        var grouped: [String: [Compiled]] = [:]
+        var grouped: [String: [(route: OutboundRoute, pattern: CompiledRoutePattern)]] = [:]
         for route in routes.sorted(by: { ($0.position, $0.id) < ($1.position, $1.id) }) {
-            var regex: Regex<AnyRegexOutput>?
-            if case .regex(let text) = route.pattern {
-                guard let compiled = try? Regex(text) else { continue }
-                regex = compiled
-            }
-            grouped[route.organisation, default: []].append(Compiled(route: route, regex: regex))
+            guard let pattern = CompiledRoutePattern(route.pattern) else { continue }
+            grouped[route.organisation, default: []].append((route, pattern))
         }
         byOrganisation = grouped
     }
@@ -273,16 +282,6 @@ public struct OutboundRouteTable: Sendable {
 
     /// The first route of `organisation` (in position order) whose pattern takes `target`; nil: no route, no call.
     public func route(for target: DialledTarget, organisation: String) -> OutboundRoute? {
-        for entry in byOrganisation[organisation] ?? [] {
-            switch entry.route.pattern {
-            case .prefix(let prefix):
-                if target.isNumber, target.user.hasPrefix(prefix) { return entry.route }
-            case .regex:
-                if let regex = entry.regex, (try? regex.wholeMatch(in: target.user)) != nil { return entry.route }
-            case .domain(let domain):
-                if !target.isNumber, target.domain == domain { return entry.route }
-            }
-        }
-        return nil
+        byOrganisation[organisation]?.first { $0.pattern.matches(target) }?.route
     }
 }
