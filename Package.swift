@@ -44,12 +44,12 @@ var targets: [Target] = [
     // copies, CANCEL, the best response, the instance forward proof, answers about Rouse itself.
     .target(name: "SIPProxy", dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto", "RouseVocabulary"]),
     // INVITE handling: the wake-then-ring coordinator, journeys.
-    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog", "RouseVocabulary"]),
+    .target(name: "CallRouting", dependencies: ["SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "Metrics", "Crypto", "RouseLog", "RouseVocabulary", "SIPDNS"]),
     // The SIP service: sockets → transactions → the registrar, the call coordinator and SIPProxy's
     // steps; the coordinator's `CallSignaling` over real flows.
     .target(
         name: "SIPService",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog", "RouseVocabulary"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog", "RouseVocabulary", "SIPDNS"]),
     // PostgreSQL.
     .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy", "Crypto", "RouseVocabulary"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
@@ -65,7 +65,7 @@ var targets: [Target] = [
     // Configuration, wiring, start and stop.
     .target(
         name: "RouseServer",
-        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog", "RouseVocabulary", "SIPProxy"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "Registrar", "Storage", "Crypto", "CLinuxShims", "Push", "HTTPAPI", "HTTPServer", "Metrics", "CallRouting", "RouseLog", "RouseVocabulary", "SIPProxy", "SIPDNS"]),
     .executableTarget(name: "rouse", dependencies: ["RouseServer"]),
 
     // Tests and benchmarks.

@@ -26,23 +26,23 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     // by `attach` before the SIP side delivers any INVITE.
     public typealias Flow = Signaling.Flow
 
-    private let queue = DispatchQueue(label: "rouse.calls")
-    private weak var signaling: Signaling?
+    let queue = DispatchQueue(label: "rouse.calls")
+    weak var signaling: Signaling?
     private let directory: any CalleeDirectory
     private let tokens: (any WakeTokenSource)?
     private let pusher: any CallPushing
-    private let journeys: (any JourneyStore)?
+    let journeys: (any JourneyStore)?
     private let authenticator: DigestAuthenticator
     private let throttle: AuthFailureThrottle?
-    private let settings: CallSettings
+    let settings: CallSettings
     private let ownNames: Set<String>
-    private let serverName: String
-    private let instanceID: String
+    let serverName: String
+    let instanceID: String
     private let metrics: CallMetrics?
     private let callTokens: CallTokenSigner?
-    private let scheduler: any TimerScheduler
-    private let clock: @Sendable () -> Date
-    private let logger: Logger
+    let scheduler: any TimerScheduler
+    let clock: @Sendable () -> Date
+    let logger: Logger
 
     /// What this instance holds for each callee.
     private var callees: [AddressOfRecord: CalleeCalls] = [:]
@@ -55,9 +55,11 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private var deadTokens: ExpiringTable<PushTokenID, Date>
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
     /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
-    private var talking: ExpiringTable<String, CallJourney>
+    var talking: ExpiringTable<String, CallJourney>
     /// A prune of `talking` is scheduled.
     private var talkingPruneArmed = false
+    /// Outside calls (issue 19): their machines, the routes, the toll-fraud guard.
+    var outside: OutsideCalls<Flow>
     /// How each call ended, kept while its call tokens can still ask (`status`).
     private var endedCalls: [UUID: (callee: AddressOfRecord, ending: CallEnding)] = [:]
 
@@ -90,6 +92,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         self.logger = logger
         deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
         talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
+        outside = OutsideCalls(limits: settings.outsideCallLimits, metrics: metrics)
     }
 
     /// Connects the SIP side (which owns the coordinator, hence the weak reference).
@@ -149,6 +152,10 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 signaling?.respond(response, to: handle)
             case .accept(let callee, let caller):
                 begin(invite, handle: handle, callerFlow: callerFlow, callee: callee, caller: caller, source: sourceIP, transport: transport, at: arrivedAt)
+            case .outside(let target, let caller, let inOwnDomain):
+                beginOutside(
+                    invite, handle: handle, callerFlow: callerFlow, target: target, caller: caller, inOwnDomain: inOwnDomain, source: sourceIP,
+                    transport: transport, at: arrivedAt)
             }
         }
     }
@@ -156,6 +163,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// The caller's CANCEL matched the INVITE transaction `handle` (already answered 200).
     public func handleCancel(of handle: ServerTransactionHandle, reason: String?) {
         queue.async { [self] in
+            if outsideCanceled(handle, reason: reason) { return }
             guard let key = callByHandle[handle] else { return }
             deliver(.callerCanceled(reason: reason), to: key.callee, key.id)
         }
@@ -204,7 +212,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         queue.sync { [self] in
             let live = callees.values.flatMap(\.calls.values).filter { $0.machine.phase != .ended && !$0.machine.answered }
             for entry in live { run(.stopping(reason: reason), on: entry) }
-            return live.count
+            return live.count + stopOutsideCalls(reason: reason)
         }
     }
 
@@ -392,14 +400,14 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     /// Runs `body` on the queue after `seconds` (through the scheduler, so a manual clock moves it).
-    private func later(_ seconds: TimeInterval, _ body: @escaping @Sendable (CallCoordinator) -> Void) {
+    func later(_ seconds: TimeInterval, _ body: @escaping @Sendable (CallCoordinator) -> Void) {
         _ = scheduler.schedule(after: Self.delay(seconds)) { [weak self] in
             guard let self else { return }
             queue.async { body(self) }
         }
     }
 
-    private static func delay(_ seconds: TimeInterval) -> Duration {
+    static func delay(_ seconds: TimeInterval) -> Duration {
         .milliseconds(Int64((max(0, seconds) * 1000).rounded(.up)))
     }
 
@@ -496,7 +504,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     /// Lets go of answered calls whose BYE did not pass within `maxCallDuration`, when the oldest
     /// of them reaches it (one timer at a time).
-    private func armTalkingPrune(now: Date) {
+    func armTalkingPrune(now: Date) {
         guard !talkingPruneArmed, let oldest = talking.oldestInsertedAt else { return }
         talkingPruneArmed = true
         later(oldest.addingTimeInterval(talking.maxAge).timeIntervalSince(now)) { coordinator in

@@ -2,7 +2,9 @@ public import Foundation
 public import Push
 public import Registrar
 public import RouseVocabulary
+public import SIPDNS
 public import SIPMessage
+public import SIPProxy
 public import SIPTransaction
 
 /// What the coordinator needs from the SIP side (SIPService implements it over real sockets; unit
@@ -30,6 +32,16 @@ public protocol CallSignaling: AnyObject, Sendable {
     )
     /// Sends a CANCEL (built by `ProxyRules.cancel`) over `flow` in its own client transaction.
     func sendCancel(_ cancel: SIPRequest, over flow: Flow)
+    /// Resolves a route hop (RFC 3263: NAPTR, SRV, A/AAAA; an address needs no lookup) off the
+    /// caller's thread; `completion` gets the addresses to try, in order (empty: none).
+    func resolve(_ hop: RouteHop, completion: @escaping @Sendable ([ResolvedHop]) -> Void)
+    /// Sends an outside call's INVITE to `hop` in a client transaction, adding Rouse's Via and a
+    /// Record-Route that names the caller's flow and the hop's, so requests inside the dialog go
+    /// both ways. `sent` as for `sendInvite` (a connection may be set up first).
+    func sendOutside(
+        _ request: SIPRequest, to hop: ResolvedHop, callerFlow: Flow, sent: @escaping @Sendable (SentRequest<Flow>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    )
 }
 
 /// A request as it went out, and the flow it went over.
@@ -116,12 +128,15 @@ public struct CallSettings: Sendable, Equatable {
     /// RFC 3261 §16.6 step 11: how long a branch may go without a final answer after its last
     /// provisional (more than 3 min; Rouse uses 181 s). A limit, not a setting.
     public var timerC: Duration
+    /// The toll-fraud limits on outside calls (issue 19).
+    public var outsideCallLimits: OutsideCallLimits
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
         cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2),
         endedCallKeep: Duration = .milliseconds(500) * 64, maxCallDuration: Duration = .seconds(12 * 3600),
-        deadTokenMemory: Duration = .seconds(24 * 3600), timerC: Duration = .seconds(181)
+        deadTokenMemory: Duration = .seconds(24 * 3600), timerC: Duration = .seconds(181),
+        outsideCallLimits: OutsideCallLimits = OutsideCallLimits()
     ) {
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
@@ -133,6 +148,7 @@ public struct CallSettings: Sendable, Equatable {
         self.maxCallDuration = maxCallDuration
         self.deadTokenMemory = deadTokenMemory
         self.timerC = timerC
+        self.outsideCallLimits = outsideCallLimits
     }
 }
 

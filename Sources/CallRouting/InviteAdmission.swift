@@ -2,16 +2,22 @@ public import Foundation
 public import Registrar
 public import RouseVocabulary
 public import SIPMessage
+public import SIPProxy
 
 /// The decision on an arriving INVITE before anything rings (issue 6 item 1): whom it is for,
-/// and whether the caller may place it. Rouse is never an open relay: a Request-URI outside its
-/// organisations gets 403; a caller not on a trusted address must answer a digest challenge
-/// (407) as an extension of the organisation. Pure.
+/// and whether the caller may place it. Rouse is never an open relay: a caller not on a trusted
+/// address must answer a digest challenge (407) as an extension of the organisation, and a
+/// Request-URI outside Rouse's organisations is only taken from an extension (its From in one of
+/// them, then authenticated), for the routes to decide (issue 19); anyone else gets 403. Pure.
 public enum InviteAdmission: Sendable {
     /// Answer at once (403, 404, 407, 485…).
     case respond(SIPResponse)
     /// Go ahead: the callee, and the authenticated caller (nil for a trusted peer).
     case accept(callee: AddressOfRecord, authenticatedCaller: AddressOfRecord?)
+    /// An authenticated extension calls a target that is no extension (a number, another
+    /// domain): its organisation's routes decide (`inOwnDomain`: the Request-URI named one of
+    /// Rouse's domains, so without a route the answer is 404, not 403).
+    case outside(DialledTarget, caller: AddressOfRecord, inOwnDomain: Bool)
 
     /// - Parameters:
     ///   - sourceIP: where the INVITE came from (the packet's source, not its Via).
@@ -38,20 +44,27 @@ public enum InviteAdmission: Sendable {
         let host = request.uri.host.lowercased()
         let hostWithPort = request.uri.port.map { "\(host):\($0)" } ?? host
         guard let number = request.uri.user, !number.isEmpty else { return answer(404, "Not Found") }
+        let fromHost = request.from?.uri.host.lowercased() ?? ""
         // Which organisation the Request-URI names: a domain of Rouse's, or Rouse's own address
         // with the extension as user part (mapped when unambiguous, protocol.md).
         let candidates: [AddressOfRecord]
+        let inOwnDomain: Bool
         if directory.domains.contains(host) {
             candidates = [AddressOfRecord(number: number, domain: host)]
-        } else if ownNames.contains(host) || ownNames.contains(hostWithPort) {
+            inOwnDomain = true
+        } else if request.uri.scheme != .tel, ownNames.contains(host) || ownNames.contains(hostWithPort) {
             candidates = directory.extensions.keys.filter { $0.number == number }.sorted()
+            inOwnDomain = true
+        } else if !trusted, directory.domains.contains(fromHost) {
+            // An extension calling out: authenticated first, then its routes decide.
+            candidates = []
+            inOwnDomain = false
         } else {
             return answer(403, "Relaying Denied")
         }
 
         var caller: AddressOfRecord?
         if !trusted {
-            let fromHost = request.from?.uri.host.lowercased() ?? ""
             let realm = directory.domains.contains(fromHost) ? fromHost : (candidates.first?.domain ?? directory.domains.sorted().first ?? host)
             var stale = false
             let offered = request.headers.lines(.proxyAuthorization).compactMap(DigestCredentials.init(header:))
@@ -72,7 +85,11 @@ public enum InviteAdmission: Sendable {
         }
         let known = candidates.filter { directory.extensions[$0] != nil }
         switch known.count {
-        case 0: return answer(404, "Not Found")
+        case 0:
+            // Not an extension: a number or another domain an authenticated extension may reach
+            // through its routes. A trusted peer's call is never sent on (no relay for peers).
+            guard let caller, let target = DialledTarget(request.uri) else { return answer(inOwnDomain ? 404 : 403, inOwnDomain ? "Not Found" : "Relaying Denied") }
+            return .outside(target, caller: caller, inOwnDomain: inOwnDomain)
         case 1: return .accept(callee: known[0], authenticatedCaller: caller)
         default: return answer(485, "Ambiguous")
         }

@@ -48,6 +48,8 @@ public enum CallFact: Sendable, Equatable {
     case missedNotice(device: String, PushOutcome)
     /// The BYE of an answered call passed (`fromCallee`: who sent it, when known).
     case hungUp(fromCallee: Bool?, afterTalk: TimeInterval)
+    /// A step of a call to the outside: its route, each hop and what it answered.
+    case outside(OutsideCallFact)
 }
 
 /// Builds a call's journey from its facts: the words of each line, the push and branch rows, and
@@ -159,6 +161,8 @@ public struct JourneyRecorder: Sendable {
             let who = fromCallee.map { $0 ? "the callee" : "the caller" } ?? "one side"
             line(now, "\(who) hung up after \(CallText.seconds(talk.rounded())) of talk")
             return .call
+        case .outside(let fact):
+            line(now, fact.words)
         }
         return nil
     }

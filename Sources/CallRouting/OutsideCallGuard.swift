@@ -23,16 +23,26 @@ public enum ClassOfService: String, Sendable, Hashable, CaseIterable, Comparable
     public var description: String { rawValue }
 }
 
-/// Which outside targets an organisation counts as national; everything else outside is
-/// international (the stricter reading, so an unforeseen number costs no more than allowed).
+/// Which outside targets an organisation counts as national. With patterns of its own, what they
+/// name is national and everything else international (the stricter reading, so an unforeseen
+/// number costs no more than allowed). Without, a number that starts with neither `+` nor `00`
+/// (the international prefix of most of the world) is national, and so is a user at another
+/// domain (`sip:bob@partner.example`: no call charge).
 public struct DialPlanClasses: Sendable {
-    private let national: [CompiledRoutePattern]
+    private let national: [CompiledRoutePattern]?
 
-    public init(national: [RoutePattern] = []) { self.national = national.compactMap(CompiledRoutePattern.init) }
+    /// - Parameter national: the organisation's national patterns; nil or empty: the default rule.
+    public init(national: [RoutePattern]? = nil) {
+        let compiled = (national ?? []).compactMap(CompiledRoutePattern.init)
+        self.national = compiled.isEmpty ? nil : compiled
+    }
 
     /// The class a call to `target` needs.
     public func required(for target: DialledTarget) -> ClassOfService {
-        national.contains { $0.matches(target) } ? .national : .international
+        guard let national else {
+            return target.isNumber && (target.user.hasPrefix("+") || target.user.hasPrefix("00")) ? .international : .national
+        }
+        return national.contains { $0.matches(target) } ? .national : .international
     }
 }
 

@@ -1,6 +1,8 @@
 import CallRouting
 import Crypto
 import Foundation
+import SIPDNS
+import SIPProxy
 import Registrar
 import RouseLog
 import RouseVocabulary
@@ -158,6 +160,17 @@ public enum ConfigurationLoader {
         withCalls.digestAlgorithms = reader.digestAlgorithms("digest_algorithms")
         withCalls.flowTimer = reader.integer("flow_timer", 0...86_400)
         withCalls.testPushInterval = reader.duration("test_push_interval")
+        withCalls.outsideCallClass = reader.classOfService("outside_call_class")
+        func limit(_ key: String) -> Int? {
+            let value = reader.integer(key, 0...1_000_000)
+            return value == 0 ? nil : value
+        }
+        withCalls.outsideCallLimits = OutsideCallLimits(
+            concurrentPerExtension: limit("outside_calls_per_extension"), concurrentPerOrganisation: limit("outside_calls_per_organisation"),
+            perHourPerExtension: limit("outside_calls_per_hour_per_extension"),
+            perHourPerOrganisation: limit("outside_calls_per_hour_per_organisation"),
+            surgeFactor: Double(reader.integer("outside_call_surge_factor", 1...1_000)))
+        withCalls.dnsServers = reader.dnsServers("dns_servers")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
@@ -299,6 +312,30 @@ struct SettingReader {
             return ""
         }
         return value
+    }
+
+    /// `internal`, `national` or `international`.
+    mutating func classOfService(_ key: String) -> ClassOfService {
+        let (value, source) = text(key)
+        guard let found = ClassOfService(rawValue: value.trimmingCharacters(in: .whitespaces).lowercased()) else {
+            problem(key, source, "'\(value)' is not internal, national or international")
+            return .national
+        }
+        return found
+    }
+
+    /// `ip` or `ip:port` (IPv6 as `[::1]:53`), port 53 by default.
+    mutating func dnsServers(_ key: String) -> [(ip: String, port: UInt16)] {
+        let (_, source) = text(key)
+        var servers: [(ip: String, port: UInt16)] = []
+        for entry in list(key) {
+            guard let hop = try? RouteHop(parsing: entry), hop.target.hostIsAddress else {
+                problem(key, source, "'\(entry)' is not an IP address with an optional port")
+                continue
+            }
+            servers.append((hop.target.host, hop.target.port ?? 53))
+        }
+        return servers
     }
 
     /// `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`).

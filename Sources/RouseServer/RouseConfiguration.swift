@@ -1,3 +1,4 @@
+public import CallRouting
 public import Crypto
 import Foundation
 import Push
@@ -95,6 +96,11 @@ public struct RouseConfiguration: Sendable {
     public var flowTimer: Int = 120
     /// Least time between two test pushes to one device token (admin pages, admin API, `rouse push test`).
     public var testPushInterval: Duration = .seconds(30)
+    /// Calls to the outside (issue 19): the class of service of an extension without its own,
+    /// the toll-fraud limits (0: none), and the DNS servers that resolve route hops.
+    public var outsideCallClass: ClassOfService = .national
+    public var outsideCallLimits = OutsideCallLimits()
+    public var dnsServers: [(ip: String, port: UInt16)] = []
 }
 
 extension RouseConfiguration {
@@ -221,5 +227,19 @@ extension RouseConfiguration {
               meaning: "seconds between keep-alives a phone registering an RFC 5626 TCP/TLS flow is told to send (Flow-Timer); never more than four fifths of tcp_idle_timeout; 0 sends no Flow-Timer"),
         .init(key: "test_push_interval", defaultValue: "30",
               meaning: "seconds that must pass between two test pushes to one device token (admin pages, admin API, rouse push test); only pushes the provider accepted count, across every instance"),
+        .init(key: "outside_call_class", defaultValue: "national",
+              meaning: "class of service of an extension without its own: internal (extensions and emergency routes only), national or international"),
+        .init(key: "outside_calls_per_extension", defaultValue: "4",
+              meaning: "outside calls one extension may have in progress at once; 0 means no limit (emergency routes are never limited)"),
+        .init(key: "outside_calls_per_hour_per_extension", defaultValue: "60",
+              meaning: "outside calls one extension may start in an hour; 0 means no limit"),
+        .init(key: "outside_calls_per_organisation", defaultValue: "0",
+              meaning: "outside calls one organisation may have in progress at once; 0 means no limit"),
+        .init(key: "outside_calls_per_hour_per_organisation", defaultValue: "0",
+              meaning: "outside calls one organisation may start in an hour; 0 means no limit"),
+        .init(key: "outside_call_surge_factor", defaultValue: "4",
+              meaning: "an extension's outside calls surge when the last hour has at least 10 and this many times its hourly average of the day before (metric rouse_outside_call_surging_extensions, log call.outside_surge)"),
+        .init(key: "dns_servers", defaultValue: "",
+              meaning: "comma list of ip or ip:port DNS servers that resolve outbound route hops (RFC 3263 NAPTR, SRV, A/AAAA); empty means those of /etc/resolv.conf"),
     ]
 }

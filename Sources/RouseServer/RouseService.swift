@@ -114,12 +114,15 @@ public final class RouseService: @unchecked Sendable {
             settings: CallSettings(
                 wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,
                 ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,
-                trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers), endedCallKeep: configuration.timerT1 * 64),
+                trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers), endedCallKeep: configuration.timerT1 * 64,
+                outsideCallLimits: configuration.outsideCallLimits),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,
             logger: logger)
         self.coordinator = coordinator
         self.pushService = pushService
+        let outsideClass = configuration.outsideCallClass
+        coordinator.updateOutsidePolicy(try RouseService.outsidePolicy(connection, defaultClass: outsideClass))
         let replica = PostgresReplica(
             settings: settings, origin: instanceID, bindings: RouseService.replicaTarget(registrar: registrar, coordinator: coordinator),
             tokens: wakeTokens)
@@ -149,7 +152,7 @@ public final class RouseService: @unchecked Sendable {
         self.locationStore = store
         listener = startListening(
             settings: settings, directory: directory, registrar: registrar, replica: replica, instanceID: instanceID,
-            pushService: pushService, coordinator: coordinator)
+            pushService: pushService, coordinator: coordinator, outsideClass: outsideClass)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -180,6 +183,11 @@ public final class RouseService: @unchecked Sendable {
     /// The SIP points bound.
     public var listeningPoints: [ListenPoint] { sip?.listeningPoints ?? [] }
 
+    /// The routes (with their passwords) and classes of service as PostgreSQL holds them now.
+    static func outsidePolicy(_ connection: PostgresConnection, defaultClass: ClassOfService) throws -> OutsideCallPolicy {
+        OutsideCallPolicy(routes: try PostgresRoutes(connection: connection).credentials(), defaultClass: defaultClass)
+    }
+
     /// A random secret shared by every instance through `rouse_settings`, made by whichever starts
     /// first (decisions.md: nonces work across instances).
     static func sharedSecret(named name: String, _ connection: PostgresConnection) throws -> [UInt8] {
@@ -200,13 +208,13 @@ public final class RouseService: @unchecked Sendable {
     /// announced while the connection was down is lost.
     private func startListening(
         settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, replica: PostgresReplica, instanceID: String,
-        pushService: PushService, coordinator: CallCoordinator<SIPService>
+        pushService: PushService, coordinator: CallCoordinator<SIPService>, outsideClass: ClassOfService
     ) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
         let channels = [
             PostgresDirectory.notificationChannel, PostgresReplica.notificationChannel, PostgresPushApps.notificationChannel,
-            CallAPI.controlChannel,
+            CallAPI.controlChannel, PostgresRoutes.notificationChannel,
         ]
         let listener = PostgresNotificationListener(
             settings: settings, channels: channels,
@@ -215,6 +223,7 @@ public final class RouseService: @unchecked Sendable {
                 work.async {
                     do {
                         registrar.updateDirectory(try directory.loadDirectory())
+                        coordinator.updateOutsidePolicy(try RouseService.outsidePolicy(try settings.connect(), defaultClass: outsideClass))
                     } catch {
                         logger.warning("database.directory_reload_failed", ["error": "\(error)"])
                     }
@@ -231,6 +240,8 @@ public final class RouseService: @unchecked Sendable {
                         }
                     } else if notification.channel == PostgresDirectory.notificationChannel {
                         registrar.updateDirectory(try directory.loadDirectory())
+                    } else if notification.channel == PostgresRoutes.notificationChannel {
+                        coordinator.updateOutsidePolicy(try RouseService.outsidePolicy(try settings.connect(), defaultClass: outsideClass))
                     } else if notification.channel == PostgresPushApps.notificationChannel {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))

@@ -26,7 +26,7 @@ extension SIPServiceSettings {
                 maxConnections: configuration.tcpMaxConnections, idleTimeout: configuration.tcpIdleTimeout,
                 tlsHandshakeTimeout: configuration.tlsHandshakeTimeout, framing: configuration.parserLimits),
             timers: TransactionTimers(t1: configuration.timerT1, t2: configuration.timerT2, t4: configuration.timerT4),
-            rateLimit: configuration.sipRateLimit, serverName: "Rouse/\(CommandLineInterface.version)")
+            rateLimit: configuration.sipRateLimit, serverName: "Rouse/\(CommandLineInterface.version)", dnsServers: configuration.dnsServers)
     }
 }
 

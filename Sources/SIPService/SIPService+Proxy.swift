@@ -73,17 +73,18 @@ extension SIPService: CallSignaling {
         }
     }
 
-    /// The branch INVITE with Rouse's Record-Route and Via, in a client transaction over `target`.
+    /// A branch INVITE (to `binding`, or to an outside hop when nil) with Rouse's Record-Route and
+    /// Via, in a client transaction over `target`.
     /// `through`: the listen point of the other instance holding the binding, routed through with
     /// the proof, signed over the request as sent, once Rouse's Via is on it.
-    private func sendBranch(
-        _ request: SIPRequest, to binding: Binding, over target: FlowID, callerFlow: FlowID, through: ListenPoint? = nil,
+    func sendBranch(
+        _ request: SIPRequest, to binding: Binding?, over target: FlowID, callerFlow: FlowID, through: ListenPoint? = nil,
         onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
     ) -> SentRequest<FlowID>? {
         var outgoing = request
         proxy.addRecordRoutes(to: &outgoing, callerFlow: callerFlow, deviceFlow: target, listening: listeningPoints)
         addVia(to: &outgoing, over: target)
-        if let through {
+        if let through, let binding {
             guard let proof = forwardProofs.proof.sign(outgoing, binding: binding.id, at: Date()) else { return nil }
             outgoing.headers.prepend(.route, InstanceForwardProof.routeEntry(to: through, binding: binding.id, proof: proof))
         }
@@ -91,7 +92,7 @@ extension SIPService: CallSignaling {
             try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable, onResponse: onResponse)
             return SentRequest(outgoing, over: target)
         } catch {
-            logger.warning("sip.send_failed", ["binding": binding.id.uuidString, "error": "\(error)"])
+            logger.warning("sip.send_failed", ["to": binding?.id.uuidString ?? outgoing.uri.description, "error": "\(error)"])
             return nil
         }
     }

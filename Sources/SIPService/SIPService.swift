@@ -7,6 +7,7 @@ public import Registrar
 public import RouseLog
 import RouseVocabulary
 public import SIPMessage
+import SIPDNS
 import SIPProxy
 public import SIPTransaction
 public import SIPTransport
@@ -51,6 +52,8 @@ public final class SIPService: Sendable {
     /// Set when Rouse is stopping: new transactions outside a dialog get 503.
     let draining = DrainingFlag()
     private let tls: TLSConfiguration?
+    /// Resolves outside routes' hops (RFC 3263), with its own cache.
+    let resolver: DNSResolver
 
     /// - Parameter settings: where it listens, its names, TLS, limits, timers and Server header.
     /// - Parameter registrar: handles REGISTER when given; without it REGISTER gets 405.
@@ -79,6 +82,7 @@ public final class SIPService: Sendable {
         let tls = settings.tls
         self.tls = tls
         self.rateLimiter = settings.rateLimit > 0 ? SourceRateLimiter(rate: Double(settings.rateLimit)) : nil
+        self.resolver = DNSResolver(servers: settings.dnsServers)
         let limits = settings.limits
 
         // The transport and the transaction layer call each other; `Wiring` breaks the cycle.

@@ -21,11 +21,14 @@ public struct SIPServiceSettings: Sendable {
     public var rateLimit: Int
     /// The Server header of Rouse's own answers (`Rouse/<version>`).
     public var serverName: String
+    /// The DNS servers that resolve outside routes' hops (RFC 3263); empty: /etc/resolv.conf's.
+    public var dnsServers: [(ip: String, port: UInt16)]
 
     public init(
         listen: [ListenPoint], aliases: [String] = [], tls: TLSConfiguration? = nil, limits: TransportLimits = TransportLimits(),
-        timers: TransactionTimers = TransactionTimers(), rateLimit: Int = 0, serverName: String
+        timers: TransactionTimers = TransactionTimers(), rateLimit: Int = 0, serverName: String, dnsServers: [(ip: String, port: UInt16)] = []
     ) {
+        self.dnsServers = dnsServers
         self.listen = listen
         self.aliases = aliases
         self.tls = tls

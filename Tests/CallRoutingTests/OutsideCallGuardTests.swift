@@ -26,6 +26,15 @@ final class OutsideCallGuardTests: XCTestCase {
         XCTAssertEqual(try needed("sip:carol@elsewhere.example"), .international, "what no pattern names counts as international")
     }
 
+    func testWithoutPatternsOnlyInternationalPrefixesAreInternational() throws {
+        let classes = DialPlanClasses()
+        func needed(_ uri: String) throws -> ClassOfService { classes.required(for: try XCTUnwrap(DialledTarget(try SIPURI(parsing: uri)))) }
+        XCTAssertEqual(try needed("sip:02079460958@acme.example"), .national)
+        XCTAssertEqual(try needed("sip:bob@partner.example"), .national)
+        XCTAssertEqual(try needed("tel:+15550100"), .international)
+        XCTAssertEqual(try needed("sip:0015550100@acme.example"), .international)
+    }
+
     func testAClassAllowsItsOwnCallsAndLessButEmergencyCallsAlwaysGoOut() {
         var guardian = OutsideCallGuard(limits: OutsideCallLimits())
         XCTAssertEqual(guardian.admit(caller: alice, classOfService: .national, required: .international, route: trunk, now: start),
