@@ -79,7 +79,7 @@ var targets: [Target] = [
     .testTarget(name: "SIPMessageTests", dependencies: ["SIPMessage", "SIPDifferential"]),
     .testTarget(name: "SIPProxyTests", dependencies: ["SIPProxy", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPDNS", "Crypto", "RouseVocabulary"]),
     .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport", "RouseVocabulary"]),
-    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "RouseVocabulary", "Crypto"]),
+    .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "RouseVocabulary", "Crypto", "SIPDNS"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
     .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport", "RouseVocabulary"]),
     .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "Crypto", "RouseVocabulary"]),

@@ -4,6 +4,8 @@ import Foundation
 import Push
 import Registrar
 import RouseVocabulary
+import SIPDNS
+import SIPProxy
 import SIPMessage
 import SIPTransaction
 import XCTest
@@ -338,6 +340,35 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
 
     func sendCancel(_ cancel: SIPRequest, over flow: Int) {
         lock.withLock { sentCancels.append(cancel) }
+    }
+
+    /// What each route hop resolves to (by its text); nothing for any other.
+    var resolutions: [String: [ResolvedHop]] {
+        get { lock.withLock { storedResolutions } }
+        set { lock.withLock { storedResolutions = newValue } }
+    }
+    private var storedResolutions: [String: [ResolvedHop]] = [:]
+    private var sentOutside: [(request: SIPRequest, hop: ResolvedHop, onResponse: @Sendable (ClientTransactionEvent) -> Void)] = []
+
+    /// The outside INVITEs sent, in order.
+    var outsideInvites: [(request: SIPRequest, hop: ResolvedHop, onResponse: @Sendable (ClientTransactionEvent) -> Void)] {
+        lock.withLock { sentOutside }
+    }
+
+    func resolve(_ hop: RouteHop, completion: @escaping @Sendable ([ResolvedHop]) -> Void) {
+        let found = resolutions[hop.description] ?? []
+        DispatchQueue.global().async { completion(found) }
+    }
+
+    func sendOutside(
+        _ request: SIPRequest, to hop: ResolvedHop, callerFlow: Int, sent: @escaping @Sendable (SentRequest<Int>?) -> Void,
+        onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
+    ) {
+        var withVia = request
+        withVia.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
+        let outgoing = withVia
+        lock.withLock { sentOutside.append((outgoing, hop, onResponse)) }
+        sent(SentRequest(outgoing, over: 2))
     }
 }
 

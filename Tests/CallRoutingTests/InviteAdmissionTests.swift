@@ -4,6 +4,7 @@ import Foundation
 import Registrar
 import RouseVocabulary
 import SIPMessage
+import SIPProxy
 import XCTest
 
 final class InviteAdmissionTests: XCTestCase {
@@ -64,13 +65,29 @@ final class InviteAdmissionTests: XCTestCase {
         XCTAssertEqual(to, callee)
     }
 
-    func testNeverAnOpenRelayAndUnknownExtensionsAre404AfterAuthentication() throws {
-        XCTAssertEqual(status(try decide(try invite("sip:1002@elsewhere.example.net"))), 403)
-        XCTAssertEqual(status(try decide(try invite("sip:1002@elsewhere.example.net"), trusted: ["198.51.100.9"])), 403)
+    func testNeverAnOpenRelayAndUnknownTargetsGoToTheRoutesOnlyAfterAuthentication() throws {
+        var stranger = try invite("sip:1002@elsewhere.example.net")
+        stranger.headers.set(.from, "<sip:9999@elsewhere.example.net>;tag=s")
+        XCTAssertEqual(status(try decide(stranger)), 403, "a From outside Rouse's organisations: never an open relay")
+        XCTAssertEqual(status(try decide(try invite("sip:1002@elsewhere.example.net"), trusted: ["198.51.100.9"])), 403,
+                       "a trusted peer's call is never sent on")
+        let outside = "sip:1002@elsewhere.example.net"
+        let relayChallenge = try decide(try invite(outside))
+        XCTAssertEqual(status(relayChallenge), 407, "an extension calling out proves who it is first")
+        let relayed = try decide(try invite(outside, authorization: try answer(relayChallenge, uri: outside, password: "pw-1001")))
+        guard case .outside(let target, let who, false) = relayed else { return XCTFail("\(relayed)") }
+        XCTAssertEqual(target.description, "1002@elsewhere.example.net")
+        XCTAssertEqual(who, caller)
+        XCTAssertEqual(status(try decide(try invite(outside, authorization: try answer(relayChallenge, uri: outside, password: "wrong")))), 407)
+
         let uri = "sip:1999@example.com"
         let challenge = try decide(try invite(uri))
         XCTAssertEqual(status(challenge), 407, "an unknown extension is not revealed before authentication")
-        XCTAssertEqual(status(try decide(try invite(uri, authorization: try answer(challenge, uri: uri, password: "pw-1001")))), 404)
+        guard case .outside(let number, _, true) = try decide(try invite(uri, authorization: try answer(challenge, uri: uri, password: "pw-1001"))) else {
+            return XCTFail("a number in the own domain that is no extension is for the routes (404 without one)")
+        }
+        XCTAssertEqual(number.user, "1999")
+        XCTAssertEqual(status(try decide(try invite(uri), from: "192.0.2.50", trusted: ["192.0.2.0/24"])), 404, "a peer's call to no extension")
     }
 
     func testWrongPasswordsFromOneSourceGetItBlocked() throws {
