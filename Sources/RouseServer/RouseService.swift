@@ -122,7 +122,7 @@ public final class RouseService: @unchecked Sendable {
         self.coordinator = coordinator
         self.pushService = pushService
         let outsideClass = configuration.outsideCallClass
-        coordinator.updateOutsidePolicy(try RouseService.outsidePolicy(connection, defaultClass: outsideClass))
+        try RouseService.loadOutsidePolicy(connection, defaultClass: outsideClass, into: coordinator, logger: logger)
         let replica = PostgresReplica(
             settings: settings, origin: instanceID, bindings: RouseService.replicaTarget(registrar: registrar, coordinator: coordinator),
             tokens: wakeTokens)
@@ -183,9 +183,14 @@ public final class RouseService: @unchecked Sendable {
     /// The SIP points bound.
     public var listeningPoints: [ListenPoint] { sip?.listeningPoints ?? [] }
 
-    /// The routes (with their passwords) and classes of service as PostgreSQL holds them now.
-    static func outsidePolicy(_ connection: PostgresConnection, defaultClass: ClassOfService) throws -> OutsideCallPolicy {
-        OutsideCallPolicy(routes: try PostgresRoutes(connection: connection).credentials(), defaultClass: defaultClass)
+    /// The routes (with their passwords) and classes of service as PostgreSQL holds them now, put
+    /// in force on `coordinator` (logged as `routes.loaded`).
+    static func loadOutsidePolicy(
+        _ connection: PostgresConnection, defaultClass: ClassOfService, into coordinator: CallCoordinator<SIPService>, logger: Logger
+    ) throws {
+        let routes = try PostgresRoutes(connection: connection).credentials()
+        coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: routes, defaultClass: defaultClass))
+        logger.info("routes.loaded", ["routes": String(routes.count)])
     }
 
     /// A random secret shared by every instance through `rouse_settings`, made by whichever starts
@@ -223,7 +228,7 @@ public final class RouseService: @unchecked Sendable {
                 work.async {
                     do {
                         registrar.updateDirectory(try directory.loadDirectory())
-                        coordinator.updateOutsidePolicy(try RouseService.outsidePolicy(try settings.connect(), defaultClass: outsideClass))
+                        try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, into: coordinator, logger: logger)
                     } catch {
                         logger.warning("database.directory_reload_failed", ["error": "\(error)"])
                     }
@@ -241,7 +246,7 @@ public final class RouseService: @unchecked Sendable {
                     } else if notification.channel == PostgresDirectory.notificationChannel {
                         registrar.updateDirectory(try directory.loadDirectory())
                     } else if notification.channel == PostgresRoutes.notificationChannel {
-                        coordinator.updateOutsidePolicy(try RouseService.outsidePolicy(try settings.connect(), defaultClass: outsideClass))
+                        try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, into: coordinator, logger: logger)
                     } else if notification.channel == PostgresPushApps.notificationChannel {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
