@@ -71,7 +71,7 @@ var targets: [Target] = [
     // Tests and benchmarks.
     .target(
         name: "RouseTestSupport",
-        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "Registrar", "CLinuxShims", "COpenSSL", "Crypto"]),
+        dependencies: ["SIPMessage", "SIPTransaction", "Storage", "Registrar", "CLinuxShims", "COpenSSL", "Crypto", "SIPDNS"]),
     .executableTarget(
         name: "RouseBench",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPService", "RouseServer", "RouseTestSupport", "Push", "RouseLog", "Crypto", "Storage", "RouseVocabulary", "Registrar"]),
@@ -93,7 +93,7 @@ var targets: [Target] = [
         name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary", "Crypto", "RouseLog"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
-    .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS"]),
+    .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS", "RouseTestSupport"]),
     .testTarget(
         name: "RouseServerTests",
         dependencies: ["RouseServer", "SIPService", "SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "Storage", "Crypto", "RouseTestSupport", "CallRouting", "Push", "RouseLog", "RouseVocabulary"]),

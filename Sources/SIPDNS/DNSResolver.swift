@@ -79,8 +79,9 @@ public final class DNSResolver: @unchecked Sendable {
         return result.0
     }
 
-    /// The same question asked on the caller's thread, past the cache (tests waiting for a server).
-    func lookUpNow(_ question: DNSQuestion) -> DNSLookupResult { ask(question).0 }
+    /// The same question asked on the caller's thread, past the cache, blocking until the answer
+    /// or the deadline (tests waiting for a server; never on the SIP path, which uses `lookUp`).
+    public func lookUpNow(_ question: DNSQuestion) -> DNSLookupResult { ask(question).0 }
 
     /// What resolving `target` went through: every question with its answer, then the hops.
     public struct Location: Sendable, Hashable {

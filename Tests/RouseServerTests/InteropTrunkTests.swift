@@ -113,3 +113,36 @@ final class InteropTrunkTests: XCTestCase {
         XCTAssertEqual(bed.logged("trunk").first, "invite sip:112@127.0.0.1:\(trunk.port) asserted <sip:1001@example.com>", bed.report("rouse", emergency))
     }
 }
+
+/// A route whose hop is a name: Rouse finds the trunk by RFC 3263 (NAPTR, SRV, A) in a DNS server
+/// nobody here wrote (dnsmasq), named by `dns_servers`.
+final class InteropTrunkDNSTests: XCTestCase {
+    func testAHopNamedByDNSIsFoundThroughNAPTRAndSRV() throws {
+        let bed = try InteropBed()
+        defer { bed.tearDown() }
+        let trunkPort = try InteropBed.freePort()
+        let dns = try TestDNSServer(records: [
+            "--naptr-record=trunk.test,10,50,s,SIP+D2U,,_sip._udp.trunk.test",
+            "--srv-host=_sip._udp.trunk.test,sbc.trunk.test,\(trunkPort),10,0",
+            "--host-record=sbc.trunk.test,127.0.0.1",
+            "--host-record=plain.test,127.0.0.13",
+        ])
+        defer { dns.stop() }
+        let trunk = try bed.launch(
+            "/usr/bin/sipp",
+            [
+                "-sf", InteropBed.scenario("trunk-answer"), "-m", "1", "-i", "127.0.0.1", "-p", String(trunkPort), "-t", "u1", "-nostdin",
+                "-timeout", "60s", "-timeout_error", "-trace_logs", "-log_file", bed.workspace.appendingPathComponent("trunk.log").path,
+            ])
+        _ = try PostgresRoutes(connection: try bed.database.connect()).add(RouteDraft(
+            organisation: InteropBed.domain, name: "dns", pattern: "prefix:0", hops: ["trunk.test"]))
+        try bed.startRouse(["ROUSE_DNS_SERVERS": "127.0.0.1:\(dns.port)"])
+        let caller = try bed.sipp("caller", scenario: "caller", number: "1001", transport: .udp, arguments: ["-s", "02079460958", "-d", "100"])
+        XCTAssertEqual(caller.waitForExit(timeout: 90), 0, bed.report("SIPp caller", caller, file: "caller-errors.log"))
+        XCTAssertEqual(trunk.waitForExit(timeout: 30), 0, bed.report("SIPp trunk", trunk))
+        XCTAssertEqual(bed.logged("trunk").first, "invite sip:02079460958@trunk.test asserted <sip:1001@example.com>",
+                       "the Request-URI names the trunk's domain; the request went to the address SRV gave")
+        let journey = try XCTUnwrap(try bed.endedCall())
+        XCTAssertEqual(journey.branches.map(\.target), ["127.0.0.1:\(trunkPort);transport=udp"])
+    }
+}
