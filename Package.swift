@@ -60,7 +60,7 @@ var targets: [Target] = [
     .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
     // Rouse's HTTP API on it: the token posting endpoint, health, calls, the admin API and pages.
     .target(
-        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting", "RouseVocabulary", "RouseLog"],
+        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting", "SIPProxy", "RouseVocabulary", "RouseLog"],
         resources: [.copy("openapi.json")]),
     // Configuration, wiring, start and stop.
     .target(
