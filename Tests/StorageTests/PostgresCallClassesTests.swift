@@ -81,14 +81,8 @@ final class PostgresCallClassesTests: XCTestCase {
     }
 
     func testEveryChangeIsAnnouncedOnTheRoutesChannel() throws {
-        let heard = Collector<String>()
-        let listening = DispatchSemaphore(value: 0)
-        let listener = PostgresNotificationListener(
-            settings: database.settings, channels: [PostgresRoutes.notificationChannel], onListening: { listening.signal() }
-        ) { heard.append($0.channel) }
-        listener.start()
+        let (listener, heard) = try database.listening(to: [PostgresRoutes.notificationChannel])
         defer { listener.stop() }
-        XCTAssertEqual(listening.wait(timeout: .now() + 30), .success)
         let classes = PostgresCallClasses(connection: try database.database.connect())
         try classes.setClass(.national, number: "1000", organisation: "acme.example")
         XCTAssertEqual(heard.wait(for: 1), ["rouse_routes"])
