@@ -60,7 +60,7 @@ var targets: [Target] = [
     .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
     // Rouse's HTTP API on it: the token posting endpoint, health, calls, the admin API and pages.
     .target(
-        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting", "RouseVocabulary", "RouseLog"],
+        name: "HTTPAPI", dependencies: ["HTTPServer", "Registrar", "Storage", "Crypto", "Push", "Metrics", "CallRouting", "SIPProxy", "RouseVocabulary", "RouseLog"],
         resources: [.copy("openapi.json")]),
     // Configuration, wiring, start and stop.
     .target(
@@ -90,7 +90,7 @@ var targets: [Target] = [
     .testTarget(name: "StorageTests", dependencies: ["Storage", "RouseTestSupport", "CallRouting", "Push", "Registrar", "SIPProxy", "SIPMessage", "RouseVocabulary", "Crypto"]),
     .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "RouseTestSupport"]),
     .testTarget(
-        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "Push", "RouseVocabulary", "Crypto", "RouseLog"]),
+        name: "HTTPAPITests", dependencies: ["HTTPAPI", "HTTPServer", "Registrar", "Storage", "RouseTestSupport", "Metrics", "CallRouting", "SIPProxy", "Push", "RouseVocabulary", "Crypto", "RouseLog"]),
     .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
     .testTarget(name: "RouseLogTests", dependencies: ["RouseLog"]),
     .testTarget(name: "SIPDNSTests", dependencies: ["SIPDNS", "RouseTestSupport"]),

@@ -79,6 +79,8 @@ public struct AdminAPI: Sendable {
             return .error(400, code: problem.field == nil ? "invalid_json" : "invalid_field", message: problem.message, field: problem.field)
         case let problem as PushAppError:
             return .error(400, code: "invalid_field", message: problem.description, field: pushAppField(problem.field))
+        case let refusal as RouteError:
+            return routeResponse(refusal)
         case let refusal as DirectoryError:
             switch refusal {
             case .invalidDomain: return .error(400, code: "invalid_field", message: refusal.description, field: "domain")
@@ -253,7 +255,8 @@ public struct AdminAPI: Sendable {
             address: aor.description,
             bindings: detail.bindings.map { AdminAnswer.BindingItem($0, now: now, isDead: isDead, wholeTokens: whole) },
             postedTokens: detail.postedTokens.map { AdminAnswer.PostedTokenItem($0, isDead: isDead, wholeTokens: whole) },
-            recentPushes: detail.recentPushes.map(AdminAnswer.RecentPush.init), recentCalls: detail.recentCalls.map(AdminAnswer.CallSummary.init))
+            recentPushes: detail.recentPushes.map(AdminAnswer.RecentPush.init), recentCalls: detail.recentCalls.map(AdminAnswer.CallSummary.init),
+            classOfService: detail.classOfService?.rawValue)
         if whole, !detail.bindings.allSatisfy({ $0.pushChannels.isEmpty }) || !detail.postedTokens.isEmpty {
             logger.tokensShown(admin: Self.admin(context), target: "\(aor) (every device, admin API)")
         }

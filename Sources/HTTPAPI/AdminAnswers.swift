@@ -191,6 +191,8 @@ enum AdminAnswer {
         let postedTokens: [PostedTokenItem]
         let recentPushes: [RecentPush]
         let recentCalls: [CallSummary]
+        /// Its own class of service; null: the instance's `outside_call_class`.
+        @NullWhenAbsent var classOfService: String?
     }
 
     /// A call as the call list and an extension's detail show it.

@@ -25,6 +25,10 @@ extension AdminPages {
         case "push-app-added": return "Push app #\(subject) added."
         case "push-app-saved": return "Push app #\(subject) saved."
         case "push-app-removed": return "Push app #\(subject) removed."
+        case "route-added": return "Route \(subject) added. Every instance uses it at once."
+        case "route-removed": return "Route \(subject) removed."
+        case "national-patterns-saved": return "National numbers of \(subject) saved."
+        case "class-saved": return "Class of service saved."
         default: return nil
         }
     }
@@ -55,6 +59,7 @@ extension AdminPages {
             """
             <tr><td><a href="\(Self.base)/extensions?domain=\(HTML.urlComponent(organisation.domain))">\(organisation.domain)</a></td>
             <td class="num">\(organisation.extensionCount)</td><td>\(Self.time(organisation.createdAt))</td>
+            <td><a href="\(Self.organisationPath(organisation.domain))" id="organisation-page-\(organisation.domain)">Routes and calling</a></td>
             <td><form method="post" action="\(Self.base)/organisations/remove" class="inline">\(csrf)
             <input type="hidden" name="domain" value="\(organisation.domain)">
             <button type="submit" class="danger" id="remove-organisation-\(organisation.domain)">Remove</button></form></td></tr>
@@ -86,7 +91,7 @@ extension AdminPages {
             \(Self.banner(notice: Self.notice(page), problem: problem))
             <section id="organisations">
             <h2>Organisations</h2>
-            \(Self.table(["Domain", "Extensions", "Added", ""], organisationRows, empty: "No organisation yet. An organisation is a SIP domain; its extensions register as number@domain.", id: "organisation-list"))
+            \(Self.table(["Domain", "Extensions", "Added", "Outside calls", ""], organisationRows, empty: "No organisation yet. An organisation is a SIP domain; its extensions register as number@domain.", id: "organisation-list"))
             <form method="post" action="\(Self.base)/organisations" class="inline" id="add-organisation">\(csrf)
             \(Self.field("domain", label: "New organisation (domain)", form: organisationForm, id: "new-domain", required: true, extra: " placeholder=\"example.com\""))
             <button type="submit" id="add-organisation-button">Add organisation</button>
@@ -212,6 +217,7 @@ extension AdminPages {
             <h2>Recent calls</h2>
             \(Self.table(Self.callHeaders(showCallee: false), calls, empty: "No call yet."))
             </section>
+            \(Self.classOfServiceSection(detail, path: path, csrf: csrf))
             <section id="manage">
             <h2>Change password</h2>
             <form method="post" action="\(path)/password" id="change-password">\(csrf)

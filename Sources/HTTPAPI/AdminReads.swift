@@ -95,6 +95,8 @@ struct AdminReads: Sendable {
         let recentPushes: [PushRecord]
         let recentCalls: [CallJourney]
         let deadTokens: Set<PushTokenID>
+        /// Its own class of service for outside calls; nil: the instance's default.
+        let classOfService: ClassOfService?
 
         /// Whether a provider called this channel's token dead.
         func isDead(_ channel: PushChannel) -> Bool { deadTokens.contains(channel.tokenID) }
@@ -117,9 +119,10 @@ struct AdminReads: Sendable {
             let dead = try PostgresLocationStore.deadTokens(on: connection, among: channels)
             let pushes = try PostgresPushStores.recent(on: connection, aor: aor.description, limit: 20)
             let calls = try PostgresCalls.recent(on: connection, aor: aor, limit: 20)
+            let callClass = try PostgresCallClasses(connection: connection).callClass(number: aor.number, organisation: aor.domain)
             return ExtensionDetail(
                 aor: aor, now: now, bindings: bindings, postedTokens: posted, recentPushes: pushes, recentCalls: calls,
-                deadTokens: Set(dead.map(\.id)))
+                deadTokens: Set(dead.map(\.id)), classOfService: callClass)
         }
     }
 

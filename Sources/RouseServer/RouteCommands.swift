@@ -1,12 +1,15 @@
+import CallRouting
 import Foundation
-import RouseVocabulary
+import HTTPAPI
+import Registrar
 import SIPProxy
 import Storage
 
 /// The operator's commands for outbound routes (docs/calls.md, "Calls to the outside"). Each reads
 /// the database setting as `rouse serve` does, runs one operation and exits: 0 on success, 1 with
 /// one line on standard error otherwise. A route's password comes from `--password` or one line of
-/// standard input and is never printed; running instances pick every change up at once.
+/// standard input and is never printed; running instances pick every change up at once. Also the
+/// toll-fraud guard's data: an extension's class of service and an organisation's national patterns.
 extension CommandLineInterface {
     static let routeUsage =
         "rouse route add DOMAIN NAME --pattern prefix:P|regex:R|domain:D --hops HOP[,HOP…] [--position N] [--strip N] [--prepend DIGITS] [--hop-timeout MS] [--username U [--password P]] [--caller-identity asserted-identity|unchanged|from:NUMBER] [--emergency] [--json]"
@@ -54,7 +57,7 @@ extension CommandLineInterface {
                 cli.runPushCommand(arguments, usage: "rouse route list [DOMAIN] [--json]", options: [], switches: ["--json"], positional: 0...1) { context in
                     try Self.requireRouteTables(context.connection)
                     let routes = try PostgresRoutes(connection: context.connection).list(organisation: context.positional.first)
-                    if context.json { return printJSON(["items": routes.map(Self.routeItem), "total": routes.count]) }
+                    if context.json { return printJSON(["items": routes.map(AdminAPI.item), "total": routes.count]) }
                     if routes.isEmpty { print("no routes") }
                     for listed in routes {
                         let route = listed.route
@@ -83,22 +86,53 @@ extension CommandLineInterface {
             }),
     ]
 
-    static func requireRouteTables(_ connection: PostgresConnection) throws {
-        guard try Migrator.currentVersion(connection) >= 600 else {
+    static let classUsage = "rouse extension class NUMBER@DOMAIN [internal|national|international|default] [--json]"
+    static let nationalUsage = "rouse domain national-patterns DOMAIN [PATTERN…] [--clear] [--json]"
+
+    static let callClassCommands: [Command] = [
+        Command(
+            name: "extension class",
+            summary: "show or set an extension's class of service for outside calls (default: the instance's outside_call_class)",
+            usage: classUsage,
+            run: { cli, arguments in
+                cli.runPushCommand(arguments, usage: classUsage, options: [], switches: ["--json"], positional: 1...2) { context in
+                    try Self.requireRouteTables(context.connection, version: 601)
+                    let aor = try DirectoryError.parseAddress(context.positional[0])
+                    let classes = PostgresCallClasses(connection: context.connection)
+                    if context.positional.count == 2 {
+                        let value = try PostgresCallClasses.classOfService(named: context.positional[1])
+                        try classes.setClass(value, number: aor.number, organisation: aor.domain)
+                    }
+                    let current = try classes.callClass(number: aor.number, organisation: aor.domain)
+                    if context.json { return printJSON(["address": aor.description, "classOfService": current?.rawValue ?? NSNull()]) }
+                    print("\(aor): \(current.map { "class \($0)" } ?? "the instance's default class (outside_call_class)")")
+                }
+            }),
+        Command(
+            name: "domain national-patterns",
+            summary: "show or replace an organisation's national patterns (outside numbers of class national)",
+            usage: nationalUsage,
+            run: { cli, arguments in
+                cli.runPushCommand(arguments, usage: nationalUsage, options: [], switches: ["--clear", "--json"], positional: 1...(1 + PostgresCallClasses.maximumPatterns)) { context in
+                    try Self.requireRouteTables(context.connection, version: 601)
+                    let domain = try DirectoryError.parseDomain(context.positional[0])
+                    let given = Array(context.positional.dropFirst())
+                    let clear = context.switches.contains("--clear")
+                    if clear, !given.isEmpty { throw CommandLineProblem("--clear takes no patterns") }
+                    let classes = PostgresCallClasses(connection: context.connection)
+                    if clear || !given.isEmpty { try classes.setNationalPatterns(given, organisation: domain) }
+                    let patterns = try classes.nationalPatterns(organisation: domain).map(\.description)
+                    if context.json { return printJSON(["domain": domain, "patterns": patterns]) }
+                    if patterns.isEmpty { print("\(domain): no national patterns (every outside call is international)") }
+                    for pattern in patterns { print("\(domain)  \(pattern)") }
+                }
+            }),
+    ]
+
+    /// Refuses a database older than `version` (600: the routes; 601: classes of service).
+    static func requireRouteTables(_ connection: PostgresConnection, version: Int = 600) throws {
+        guard try Migrator.currentVersion(connection) >= version else {
             throw CommandLineProblem("the database has no route tables yet: run rouse migrate first")
         }
-    }
-
-    /// A route as `--json` lists it: every field but the password.
-    static func routeItem(_ listed: PostgresRoutes.Listed) -> [String: Any] {
-        let route = listed.route
-        var item: [String: Any] = [
-            "id": route.id, "organisation": route.organisation, "name": route.name, "position": route.position,
-            "pattern": route.pattern.description, "strip": route.strip, "prepend": route.prepend, "hops": route.hops.map(\.description),
-            "hop_timeout_ms": route.hopTimeout.wholeMilliseconds,
-            "caller_identity": route.callerIdentity.description, "emergency": route.emergency, "has_password": listed.hasPassword,
-        ]
-        if let username = route.username { item["username"] = username }
-        return item
     }
 }

@@ -1,5 +1,6 @@
 extension Migrator {
-    /// Versions 600–699: outbound routes (issue 19: calls to numbers and domains outside Rouse).
+    /// Versions 600–699: outbound routes and the class of service of extensions (issue 19: calls to
+    /// numbers and domains outside Rouse).
     static let routeMigrations: [Migration] = [
         Migration(
             version: 600, name: "outbound routes",
@@ -32,6 +33,23 @@ extension Migrator {
                 END $$;
                 CREATE TRIGGER outbound_routes_changed AFTER INSERT OR UPDATE OR DELETE ON outbound_routes
                     FOR EACH STATEMENT EXECUTE FUNCTION rouse_routes_changed();
-                """)
+                """),
+        Migration(
+            version: 601, name: "class of service",
+            sql: """
+                -- Toll-fraud guard: how far an extension may call outside (NULL: the instance's
+                -- outside_call_class), and which outside numbers an organisation counts as national
+                -- (RoutePattern texts; every other outside target is international).
+                ALTER TABLE extensions ADD COLUMN call_class text
+                    CHECK (call_class IN ('internal', 'national', 'international'));
+                ALTER TABLE sip_domains ADD COLUMN national_patterns jsonb NOT NULL DEFAULT '[]'
+                    CHECK (jsonb_typeof(national_patterns) = 'array');
+                -- A class or patterns changed, or gone with their extension or organisation (a new
+                -- one has none): every instance reloads, as for a route.
+                CREATE TRIGGER extensions_call_class_changed AFTER DELETE OR UPDATE OF call_class ON extensions
+                    FOR EACH STATEMENT EXECUTE FUNCTION rouse_routes_changed();
+                CREATE TRIGGER sip_domains_national_patterns_changed AFTER DELETE OR UPDATE OF national_patterns ON sip_domains
+                    FOR EACH STATEMENT EXECUTE FUNCTION rouse_routes_changed();
+                """),
     ]
 }

@@ -285,6 +285,32 @@ class AdminPagesRobot:
         self.text_of("#devices", args["user_agent"])
         return {"device": device, "tokens": tokens, "readonly": readonly, "shot": shot}
 
+    def step_add_route(self, args):
+        """From the organisation list to `organisation`'s page; fills Add a route and adds it. The
+        notice and the route's row once it shows every text of `expect`."""
+        self.open("/admin/extensions")
+        self.submit(f"[id='organisation-page-{args['organisation']}']")
+        self.text_of("h1", args["organisation"])
+        for name, css in [("name", "#route-name"), ("pattern", "#route-pattern"), ("hops", "#route-hops"),
+                          ("caller_identity", "#route-caller-identity"), ("username", "#route-username"), ("password", "#route-password")]:
+            if args.get(name):
+                self.type_into(css, args[name])
+        if args.get("emergency"):
+            self.element("#route-emergency").click()
+        self.submit("#add-route-button")
+        notice = self.text_of("#notice", args["name"])
+        row = self.text_of(f"[id='route-{args['name']}']", *args.get("expect", []))
+        return {"url": self.driver.current_url, "notice": notice, "row": row, "shot": self.screenshot("route-added")}
+
+    def step_remove_route(self, args):
+        """Presses Remove beside route `name` on `organisation`'s page; the notice and the routes left."""
+        self.open("/admin/organisations/" + args["organisation"])
+        self.submit(f"[id='remove-route-{args['name']}']")
+        notice = self.text_of("#notice", args["name"], "removed")
+        routes = self.text_of("#routes")
+        gone = not self.driver.find_elements(By.CSS_SELECTOR, f"[id='route-{args['name']}']")
+        return {"notice": notice, "routes": routes, "gone": gone, "shot": self.screenshot("route-removed")}
+
     def step_sign_out(self, _):
         self.submit("#sign-out")
         notice = self.text_of("#notice", "You have signed out.")

@@ -61,10 +61,11 @@ final class AdminAPITests: XCTestCase {
     }
 
     func testEveryAdminRouteRequiresAdminCredentials() throws {
-        XCTAssertEqual(adminRoutes.count, 16)
+        XCTAssertEqual(adminRoutes.count, 23)
         for (method, template) in adminRoutes {
             let path = template.replacingOccurrences(of: "{domain}", with: "example.com")
                 .replacingOccurrences(of: "{address}", with: "1001@example.com").replacingOccurrences(of: "{id}", with: "1")
+                .replacingOccurrences(of: "{name}", with: "uk")
             let body: [String: Any]? = method == "GET" || method == "DELETE" ? nil : ["x": 1]
             for (user, password, authenticated) in [(nil, nil, false), (admin.0, "wrong", true), ("nobody", admin.1, true)] {
                 let response = try call(method, path, body, user: user, password: password, authenticated: authenticated)

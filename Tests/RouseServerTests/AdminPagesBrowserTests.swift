@@ -223,12 +223,24 @@ final class AdminPagesBrowserTests: XCTestCase {
         XCTAssertEqual(shown["tokens"] as? [String], [Self.apnsToken])
         XCTAssertEqual(shown["readonly"] as? Bool, true)
 
+        // An outbound route added on the organisation's page, then removed; its password never shown.
+        let route = try robot.step(
+            "add_route",
+            ["organisation": "example.com", "name": "uk", "pattern": "prefix:0044", "hops": "trunk.example.net, 198.51.100.7:5080;transport=tcp",
+             "username": "acme", "password": "trunk-secret-1", "expect": ["prefix:0044", "trunk.example.net", "acme, password set"]])
+        XCTAssertTrue((route["row"] as? String)?.contains("198.51.100.7:5080;transport=tcp") == true, "\(route)")
+        XCTAssertEqual(try PostgresRoutes(connection: try database.connect()).credentials().first?.password, "trunk-secret-1")
+        XCTAssertFalse("\(route)".contains("trunk-secret-1"))
+        let removedRoute = try robot.step("remove_route", ["organisation": "example.com", "name": "uk"])
+        XCTAssertEqual(removedRoute["gone"] as? Bool, true, "\(removedRoute)")
+        XCTAssertEqual(try PostgresRoutes(connection: try database.connect()).list().count, 0)
+
         let signedOut = try robot.step("sign_out")
         XCTAssertTrue((signedOut["url_after"] as? String)?.contains("/admin/sign-in") == true, "\(signedOut)")
 
         XCTAssertEqual(robot.stop(), 0, robot.errorText)
         let shots = try FileManager.default.contentsOfDirectory(atPath: Self.artifacts).filter { $0.hasSuffix(".png") && !$0.hasPrefix("failed-") }
-        XCTAssertGreaterThanOrEqual(shots.count, 12, "\(shots)")
+        XCTAssertGreaterThanOrEqual(shots.count, 14, "\(shots)")
     }
 }
 

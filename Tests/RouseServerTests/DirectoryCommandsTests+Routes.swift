@@ -2,7 +2,8 @@ import Foundation
 import XCTest
 
 /// `rouse route …` as an operator runs it: routes added in order, listed without their password,
-/// refused in one line naming the field.
+/// refused in one line naming the field; an extension's class of service and an organisation's
+/// national patterns shown and set.
 extension DirectoryCommandsTests {
     func testRoutesAreAddedListedInOrderAndRemoved() throws {
         XCTAssertEqual(try rouse(["domain", "add", "acme.example"]).status, 0)
@@ -29,7 +30,8 @@ extension DirectoryCommandsTests {
         XCTAssertEqual(document["total"] as? Int, 3)
         let uk = try XCTUnwrap((document["items"] as? [[String: Any]])?.first { $0["name"] as? String == "uk" })
         XCTAssertEqual(uk["hops"] as? [String], ["trunk-a.example.net", "198.51.100.7:5080;transport=tcp"])
-        XCTAssertEqual(uk["has_password"] as? Bool, true)
+        XCTAssertEqual(uk["hasPassword"] as? Bool, true, "the admin API's fields")
+        XCTAssertEqual(uk["hopTimeoutMs"] as? Int, 2500)
         XCTAssertFalse(json.output.contains("trunk-secret") || listed.output.contains("trunk-secret"), "the password is never shown")
 
         let removed = try rouse(["route", "remove", "acme.example", "uk"])
@@ -47,5 +49,41 @@ extension DirectoryCommandsTests {
             "organisation: there is no organisation nowhere.example")
         try assertRefused(["route", "add", "acme.example", "x", "--pattern", "prefix:44"], "--hops is required")
         try assertRefused(["route", "remove", "acme.example", "x"], "acme.example has no route named x")
+    }
+
+    func testAnExtensionsClassOfServiceIsShownSetAndRefusedInOneLine() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "acme.example"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "add", "1001@acme.example", "--password", "pw-1001"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "class", "1001@acme.example"]).output, "1001@acme.example: the instance's default class (outside_call_class)\n")
+        let set = try rouse(["extension", "class", "1001@acme.example", "international"])
+        XCTAssertEqual(set.status, 0, set.errors)
+        XCTAssertEqual(set.output, "1001@acme.example: class international\n")
+        let json = try rouse(["extension", "class", "1001@ACME.example", "--json"])
+        let document = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [String: Any])
+        XCTAssertEqual(document["classOfService"] as? String, "international")
+        XCTAssertEqual(try rouse(["extension", "class", "1001@acme.example", "default"]).output,
+                       "1001@acme.example: the instance's default class (outside_call_class)\n")
+        try assertRefused(["extension", "class", "1001@acme.example", "premium"],
+            "class_of_service: 'premium' is not internal, national, international or default")
+        try assertRefused(["extension", "class", "1009@acme.example", "national"], "extension: there is no extension 1009@acme.example")
+    }
+
+    func testAnOrganisationsNationalPatternsAreReplacedShownAndCleared() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "acme.example"]).status, 0)
+        XCTAssertEqual(try rouse(["domain", "national-patterns", "acme.example"]).output,
+                       "acme.example: no national patterns (every outside call is international)\n")
+        let set = try rouse(["domain", "national-patterns", "acme.example", "prefix:0", "regex:^0[1-9][0-9]{8}$"])
+        XCTAssertEqual(set.status, 0, set.errors)
+        XCTAssertEqual(set.output, "acme.example  prefix:0\nacme.example  regex:^0[1-9][0-9]{8}$\n")
+        let json = try rouse(["domain", "national-patterns", "acme.example", "--json"])
+        let document = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [String: Any])
+        XCTAssertEqual(document["patterns"] as? [String], ["prefix:0", "regex:^0[1-9][0-9]{8}$"])
+        try assertRefused(["domain", "national-patterns", "acme.example", "prefix:0", "0044"],
+            "national_patterns: a pattern is prefix:<digits>, regex:<expression> or domain:<name>, not \"0044\"")
+        XCTAssertEqual(try rouse(["domain", "national-patterns", "acme.example"]).output.split(separator: "\n").count, 2, "a refusal changes nothing")
+        try assertRefused(["domain", "national-patterns", "nowhere.example", "prefix:0"], "organisation: there is no organisation nowhere.example")
+        try assertRefused(["domain", "national-patterns", "acme.example", "prefix:0", "--clear"], "--clear takes no patterns")
+        XCTAssertEqual(try rouse(["domain", "national-patterns", "acme.example", "--clear"]).output,
+                       "acme.example: no national patterns (every outside call is international)\n")
     }
 }

@@ -85,14 +85,8 @@ final class PostgresRoutesTests: XCTestCase {
     }
 
     func testEveryChangeIsAnnouncedToListeningInstances() throws {
-        let heard = Collector<String>()
-        let listening = DispatchSemaphore(value: 0)
-        let listener = PostgresNotificationListener(
-            settings: database.settings, channels: [PostgresRoutes.notificationChannel], onListening: { listening.signal() }
-        ) { heard.append($0.channel) }
-        listener.start()
+        let (listener, heard) = try database.listening(to: [PostgresRoutes.notificationChannel])
         defer { listener.stop() }
-        XCTAssertEqual(listening.wait(timeout: .now() + 30), .success)
         let routes = PostgresRoutes(connection: try database.database.connect())
         _ = try routes.add(RouteDraft(organisation: "acme.example", name: "out", position: 1, pattern: "prefix:", hops: ["trunk.example.net"]))
         XCTAssertEqual(heard.wait(for: 1), ["rouse_routes"])

@@ -25,6 +25,24 @@ final class MigratedDatabase {
     }
 
     func drop() { database.drop() }
+
+    /// A started listener on `channels` that is listening already, and the channels it hears, in
+    /// order; stop it when done.
+    func listening(to channels: [String]) throws -> (PostgresNotificationListener, Collector<String>) {
+        let heard = Collector<String>()
+        let listening = DispatchSemaphore(value: 0)
+        let listener = PostgresNotificationListener(settings: settings, channels: channels, onListening: { listening.signal() }) {
+            heard.append($0.channel)
+        }
+        listener.start()
+        guard listening.wait(timeout: .now() + 30) == .success else {
+            listener.stop()
+            throw ListenerNotListening()
+        }
+        return (listener, heard)
+    }
+
+    struct ListenerNotListening: Error {}
 }
 
 /// Collects results handed over on other threads.
