@@ -120,14 +120,15 @@ public enum HistoryInfo {
     }
 
     /// RFC 5806: a Diversion entry for `from` (the target diverted away from) put on top of the
-    /// request's, with its reason and `counter=1`. For a next hop that reads Diversion rather
+    /// request's (one line, where the first was), with its reason and `counter=1`. For a next hop that reads Diversion rather
     /// than History-Info (many trunks and PBXs), added on request.
     public static func addingDiversion(to request: SIPRequest, from: SIPURI, cause: DiversionCause) -> SIPRequest {
         var copy = request
         var diverting = from
         diverting.parameters.remove("cause")
         diverting.headers = []
-        copy.headers.prepend(diversionHeader, "<\(diverting)>;reason=\(cause.diversionReason);counter=1")
+        let entry = "<\(diverting)>;reason=\(cause.diversionReason);counter=1"
+        copy.headers.set(diversionHeader, ([entry] + request.headers.values(diversionHeader)).joined(separator: ", "))
         return copy
     }
 
