@@ -15,14 +15,15 @@ extension Migrator {
                     CHECK (COALESCE(always_target, busy_target, no_answer_target, unreachable_target) IS NOT NULL)
                 );
                 -- The forwarding travels with the directory: every writer announces a change on
-                -- rouse_directory, and every instance reloads it.
+                -- rouse_directory, and every instance reloads it (per row: an extension removed
+                -- without forwarding announces nothing more).
                 CREATE FUNCTION rouse_diversions_changed() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
                     PERFORM pg_notify('rouse_directory', 'extension-forwarding');
                     RETURN NULL;
                 END $$;
                 CREATE TRIGGER extension_diversions_changed AFTER INSERT OR UPDATE OR DELETE ON extension_diversions
-                    FOR EACH STATEMENT EXECUTE FUNCTION rouse_diversions_changed();
+                    FOR EACH ROW EXECUTE FUNCTION rouse_diversions_changed();
                 """)
     ]
 }
