@@ -1,5 +1,6 @@
 public import Registrar
 import SIPMessage
+import SIPProxy
 
 /// An extension's call forwarding as an operator enters it (CLI): each target as text, checked
 /// and made a URI by `PostgresDiversions.set`. A target is a URI (`sip:vm1001@pbx.example`,
@@ -125,12 +126,11 @@ public struct PostgresDiversions {
         } else if text.contains("@") {
             uriText = "sip:" + text
         } else {
-            let separators: Set<Character> = ["-", ".", "(", ")", " "]
-            let number = String(text.filter { !separators.contains($0) })
-            let digits = number.hasPrefix("+") ? number.dropFirst() : Substring(number)
-            guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+            // A number as the routes read one (RFC 3966 visual separators dropped).
+            guard let dialled = DialledTarget(SIPURI(user: text, host: aor.domain)), dialled.isNumber else {
                 throw RouteError(field: field, problem: "'\(text)' is neither a URI, user@domain nor a number")
             }
+            let number = dialled.user
             let isExtension = try !connection.query(
                 "SELECT 1 FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1 AND e.number = $2", [aor.domain, number]
             ).isEmpty
