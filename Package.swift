@@ -51,7 +51,7 @@ var targets: [Target] = [
         name: "SIPService",
         dependencies: ["SIPMessage", "SIPTransaction", "SIPTransport", "SIPProxy", "Registrar", "CallRouting", "Metrics", "Crypto", "RouseLog", "RouseVocabulary", "SIPDNS"]),
     // PostgreSQL.
-    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy", "Crypto", "RouseVocabulary"]),
+    .target(name: "Storage", dependencies: ["CLibPQ", "Registrar", "Push", "CallRouting", "SIPProxy", "SIPMessage", "Crypto", "RouseVocabulary"]),
     // Counters, gauges and histograms in the Prometheus text format; no dependencies.
     .target(name: "Metrics"),
     // The value-type logger every layer takes, and the process's standard-error writer.

@@ -62,6 +62,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     var outside: OutsideCalls<Flow>
     /// How each call ended, kept while its call tokens can still ask (`status`).
     private var endedCalls: [UUID: (callee: AddressOfRecord, ending: CallEnding)] = [:]
+    private var outsideDiversion: (@Sendable (OutsideDiversion<Flow>) -> Void)?
 
     /// - Parameters:
     ///   - scheduler: the call timers (a `DispatchTimerScheduler` by default; tests may pass a
@@ -93,6 +94,15 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
         talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
         outside = OutsideCalls(limits: settings.outsideCallLimits, metrics: metrics)
+    }
+
+    /// Takes a call diverted to a target that is not a local extension (a voicemail URI, an
+    /// outside number): the outbound routes send it on, on the caller's server transaction. Nil
+    /// (the default): such forwardings are not followed, and the call ends as it would have.
+    /// Called on the call queue; must return at once.
+    public var divertOutside: (@Sendable (OutsideDiversion<Flow>) -> Void)? {
+        get { queue.sync { outsideDiversion } }
+        set { queue.sync { outsideDiversion = newValue } }
     }
 
     /// Connects the SIP side (which owns the coordinator, hence the weak reference).
@@ -223,19 +233,27 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
 
     // MARK: - Starting a call
 
+    /// Starts a call for `callee` on the caller's server transaction `handle`. `diverted`: the
+    /// call is the target's side of a diversion (the handle then moves to it from the diverted
+    /// call, whose To tag it keeps).
     private func begin(
         _ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, callee: AddressOfRecord, caller: AddressOfRecord?,
-        source: String, transport: String, at arrivedAt: Date
+        source: String, transport: String, at arrivedAt: Date, diverted: (from: AddressOfRecord, cause: DiversionCause, toTag: String)? = nil
     ) {
-        guard callByHandle[handle] == nil else { return }
+        guard diverted != nil || callByHandle[handle] == nil else { return }
         let from = invite.from
         let id = UUID()
         let journey = CallJourney(
             id: id, callID: invite.callID ?? "", callee: callee, caller: from?.uri.description ?? "", callerName: from?.displayName,
             transport: transport, source: source, instanceID: instanceID, startedAt: arrivedAt)
+        var recorder = JourneyRecorder(journey, authenticatedAs: caller)
+        if let diverted { _ = recorder.apply(.divertedHere(from: diverted.from, cause: diverted.cause), at: arrivedAt) }
+        let snapshot = directory.directorySnapshot()
+        let rules = usableDiversion(snapshot.diversions[callee], in: snapshot, recorder: &recorder, at: arrivedAt)
         let machine = CallStateMachine<Flow>(.init(
-            id: id, invite: invite, callee: callee, arrivedAt: arrivedAt, toTag: Self.makeTag(), serverName: serverName, settings: settings))
-        let entry = CallEntry(machine: machine, recorder: JourneyRecorder(journey, authenticatedAs: caller), handle: handle, callerFlow: callerFlow)
+            id: id, invite: invite, callee: callee, arrivedAt: arrivedAt, toTag: diverted?.toTag ?? Self.makeTag(), serverName: serverName,
+            settings: settings, diversion: rules))
+        let entry = CallEntry(machine: machine, recorder: recorder, handle: handle, callerFlow: callerFlow, caller: caller)
         callees[callee, default: CalleeCalls()].calls[id] = entry
         callees[callee]?.live += 1
         liveCalls += 1
@@ -263,6 +281,64 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 for key in found?.dead ?? [] where deadTokens[key] == nil { deadTokens.insert(now, for: key, at: now) }
                 deliver(.tokensRead(targets(bindings, posted: found?.posted ?? []), readFailed: found == nil), to: callee, id)
             }
+        }
+    }
+
+    // MARK: - Diversion
+
+    /// The local extension a forwarding target names: a SIP URI at one of Rouse's domains whose
+    /// user part is an extension there.
+    private static func localExtension(_ target: SIPURI, in snapshot: DirectorySnapshot) -> AddressOfRecord? {
+        guard target.scheme != .tel, let user = target.user, snapshot.domains.contains(target.host.lowercased()) else { return nil }
+        let aor = AddressOfRecord(number: user, domain: target.host)
+        return snapshot.extensions[aor] == nil ? nil : aor
+    }
+
+    /// Whether the coordinator can follow a forwarding to `target` now, and if not why.
+    private func unusable(_ target: SIPURI, in snapshot: DirectorySnapshot) -> String? {
+        if Self.localExtension(target, in: snapshot) != nil { return nil }
+        if target.scheme != .tel, snapshot.domains.contains(target.host.lowercased()), target.parameters.value("user")?.lowercased() != "phone",
+            DialledTarget(target)?.isNumber != true
+        {
+            return "no such extension"
+        }
+        return outsideDiversion == nil ? "outside calls are not set up on this server" : nil
+    }
+
+    /// The callee's forwarding without the targets that cannot be followed (each said in the
+    /// journey), so the call rings the callee instead of failing.
+    private func usableDiversion(
+        _ rules: DiversionRules?, in snapshot: DirectorySnapshot, recorder: inout JourneyRecorder, at now: Date
+    ) -> DiversionRules? {
+        guard var rules, !rules.isEmpty else { return nil }
+        for target in rules.targets {
+            guard let why = unusable(target, in: snapshot) else { continue }
+            _ = recorder.apply(.diversionRefused(target: target.description, because: why), at: now)
+            if rules.always == target { rules.always = nil }
+            if rules.busy == target { rules.busy = nil }
+            if rules.noAnswer == target { rules.noAnswer = nil }
+            if rules.unreachable == target { rules.unreachable = nil }
+        }
+        return rules
+    }
+
+    /// The call of `entry` was diverted: a local extension gets a new call on the same server
+    /// transaction and caller flow; any other target goes to `divertOutside`. A target that
+    /// cannot be used now gets the caller the answer the call would have had.
+    private func divert(_ order: DiversionOrder, from entry: CallEntry, at now: Date) {
+        let snapshot = directory.directorySnapshot()
+        let journey = entry.recorder.journey
+        logger.info("call.diverted", ["call": journey.callID, "from": order.divertedBy.description, "target": order.target.description,
+                                      "cause": String(order.cause.rawValue)])
+        if let callee = Self.localExtension(order.target, in: snapshot) {
+            begin(order.request, handle: entry.handle, callerFlow: entry.callerFlow, callee: callee, caller: entry.caller, source: journey.source,
+                  transport: journey.transport, at: now, diverted: (order.divertedBy, order.cause, entry.machine.setup.toTag))
+        } else if unusable(order.target, in: snapshot) == nil, let outside = outsideDiversion {
+            outside(OutsideDiversion(order: order, handle: entry.handle, callerFlow: entry.callerFlow))
+        } else {
+            signaling?.respond(order.fallback, to: entry.handle)
+            recordLate([.diversionRefused(target: order.target.description, because: unusable(order.target, in: snapshot) ?? "no such extension")],
+                       callee: order.divertedBy, entry.machine.setup.id)
         }
     }
 
@@ -326,6 +402,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     keepInGrace(device, of: entry, now: now)
                 case .ended(let ending):
                     ended(entry, ending, now: now)
+                case .divert(let order):
+                    divert(order, from: entry, at: now)
                 }
             }
         }
@@ -493,7 +571,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         let handle = entry.handle
         later(settings.endedCallKeep.timeInterval) { coordinator in
             coordinator.callees[callee]?.calls.removeValue(forKey: id)?.timers.values.forEach { $0.timer.cancel() }
-            coordinator.callByHandle[handle] = nil
+            // A diverted call's handle belongs to the target's call now.
+            if coordinator.callByHandle[handle]?.id == id { coordinator.callByHandle[handle] = nil }
             coordinator.forgetIfEmpty(callee)
         }
     }
@@ -587,15 +666,18 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var recorder: JourneyRecorder
         let handle: ServerTransactionHandle
         let callerFlow: Flow
+        /// The extension that authenticated the INVITE (nil for a trusted peer).
+        let caller: AddressOfRecord?
         /// The armed timers, each with the generation it was armed in.
         var timers: [CallTimer: (generation: Int, timer: any ScheduledTimer)] = [:]
         var timerGeneration = 0
 
-        init(machine: CallStateMachine<Flow>, recorder: JourneyRecorder, handle: ServerTransactionHandle, callerFlow: Flow) {
+        init(machine: CallStateMachine<Flow>, recorder: JourneyRecorder, handle: ServerTransactionHandle, callerFlow: Flow, caller: AddressOfRecord?) {
             self.machine = machine
             self.recorder = recorder
             self.handle = handle
             self.callerFlow = callerFlow
+            self.caller = caller
         }
     }
 
@@ -614,6 +696,15 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var live = 0
         var grace: [Grace] = []
     }
+}
+
+/// A call diverted to a target that is not a local extension, for the outbound routes to send on
+/// (`CallCoordinator.divertOutside`): the rewritten INVITE and why (`order`), the caller's server
+/// transaction and flow. When no route takes it, answer the caller `order.fallback`. A value.
+public struct OutsideDiversion<Flow: Hashable & Sendable>: Sendable {
+    public var order: DiversionOrder
+    public var handle: ServerTransactionHandle
+    public var callerFlow: Flow
 }
 
 /// The INVITE of a grace device and whether its CANCEL went. @unchecked Sendable: only touched on

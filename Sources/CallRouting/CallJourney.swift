@@ -15,6 +15,10 @@ public enum CallOutcome: String, Sendable, Hashable, CaseIterable {
     case unanswered
     /// Every branch answered with a final error (busy, declined, …): the best of them went back.
     case failed
+    /// The callee's call forwarding sent it on (unconditionally, busy, no answer, unreachable):
+    /// the journey's final status is the RFC 4458 cause (302, 486, 408, 503), and the target's
+    /// call has a journey of its own.
+    case diverted
 }
 
 /// One ring push of a call: a line of the journey and a row of the extension's Recent pushes.

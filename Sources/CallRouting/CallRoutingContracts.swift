@@ -130,14 +130,21 @@ public struct CallSettings: Sendable, Equatable {
     public var timerC: Duration
     /// The toll-fraud limits on outside calls (issue 19).
     public var outsideCallLimits: OutsideCallLimits
+    /// `decline_is_busy` (default true): a 603 Decline counts as busy for the busy forwarding.
+    public var declineIsBusy: Bool
+    /// `max_diversions` (default 5): an INVITE diverted this many times already (its History-Info
+    /// and Diversion entries) is not diverted again, and ends as it would have.
+    public var maxDiversions: Int
 
     public init(
         wakeWait: Duration = .seconds(8), wakeWaitWithDeskPhone: Duration = .seconds(3), ringTimeout: Duration = .seconds(45),
         cancelGrace: Duration = .seconds(30), trustedPeers: TrustedPeers = TrustedPeers(), tokenReadTimeout: Duration = .seconds(2),
         endedCallKeep: Duration = .milliseconds(500) * 64, maxCallDuration: Duration = .seconds(12 * 3600),
-        deadTokenMemory: Duration = .seconds(24 * 3600), timerC: Duration = .seconds(181),
+        deadTokenMemory: Duration = .seconds(24 * 3600), timerC: Duration = .seconds(181), declineIsBusy: Bool = true, maxDiversions: Int = 5,
         outsideCallLimits: OutsideCallLimits = OutsideCallLimits()
     ) {
+        self.declineIsBusy = declineIsBusy
+        self.maxDiversions = maxDiversions
         self.wakeWait = wakeWait
         self.wakeWaitWithDeskPhone = wakeWaitWithDeskPhone
         self.ringTimeout = ringTimeout

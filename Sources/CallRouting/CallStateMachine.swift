@@ -37,8 +37,16 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         public var toTag: String
         public var serverName: String
         public var settings: CallSettings
+        /// The callee's call forwarding, if any.
+        public var diversion: DiversionRules?
+        /// How many times the INVITE was diverted before it came here (its History-Info and
+        /// Diversion entries): the loop guard's count.
+        public var diversionsSoFar: Int
 
-        public init(id: UUID = UUID(), invite: SIPRequest, callee: AddressOfRecord, arrivedAt: Date, toTag: String, serverName: String, settings: CallSettings) {
+        public init(
+            id: UUID = UUID(), invite: SIPRequest, callee: AddressOfRecord, arrivedAt: Date, toTag: String, serverName: String, settings: CallSettings,
+            diversion: DiversionRules? = nil
+        ) {
             self.id = id
             self.invite = invite
             self.callee = callee
@@ -46,6 +54,8 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             self.toTag = toTag
             self.serverName = serverName
             self.settings = settings
+            self.diversion = diversion?.isEmpty == false ? diversion : nil
+            diversionsSoFar = HistoryInfo.diversionCount(of: invite)
         }
     }
 
@@ -146,6 +156,11 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private var tokenTimerArmed = false
     private var waitTimerArmed = false
     private var answeredByTag: String?
+    private var noAnswerTimerArmed = false
+    /// The loop guard kept a diversion from happening (said once in the journey).
+    private var loopGuardNoted = false
+    /// Where the call was diverted, once it was.
+    public private(set) var diverted: DiversionOrder?
     /// The actions of the event being handled.
     private var out: [CallAction<Flow>] = []
 
@@ -167,6 +182,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         case .branchSent(let index, let result): branchSent(index, result, now, callee)
         case .branchResponse(let index, let event): branchResponse(index, event, now, callee)
         case .timerFired(.ring): ringTimedOut(now)
+        case .timerFired(.noAnswer): noAnswerTimedOut(now)
         case .timerFired(.wait): waitEnded(because: nil, now, callee)
         case .timerFired(.tokenRead): break  // the shell turns it into `tokensOverdue` with the bindings of now
         case .timerFired(.timerC(let branch)): timerCFired(branch, now, callee)
@@ -187,8 +203,15 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     // MARK: - Starting
 
     private mutating func admitted(_ registered: CallTargets, tokensPending: Bool, _ now: Date, _ callee: CalleeView) {
+        if divert(.unconditional, fallback: unavailable("call forwarding failed"), reason: "forwarded before ringing", pushReason: .timeout, now) {
+            return
+        }
         // The ring timer runs from the INVITE's arrival, whatever the start still waits for.
         out.append(.startTimer(.ring, at: ringDeadline))
+        if let deadline = setup.diversion?.noAnswerDeadline(arrivedAt: setup.arrivedAt, ringTimeout: setup.settings.ringTimeout) {
+            noAnswerTimerArmed = true
+            out.append(.startTimer(.noAnswer, at: deadline))
+        }
         guard tokensPending else {
             tokensRead = true
             start(registered, now, callee)
@@ -490,9 +513,9 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         }
         if status >= 600 {
             // §16.7: a 6xx ends the search; the other branches are cancelled.
-            end(response: stripped(selector.chosen), outcome: .failed,
-                reason: "\(branches[index].binding.userAgent ?? "a device") answered \(status) \(response.reasonPhrase)", cancelReason: nil,
-                pushReason: .declined, now)
+            let reason = "\(branches[index].binding.userAgent ?? "a device") answered \(status) \(response.reasonPhrase)"
+            if isBusy(status), divert(.busy, fallback: stripped(selector.chosen), reason: reason, pushReason: .busy, now) { return }
+            end(response: stripped(selector.chosen), outcome: .failed, reason: reason, cancelReason: nil, pushReason: .declined, now)
             return
         }
         if flowFailed, branches[index].cancelWanted == nil {
@@ -542,21 +565,77 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func finishIfNothingRings(nothingText: String, _ now: Date) {
         guard phase == .ringing, !answered, !branches.contains(where: { $0.final == nil }) else { return }
         if let chosen = selector.chosen, chosen.statusCode != 408, chosen.statusCode != 480 {
+            let reason = "every device refused the call (best answer \(chosen.statusCode) \(chosen.reasonPhrase))"
+            if everyAnswerBusy, divert(.busy, fallback: stripped(chosen), reason: reason, pushReason: .busy, now) { return }
             if [486, 600].contains(chosen.statusCode) { missed = true }
-            end(response: stripped(chosen), outcome: .failed,
-                reason: "every device refused the call (best answer \(chosen.statusCode) \(chosen.reasonPhrase))", cancelReason: nil,
-                pushReason: .declined, now)
+            end(response: stripped(chosen), outcome: .failed, reason: reason, cancelReason: nil, pushReason: .declined, now)
             return
         }
         let text = branches.isEmpty ? nothingText : (devices.isEmpty ? "no device answered" : nothingText)
+        if divert(.unreachable, fallback: unavailable(text), reason: text, pushReason: .timeout, now) { return }
         end(response: unavailable(text), outcome: .unanswered, reason: text, cancelReason: nil, pushReason: .timeout, now)
     }
 
     private mutating func ringTimedOut(_ now: Date) {
         guard phase != .ended, !answered else { return }
         let text = "no answer within \(CallText.seconds(setup.settings.ringTimeout.timeInterval))"
+        if divert(.noAnswer, fallback: unavailable(text), reason: text, pushReason: .timeout, now) { return }
         end(response: unavailable(text), outcome: .unanswered, reason: text, cancelReason: ProxyRules.reason(cause: 480, text: text),
             pushReason: .timeout, now)
+    }
+
+    /// The extension's own ring time ran out (shorter than `ring_timeout`): the call goes to its
+    /// no-answer target, unless the loop guard keeps it here.
+    private mutating func noAnswerTimedOut(_ now: Date) {
+        noAnswerTimerArmed = false
+        guard phase != .ended, !answered, let after = setup.diversion?.noAnswerAfter else { return }
+        let text = "no answer within \(CallText.seconds(after.timeInterval))"
+        _ = divert(.noAnswer, fallback: unavailable(text), reason: text, pushReason: .timeout, now)
+    }
+
+    // MARK: - Diversion
+
+    /// A final answer that counts as busy: 486, 600, and 603 unless `decline_is_busy` is off.
+    private func isBusy(_ status: Int) -> Bool {
+        status == 486 || status == 600 || (status == 603 && setup.settings.declineIsBusy)
+    }
+
+    /// Every device that answered (its flow did not fail) answered busy, and at least one did.
+    private var everyAnswerBusy: Bool {
+        let answers = branches.compactMap { branch -> Int? in
+            if let declined = branch.declinedAs { return declined.status }
+            return branch.flowFailed || branch.timedOut ? nil : branch.final
+        }
+        return !answers.isEmpty && answers.allSatisfy(isBusy)
+    }
+
+    /// Diverts the call for `cause` when the callee has a target for it and the loop guard
+    /// allows: the branches are cancelled and the woken devices stopped as when a call ends, the
+    /// journey says where and why, and the rewritten INVITE goes to the shell (`.divert`) instead
+    /// of a final answer. False when the call is not diverted (it then ends as it would have).
+    private mutating func divert(_ cause: DiversionCause, fallback: SIPResponse, reason: String, pushReason: CallEndReason, _ now: Date) -> Bool {
+        guard phase != .ended, !answered, let target = setup.diversion?.target(for: cause) else { return false }
+        let limit = setup.settings.maxDiversions
+        guard setup.diversionsSoFar < limit else {
+            if !loopGuardNoted {
+                loopGuardNoted = true
+                out.append(.record(.diversionRefused(target: target.description, because: "the INVITE was diverted \(setup.diversionsSoFar) time(s) already (max_diversions \(limit))")))
+            }
+            return false
+        }
+        var request = HistoryInfo.retarget(setup.invite, to: target, cause: cause)
+        request.headers.set(.maxForwards, String(max(0, (setup.invite.maxForwards ?? ProxyRules.defaultMaxForwards) - 1)))
+        request.headers.remove(.proxyAuthorization)
+        let order = DiversionOrder(target: target, cause: cause, request: request, divertedBy: setup.callee, fallback: fallback, reason: reason)
+        diverted = order
+        out.append(.record(.diverted(target: target.description, cause: cause, because: reason)))
+        for branch in branches.indices where branches[branch].final == nil {
+            cancel(branch, reason: ProxyRules.reason(cause: fallback.statusCode, text: "call forwarded (\(cause.words))"), because: "call forwarded (\(cause.words))")
+        }
+        if cause != .unconditional { missed = true }
+        close(outcome: .diverted, finalStatus: cause.rawValue, reason: "forwarded to \(target) (\(cause.words): \(reason))", pushReason: pushReason, now)
+        out.append(.divert(order))
+        return true
     }
 
     // MARK: - Woken devices coming back
@@ -625,6 +704,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         let text = busy ? "every device is busy" : "every device declined"
         response.headers.add(.reason, ProxyRules.reason(cause: busy ? 486 : 603, text: text))
         response.headers.add(.server, setup.serverName)
+        if isBusy(response.statusCode), divert(.busy, fallback: response, reason: text, pushReason: .busy, now) { return }
         if busy { missed = true }
         end(response: response, outcome: .failed, reason: text, cancelReason: nil, pushReason: busy ? .busy : .declined, now)
     }
@@ -676,6 +756,10 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             out.append(.stopTimer(.tokenRead))
         }
         stopWaitTimer()
+        if noAnswerTimerArmed {
+            noAnswerTimerArmed = false
+            out.append(.stopTimer(.noAnswer))
+        }
         out.append(.stopTimer(.ring))
         out.append(.ended(CallEnding(
             outcome: outcome, finalStatus: finalStatus, reason: reason, answeredByTag: answeredByTag, missed: missed,
@@ -773,8 +857,10 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
 
 /// The timers of a call.
 public enum CallTimer: Hashable, Sendable {
-    /// `ring_timeout` from the INVITE's arrival: the call ends with 480.
+    /// `ring_timeout` from the INVITE's arrival: the call ends with 480 (or goes to its no-answer target).
     case ring
+    /// The callee's own no-answer ring time (shorter than `ring_timeout`): the call is diverted.
+    case noAnswer
     /// The wake wait: fork to whatever is registered.
     case wait
     /// `token_read_timeout`: a callee with nothing registered stops waiting for its posted tokens.
@@ -835,6 +921,9 @@ public enum CallAction<Flow: Hashable & Sendable>: Sendable {
     case graceDevice(GraceDevice)
     /// The call ended (answered or not): how, for the call tokens and the metrics.
     case ended(CallEnding)
+    /// The call was diverted (after its `ended`): the shell sends the rewritten INVITE on to the
+    /// target, on the same server transaction.
+    case divert(DiversionOrder)
 }
 
 /// A ring push the call wants sent.
@@ -900,7 +989,7 @@ public struct CallEnding: Sendable, Equatable {
                               answeredHere: here, declinedHere: declinedHere)
         case .canceled:
             return CallStatus(state: .canceled, reason: reason, missed: missed, declinedHere: declinedHere)
-        case .ringing, .unanswered, .failed:
+        case .ringing, .unanswered, .failed, .diverted:
             return CallStatus(state: .ended, reason: reason, missed: missed, declinedHere: declinedHere)
         }
     }

@@ -2,6 +2,7 @@ public import Foundation
 public import Push
 public import Registrar
 public import RouseVocabulary
+public import SIPProxy
 
 /// A fact of a call's journey, as `CallStateMachine` (and the coordinator, for what happens after
 /// a call is gone from the machine) states it; `JourneyRecorder` puts it in words.
@@ -50,6 +51,12 @@ public enum CallFact: Sendable, Equatable {
     case hungUp(fromCallee: Bool?, afterTalk: TimeInterval)
     /// A step of a call to the outside: its route, each hop and what it answered.
     case outside(OutsideCallFact)
+    /// The callee's call forwarding sent the call to `target`.
+    case diverted(target: String, cause: DiversionCause, because: String)
+    /// A forwarding was not followed (the loop guard, or a target that cannot be used).
+    case diversionRefused(target: String, because: String)
+    /// This call is the target's side of a diversion from `from`.
+    case divertedHere(from: AddressOfRecord, cause: DiversionCause)
 }
 
 /// Builds a call's journey from its facts: the words of each line, the push and branch rows, and
@@ -156,6 +163,13 @@ public struct JourneyRecorder: Sendable {
             line(now, "stopped ringing on \(device): call.canceled (\(reason.rawValue)) push \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
         case .missedNotice(let device, let outcome):
             line(now, "missed-call notice to \(device): \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
+        case .diverted(let target, let cause, let reason):
+            line(now, "forwarded to \(target) (\(cause.words), History-Info cause \(cause.rawValue)): \(reason)")
+        case .diversionRefused(let target, let reason):
+            line(now, "not forwarded to \(target): \(reason)")
+            return .call
+        case .divertedHere(let from, let cause):
+            line(now, "forwarded here from \(from) (\(cause.words), History-Info cause \(cause.rawValue))")
         case .hungUp(let fromCallee, let talk):
             journey.endedAt = now
             let who = fromCallee.map { $0 ? "the callee" : "the caller" } ?? "one side"

@@ -124,7 +124,7 @@ public struct CallAPI: Sendable {
         case .answered:
             return CallStatus(state: journey.endedAt == nil ? .answered : .ended, reason: journey.answeredBy.map { "answered by \($0)" })
         case .canceled: return CallStatus(state: .canceled, reason: journey.reason, missed: journey.missed)
-        case .unanswered, .failed: return CallStatus(state: .ended, reason: journey.reason, missed: journey.missed)
+        case .unanswered, .failed, .diverted: return CallStatus(state: .ended, reason: journey.reason, missed: journey.missed)
         }
     }
 

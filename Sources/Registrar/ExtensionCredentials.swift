@@ -36,10 +36,15 @@ public struct ExtensionCredentials: Hashable, Sendable {
 public struct DirectorySnapshot: Sendable {
     public var domains: Set<String>
     public var extensions: [AddressOfRecord: ExtensionCredentials]
+    /// The call forwarding of the extensions that have any.
+    public var diversions: [AddressOfRecord: DiversionRules]
 
-    public init(domains: Set<String> = [], extensions: [AddressOfRecord: ExtensionCredentials] = [:]) {
+    public init(
+        domains: Set<String> = [], extensions: [AddressOfRecord: ExtensionCredentials] = [:], diversions: [AddressOfRecord: DiversionRules] = [:]
+    ) {
         self.domains = Set(domains.map { $0.lowercased() })
         self.extensions = extensions
+        self.diversions = diversions
     }
 }
 

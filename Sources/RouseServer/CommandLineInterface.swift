@@ -24,7 +24,7 @@ public struct CommandLineInterface: Sendable {
     static let version = "0.1.0"
 
     /// Every command; each area of Rouse contributes its own list from its own file.
-    static var commands: [Command] { serverCommands + directoryCommands + pushCommands + routeCommands + callClassCommands + adminCommands }
+    static var commands: [Command] { serverCommands + directoryCommands + diversionCommands + pushCommands + routeCommands + callClassCommands + adminCommands }
 
     static let serverCommands: [Command] = [
         Command(

@@ -72,7 +72,10 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                     let aor = AddressOfRecord(number: number, domain: domain)
                     extensions[aor] = ExtensionCredentials(aor: aor, ha1MD5: md5, ha1SHA256: sha256)
                 }
-                return DirectorySnapshot(domains: Set(domains), extensions: extensions)
+                // Call forwarding travels with the directory (migration 602; absent before it).
+                let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
+                let diversions = hasDiversions ? try PostgresDiversions.all(on: connection) : [:]
+                return DirectorySnapshot(domains: Set(domains), extensions: extensions, diversions: diversions)
             }
         }
     }

@@ -376,12 +376,27 @@ final class MemoryDirectory: CalleeDirectory, @unchecked Sendable {
     // @unchecked: `stored` is only touched under `lock`.
     private let lock = NSLock()
     private var stored: [Binding] = []
+    private var others: [AddressOfRecord] = []
+    private var diversions: [AddressOfRecord: DiversionRules] = [:]
 
     func set(_ bindings: [Binding]) { lock.withLock { stored = bindings } }
 
+    /// More extensions besides 1002, and the call forwarding of any.
+    func set(extensions: [AddressOfRecord], diversions: [AddressOfRecord: DiversionRules]) {
+        lock.withLock {
+            others = extensions
+            self.diversions = diversions
+        }
+    }
+
     func directorySnapshot() -> DirectorySnapshot {
         let aor = AddressOfRecord(number: "1002", domain: "example.com")
-        return DirectorySnapshot(domains: ["example.com"], extensions: [aor: ExtensionCredentials(aor: aor, password: "pw")])
+        return lock.withLock {
+            let all = [aor] + others
+            return DirectorySnapshot(
+                domains: ["example.com"], extensions: Dictionary(uniqueKeysWithValues: all.map { ($0, ExtensionCredentials(aor: $0, password: "pw")) }),
+                diversions: diversions)
+        }
     }
 
     func bindings(for aor: AddressOfRecord) -> [Binding] { lock.withLock { stored.filter { $0.aor == aor } } }

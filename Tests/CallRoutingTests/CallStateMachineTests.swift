@@ -263,8 +263,10 @@ final class CallStateMachineTests: XCTestCase {
 
     var accepted: PushOutcome { PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(30)) }
 
-    func machine(_ settings: CallSettings = CallSettings()) -> Machine {
-        Machine(.init(invite: invite(), callee: callee, arrivedAt: t0, toTag: "rouse", serverName: "Rouse/test", settings: settings))
+    func machine(_ settings: CallSettings = CallSettings(), diversion: DiversionRules? = nil, invite: SIPRequest? = nil) -> Machine {
+        Machine(.init(
+            invite: invite ?? self.invite(), callee: callee, arrivedAt: t0, toTag: "rouse", serverName: "Rouse/test", settings: settings,
+            diversion: diversion))
     }
 
     func at(_ seconds: TimeInterval) -> Date { t0.addingTimeInterval(seconds) }
@@ -380,6 +382,7 @@ final class CallStateMachineTests: XCTestCase {
             case .markDead(let token): return "dead \(token.key)"
             case .graceDevice(let grace): return "grace \(label(grace.device.name)) until +\(seconds(grace.until.timeIntervalSince(t0)))"
             case .ended(let ending): return "ended \(ending.outcome.rawValue) \(ending.finalStatus)"
+            case .divert(let order): return "divert \(order.target) cause=\(order.cause.rawValue)"
             }
         }
     }
@@ -410,6 +413,7 @@ final class CallStateMachineTests: XCTestCase {
     private func name(of timer: CallTimer) -> String {
         switch timer {
         case .ring: return "ring"
+        case .noAnswer: return "noAnswer"
         case .wait: return "wait"
         case .tokenRead: return "tokenRead"
         case .timerC(let branch): return "timerC(\(branch))"

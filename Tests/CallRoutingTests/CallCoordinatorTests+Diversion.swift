@@ -1,0 +1,111 @@
+import CallRouting
+import Foundation
+import Registrar
+import RouseVocabulary
+import SIPMessage
+import SIPProxy
+import XCTest
+
+/// Call forwarding through the coordinator: a diverted call starts the target extension's call on
+/// the caller's same server transaction, or goes to the `divertOutside` hook.
+final class CallCoordinatorDiversionTests: XCTestCase {
+    let callee = AddressOfRecord(number: "1002", domain: "example.com")
+    let colleague = AddressOfRecord(number: "1003", domain: "example.com")
+
+    func testNoAnswerDivertsToAnotherExtensionOnTheSameTransaction() throws {
+        let harness = Harness(bindings: [desk(of: callee, "desk2"), desk(of: colleague, "desk3")], manualClock: true)
+        harness.directory.set(extensions: [colleague], diversions: [
+            callee: DiversionRules(noAnswer: try SIPURI(parsing: "sip:1003@example.com"), noAnswerAfter: .seconds(20)),
+        ])
+        harness.placeCall()
+        let first = try harness.waitForBranch()
+        XCTAssertEqual(first.request.uri.user, "desk2")
+        first.respond(180)
+        try harness.waitUntil { harness.responsesToCaller.contains { $0.statusCode == 180 } }
+
+        harness.advance(by: .seconds(20))
+        try harness.waitUntil { harness.signaling.invites.count == 2 }
+        let second = harness.signaling.invites[1]
+        XCTAssertEqual(second.request.uri.user, "desk3", "the colleague's phone rings")
+        XCTAssertEqual(second.request.headers["History-Info"],
+                       "<sip:1002@example.com?Reason=SIP%3Bcause%3D408>;index=1, <sip:1003@example.com;cause=408>;index=1.1;mp=1")
+        XCTAssertEqual(second.request.headers[.to], "<sip:1002@example.com>", "the To header stays the number dialled")
+        XCTAssertEqual(harness.signaling.cancels.first?.uri.user, "desk2", "the first phone stops ringing")
+        XCTAssertFalse(harness.responsesToCaller.contains { $0.statusCode >= 300 }, "the caller never hears a 480")
+
+        second.respond(200)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 200)
+        try harness.waitUntil { harness.journeys.calls.count >= 2 }
+        let journeys = harness.journeys.calls
+        let diverted = try XCTUnwrap(journeys.last { $0.callee == callee })
+        XCTAssertEqual(diverted.outcome, .diverted)
+        XCTAssertEqual(diverted.finalStatus, 408)
+        XCTAssertTrue(diverted.events.contains { $0.text == "forwarded to sip:1003@example.com (no answer, History-Info cause 408): no answer within 20 s" },
+                      "\(diverted.events.map(\.text))")
+        let answered = try XCTUnwrap(journeys.last { $0.callee == colleague && $0.outcome == .answered })
+        XCTAssertEqual(answered.callID, diverted.callID)
+        XCTAssertTrue(answered.events.contains { $0.text == "forwarded here from 1002@example.com (no answer, History-Info cause 408)" },
+                      "\(answered.events.map(\.text))")
+    }
+
+    func testTheCallersCancelAfterADiversionReachesTheTargetsCall() throws {
+        let harness = Harness(bindings: [desk(of: colleague, "desk3")], manualClock: true)
+        harness.directory.set(extensions: [colleague], diversions: [callee: DiversionRules(always: try SIPURI(parsing: "sip:1003@example.com"))])
+        harness.placeCall()
+        let invite = try harness.waitForBranch()
+        XCTAssertEqual(invite.request.uri.user, "desk3", "unconditional: straight to the colleague")
+        invite.respond(180)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
+        try harness.waitUntil { harness.signaling.cancels.count == 1 }
+        XCTAssertEqual(harness.coordinator.liveCallCount, 0)
+    }
+
+    func testAnOutsideTargetGoesToTheHookAndWithoutOneTheCallEndsAsItWould() throws {
+        let voicemail = try SIPURI(parsing: "sip:vm1002@pbx.example")
+        let hooked = Harness(bindings: [], manualClock: true)
+        hooked.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])
+        let received = Received()
+        hooked.coordinator.divertOutside = { received.add($0) }
+        hooked.placeCall()
+        try hooked.waitUntil { received.all.count == 1 }
+        let diversion = try XCTUnwrap(received.all.first)
+        XCTAssertEqual(diversion.order.request.uri, voicemail)
+        XCTAssertEqual(diversion.order.cause, .unreachable)
+        XCTAssertEqual(diversion.order.fallback.statusCode, 480)
+        XCTAssertEqual(diversion.handle, hooked.serverHandle)
+        XCTAssertFalse(hooked.responsesToCaller.contains { $0.statusCode >= 300 }, "the hook answers the caller")
+
+        let bare = Harness(bindings: [], manualClock: true)
+        bare.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])
+        bare.placeCall()
+        XCTAssertEqual(try bare.waitForCallerResponse { $0 >= 200 }.statusCode, 480)
+        let journey = try bare.waitForJourney()
+        XCTAssertTrue(journey.events.contains { $0.text == "not forwarded to sip:vm1002@pbx.example: outside calls are not set up on this server" },
+                      "\(journey.events.map(\.text))")
+    }
+
+    func testATargetThatIsNoExtensionIsNotFollowed() throws {
+        let harness = Harness(bindings: [desk(of: callee, "desk2")], manualClock: true)
+        harness.directory.set(extensions: [], diversions: [callee: DiversionRules(always: try SIPURI(parsing: "sip:1009@example.com"))])
+        harness.placeCall()
+        XCTAssertEqual(try harness.waitForBranch().request.uri.user, "desk2", "the callee's own phone rings")
+    }
+
+    // MARK: - Fixtures
+
+    func desk(of aor: AddressOfRecord, _ user: String) -> Binding {
+        Binding(
+            aor: aor, contact: "sip:\(user)@192.0.2.5:5060", callID: user, cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
+            userAgent: user, flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"),
+                                             local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
+    }
+
+    /// What the outside hook was given. Thread-safe: a lock guards the list.
+    final class Received: @unchecked Sendable {
+        private let lock = NSLock()
+        private var items: [OutsideDiversion<Int>] = []
+        func add(_ item: OutsideDiversion<Int>) { lock.withLock { items.append(item) } }
+        var all: [OutsideDiversion<Int>] { lock.withLock { items } }
+    }
+}
