@@ -158,6 +158,19 @@ public enum ConfigurationLoader {
         withCalls.digestAlgorithms = reader.digestAlgorithms("digest_algorithms")
         withCalls.flowTimer = reader.integer("flow_timer", 0...86_400)
         withCalls.testPushInterval = reader.duration("test_push_interval")
+        withCalls.gatewayRegisterExpires = reader.integer("gateway_register_expires", 60...86_400)
+        for entry in reader.list("gateway_pbx") {
+            do {
+                let pbx = try UpstreamPBX(parsing: entry, expires: withCalls.gatewayRegisterExpires)
+                guard (try? SocketAddress(ip: pbx.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: UInt16(pbx.port))) != nil else {
+                    problems.append("gateway_pbx: the PBX of \(pbx.organisation) must be an IP address, not \(pbx.host)")
+                    continue
+                }
+                withCalls.gatewayPBXs.append(pbx)
+            } catch {
+                problems.append("gateway_pbx: \(error.description)")
+            }
+        }
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

@@ -1,7 +1,7 @@
 public import Crypto
 import Foundation
 import Push
-import Registrar
+public import Registrar
 public import RouseLog
 public import SIPMessage
 public import SIPTransport
@@ -95,6 +95,10 @@ public struct RouseConfiguration: Sendable {
     public var flowTimer: Int = 120
     /// Least time between two test pushes to one device token (admin pages, admin API, `rouse push test`).
     public var testPushInterval: Duration = .seconds(30)
+    /// Gateway mode: the PBX of each organisation whose extensions Rouse registers upstream.
+    public var gatewayPBXs: [UpstreamPBX] = []
+    /// The expiry Rouse asks the PBX for (it refreshes at half of what is granted).
+    public var gatewayRegisterExpires: Int = 600
 }
 
 extension RouseConfiguration {
@@ -221,5 +225,9 @@ extension RouseConfiguration {
               meaning: "seconds between keep-alives a phone registering an RFC 5626 TCP/TLS flow is told to send (Flow-Timer); never more than four fifths of tcp_idle_timeout; 0 sends no Flow-Timer"),
         .init(key: "test_push_interval", defaultValue: "30",
               meaning: "seconds that must pass between two test pushes to one device token (admin pages, admin API, rouse push test); only pushes the provider accepted count, across every instance"),
+        .init(key: "gateway_pbx", defaultValue: "",
+              meaning: "gateway mode: comma list of organisation=host:port;transport=udp|tcp[;domain=…][;user=…;password=…][;path], the PBX (an IP address) at which each extension of the organisation with a live binding is registered with a Contact of Rouse's"),
+        .init(key: "gateway_register_expires", defaultValue: "600",
+              meaning: "seconds of upstream registration Rouse asks the PBX for; it refreshes at half of what the PBX grants"),
     ]
 }
