@@ -47,7 +47,7 @@ public final class PostgresGatewayLeases: GatewayLeases {
     public func holder(of aor: AddressOfRecord) async throws -> String? {
         try await pool.perform(within: deadline) { connection in
             let rows = try connection.query("SELECT holder FROM gateway_leases WHERE aor = $1 AND expires_at > now()", [aor.description])
-            return rows.value(0, "holder")
+            return rows.isEmpty ? nil : rows.value(0, "holder")
         }
     }
 }

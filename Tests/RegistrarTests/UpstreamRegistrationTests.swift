@@ -85,9 +85,9 @@ final class UpstreamRegistrationTests: XCTestCase {
         let actions = value.handle(.response(again), now: start + 1)
         XCTAssertEqual(sent(actions), [])
         XCTAssertTrue(actions.contains(.failed(status: 401, reason: "Unauthorized", retryAt: start + 31)), "\(actions)")
-        XCTAssertEqual(wake(actions), start + 16, "the lease renewal comes first")
-        _ = value.handle(.timer, now: start + 16)
-        _ = value.handle(.lease(held: true, until: start + 46), now: start + 16)
+        XCTAssertEqual(wake(actions), start + 15, "the lease renewal comes first")
+        XCTAssertEqual(value.handle(.timer, now: start + 15).first, .takeLease(until: start + 45))
+        _ = value.handle(.lease(held: true, until: start + 45), now: start + 15)
         let retry = try XCTUnwrap(sent(value.handle(.timer, now: start + 31)).first)
         XCTAssertNil(retry.headers[.authorization], "a new attempt starts without the old answer")
 
