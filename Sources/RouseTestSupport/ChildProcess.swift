@@ -56,6 +56,17 @@ public final class ChildProcess {
         return true
     }
 
+    /// Waits for the process to exit (blocking; for a short-lived command) and returns its status.
+    @discardableResult
+    public func waitForExit() -> Int32 {
+        if let exitStatus { return exitStatus }
+        var status: Int32 = 0
+        while waitpid(processIdentifier, &status, 0) == -1, errno == EINTR {}
+        let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        exitStatus = code
+        return code
+    }
+
     /// Sends SIGTERM, waits up to `grace` seconds, then SIGKILLs the process and `alsoKill` (its
     /// children, taken before the SIGTERM) that are still there; returns the exit status.
     @discardableResult
