@@ -184,12 +184,14 @@ public final class UpstreamGateway: @unchecked Sendable {
     // MARK: Requests from the PBX
 
     /// Takes the PBX's OPTIONS (qualify) and message-summary NOTIFYs to a Contact Rouse registered
-    /// (`sip:<number>@<Rouse>`); returns nil for any other request.
-    func answer(_ request: SIPRequest, ownNames: Set<String>, serverName: String) -> SIPResponse? {
+    /// (`sip:<number>@<Rouse>`), from the address of that extension's PBX; returns nil for any
+    /// other request (a stranger's gets what Rouse answers anyone: 404 or 405).
+    func answer(_ request: SIPRequest, from sourceIP: String, ownNames: Set<String>, serverName: String) -> SIPResponse? {
         guard request.method == .options || request.method == .notify, let number = request.uri.user,
             ownNames.contains(request.uri.host.lowercased()) || ownNames.contains("\(request.uri.host.lowercased()):\(request.uri.port ?? 5060)")
         else { return nil }
-        let candidates = pbxs.keys.map { AddressOfRecord(number: number, domain: $0) }.filter { registrar.credentials(of: $0) != nil }
+        let candidates = pbxs.values.filter { $0.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased() == sourceIP.lowercased() }
+            .map { AddressOfRecord(number: number, domain: $0.organisation) }.filter { registrar.credentials(of: $0) != nil }
         guard candidates.count == 1, let aor = candidates.first else { return nil }
         let live = registrar.bindings(for: aor).contains { $0.expiresAt > clock() }
         var response = SIPResponse(replyingTo: request, statusCode: live ? 200 : 480, toTag: request.to?.tag == nil ? SIPService.makeTag() : nil)

@@ -202,7 +202,7 @@ public final class SIPService: Sendable {
                 answerCancel(request, handle)
             } else if route(request, handle, arrivedOn: flow) {
                 // Proxied: a call to an extension, or a request inside a dialog Rouse record-routed.
-            } else if let response = gateway?.answer(request, ownNames: selfHandler.ownNames, serverName: selfHandler.serverName) {
+            } else if let response = gateway?.answer(request, from: sourceIP(of: flow), ownNames: selfHandler.ownNames, serverName: selfHandler.serverName) {
                 transactions.respond(response, to: handle)
             } else if let response = selfHandler.respond(to: request, toTag: SIPService.makeTag()) {
                 transactions.respond(response, to: handle)

@@ -78,8 +78,18 @@ extension CallProcessTests {
         XCTAssertEqual(String(decoding: notify.body, as: UTF8.self), summary)
         XCTAssertEqual(notify.headers[SIPHeaderName("event")], "message-summary")
         try phone.respond(to: notify, status: 200)
-        let journey = try journey(callID: call.callID)
+
+        // Answered, ACKed and hung up through Kamailio and Rouse.
+        let phoneDialog = try phone.answer(invite, ringing: false)
+        let ok = try call.waitForResponse(status: 200)
+        let callerDialog = try call.ack(ok)
+        _ = try phoneDialog.waitForAck()
+        let bye = try callerDialog.sendRequest(.bye)
+        _ = try phoneDialog.receiveBye()
+        XCTAssertEqual(try colleague.waitForFinalResponse(to: bye).statusCode, 200)
+        let journey = try journey(callID: call.callID, outcome: .answered)
         XCTAssertEqual(journey.pushes.count, 1)
+        XCTAssertEqual(journey.answeredBy, "RouseTestApp/1 (iPhone)")
     }
 
     func testRouseAnswersThePBXsChallengeWithItsCredentialsAndUnregistersWhenTheBindingGoes() throws {
