@@ -2,6 +2,7 @@ import CallRouting
 import Foundation
 import RouseTestSupport
 import SIPMessage
+import Storage
 import XCTest
 
 /// Gateway mode end to end (issue 19 item 3), against Debian's Kamailio as the PBX: a sleeping app
@@ -114,5 +115,37 @@ extension CallProcessTests {
             contacts = try pbx.contacts(of: "1001")
         }
         XCTAssertEqual(contacts, [], "Rouse sent Expires: 0 upstream")
+    }
+
+    func testExactlyOneInstanceRegistersAnExtensionAndAnotherTakesOverWhenItStops() throws {
+        let ports = [try FreePort.pick(), try FreePort.pick()]
+        let pbx = try KamailioPBX(trusted: ports.map { ("127.0.0.1", $0) })
+        addTeardownBlock { pbx.stop() }
+        var instances: [RouseProcess] = []
+        for port in ports {
+            let (instance, _) = try startInstance(extra: [
+                "ROUSE_SIP_LISTEN": "udp:127.0.0.1:\(port),tcp:127.0.0.1:\(port)", "ROUSE_GATEWAY_PBX": "example.com=127.0.0.1:\(pbx.port)",
+                "ROUSE_GATEWAY_REGISTER_EXPIRES": "60", "ROUSE_TRUSTED_PEERS": "127.0.0.1",
+            ])
+            instances.append(instance)
+        }
+        let desk = try TestUserAgent(transport: .udp, serverPort: ports[0], user: "1001", domain: "example.com", password: "pw-1001")
+        agents.append(desk)
+        XCTAssertEqual(try desk.register(expires: 600).statusCode, 200)
+
+        let first = try XCTUnwrap(try pbx.waitForContact(of: "1001"), pbx.outputText.suffix(2_000).description)
+        let holder = try XCTUnwrap(ports.firstIndex { first.contains("@127.0.0.1:\($0)>") }, first)
+        let lease = try database.connect().query("SELECT holder FROM gateway_leases WHERE aor = '1001@example.com'")
+        XCTAssertEqual(lease.rows.count, 1, "one lease for the extension")
+        // Both instances know the binding; still only the holder's Contact is at the PBX.
+        XCTAssertEqual(try pbx.contacts(of: "1001").count, 1)
+
+        // The holder stops (without unregistering); the other takes the lease once it runs out
+        // (30 s) and registers its own Contact.
+        _ = instances[holder].stop()
+        let other = ports[1 - holder]
+        XCTAssertNotNil(
+            try pbx.waitForContact(of: "1001", timeout: 60) { $0.contains("@127.0.0.1:\(other)>") },
+            "no take-over:\n\(instances[1 - holder].outputText.suffix(3_000))")
     }
 }
