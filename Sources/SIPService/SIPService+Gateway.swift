@@ -56,11 +56,15 @@ public final class UpstreamGateway: @unchecked Sendable {
         self.clock = clock
     }
 
-    /// Joins the SIP service that sends the REGISTERs, then looks at every extension of the
-    /// gateway organisations once (bindings loaded at start).
+    /// Joins the SIP service that sends the REGISTERs.
     func attach(_ service: SIPService) {
+        queue.async { [self] in self.service = service }
+    }
+
+    /// Looks at every extension of the gateway organisations once (bindings loaded at start),
+    /// when the service's listen points are bound.
+    func serviceStarted() {
         queue.async { [self] in
-            self.service = service
             for aor in registrar.directorySnapshot().extensions.keys where pbxs[aor.domain] != nil {
                 update(aor)
             }

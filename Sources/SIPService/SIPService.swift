@@ -113,6 +113,7 @@ public final class SIPService: Sendable {
     /// Binds the listen points and starts serving.
     public func start() throws(SIPTransportError) {
         try transport.start()
+        gateway?.serviceStarted()
     }
 
     /// The points actually bound (port 0 resolved to the port the kernel chose).

@@ -148,4 +148,21 @@ extension CallProcessTests {
             try pbx.waitForContact(of: "1001", timeout: 60) { $0.contains("@127.0.0.1:\(other)>") },
             "no take-over:\n\(instances[1 - holder].outputText.suffix(3_000))")
     }
+
+    func testBindingsStoredBeforeGatewayModeAreRegisteredUpstreamAtStart() throws {
+        let port = try FreePort.pick()
+        let listen = ["ROUSE_SIP_LISTEN": "udp:127.0.0.1:\(port),tcp:127.0.0.1:\(port)"]
+        let (before, _) = try startInstance(extra: listen)
+        let desk = try TestUserAgent(transport: .udp, serverPort: port, user: "1001", domain: "example.com", password: "pw-1001")
+        agents.append(desk)
+        XCTAssertEqual(try desk.register(expires: 600).statusCode, 200)
+        _ = before.stop()
+
+        // Gateway mode turned on: the binding loaded at start is registered without a new REGISTER.
+        let pbx = try KamailioPBX(trusted: [("127.0.0.1", port)])
+        addTeardownBlock { pbx.stop() }
+        let (after, _) = try startInstance(extra: listen.merging(["ROUSE_GATEWAY_PBX": "example.com=127.0.0.1:\(pbx.port)"]) { $1 })
+        XCTAssertNotNil(
+            try pbx.waitForContact(of: "1001") { $0.contains("sip:1001@127.0.0.1:\(port)") }, after.outputText.suffix(3_000).description)
+    }
 }
