@@ -7,7 +7,8 @@
 # the essential bsdutils; Tests/RouseServerTests/Interop*Tests.swift), the curl command of the
 # docs' examples (DocsExamplesTests runs them), and headless Chromium with its WebDriver for the
 # admin pages' browser test (AdminPagesBrowserTests), and dnsmasq, the DNS server the RFC 3263
-# resolver is tested against (DNSResolverTests).
+# resolver is tested against (DNSResolverTests), and Kamailio, the PBX of the gateway-mode tests
+# (Tests/Interop/kamailio, GatewayKamailioTests and GatewayProcessTests).
 set -euo pipefail
 
 packages=(
@@ -28,6 +29,7 @@ packages=(
     chromium-driver
     curl
     dnsmasq-base
+    kamailio
 )
 
 missing=()

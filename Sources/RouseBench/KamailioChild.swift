@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import RouseTestSupport
 
 /// A Kamailio process tree the benchmark starts as its rival: the configuration in `bench/kamailio/`
 /// rendered for this run (loopback port, children, database, usrloc `db_mode`), run in the
@@ -9,10 +10,8 @@ import Glibc
 /// Kamailio reaches the bench's PostgreSQL over its Unix socket: the database URL names no host and
 /// libpq takes the socket folder and port from `PGHOST`/`PGPORT`.
 ///
-/// It is started with `posix_spawn` and reaped with `waitpid`, not with Foundation's `Process`:
-/// Kamailio closes the descriptors it inherits as it starts, which `Process` takes for the child's
-/// exit, after which it waits for it in a blocking `waitpid` that stalls every other `Process`.
-/// Its output goes to a file in its runtime folder.
+/// It runs as a `ChildProcess` (posix_spawn, not Foundation's `Process`: see there); its output
+/// goes to a file in its runtime folder.
 ///
 /// Threading: meant for the one thread that runs the benchmark.
 final class KamailioChild {
@@ -44,8 +43,8 @@ final class KamailioChild {
     let host = "127.0.0.1"
     let port: UInt16
     /// The main Kamailio process (its children are its own).
-    let processIdentifier: pid_t
-    private var exitStatus: Int32?
+    var processIdentifier: pid_t { process.processIdentifier }
+    private let process: ChildProcess
     private let runDirectory: String
     private let logPath: String
 
@@ -89,7 +88,7 @@ final class KamailioChild {
         var environment = ProcessInfo.processInfo.environment
         environment["PGHOST"] = socketFolder
         environment["PGPORT"] = databasePort
-        processIdentifier = try Self.spawn(arguments, environment: environment.map { "\($0.key)=\($0.value)" }, output: logPath)
+        process = try ChildProcess(arguments, environment: environment, outputPath: logPath)
         do {
             try waitUntilServing(timeout: 30)
         } catch {
@@ -109,16 +108,7 @@ final class KamailioChild {
     }
 
     /// True until the main process has exited (and been reaped).
-    var isRunning: Bool {
-        guard exitStatus == nil else { return false }
-        var status: Int32 = 0
-        let reaped = waitpid(processIdentifier, &status, WNOHANG)
-        if reaped == processIdentifier || reaped < 0 {
-            exitStatus = reaped < 0 ? -1 : ((status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f))
-            return false
-        }
-        return true
-    }
+    var isRunning: Bool { process.isRunning }
 
     /// CPU seconds of the main process and every child so far.
     func cpuSeconds() -> Double? { ProcessTree.cpuSeconds(of: processIdentifier) }
@@ -146,38 +136,7 @@ final class KamailioChild {
     /// what is left of the tree; returns the main process's exit status.
     @discardableResult
     func stop() -> Int32? {
-        if isRunning {
-            let tree = ProcessTree.members(of: processIdentifier)
-            kill(processIdentifier, SIGTERM)
-            let deadline = Date().addingTimeInterval(10)
-            while isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-            for pid in tree where kill(pid, 0) == 0 { kill(pid, SIGKILL) }
-            while isRunning && Date() < deadline.addingTimeInterval(5) { Thread.sleep(forTimeInterval: 0.02) }
-        }
-        return exitStatus
-    }
-
-    /// Starts `arguments[0]` with its standard output and error appended to `output`.
-    private static func spawn(_ arguments: [String], environment: [String], output: String) throws -> pid_t {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        func cStrings(_ strings: [String]) -> [UnsafeMutablePointer<CChar>?] { strings.map { strdup($0) } + [nil] }
-        let argv = cStrings(arguments)
-        let envp = cStrings(environment)
-        defer {
-            for pointer in argv { free(pointer) }
-            for pointer in envp { free(pointer) }
-        }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)
-        guard result == 0 else {
-            throw Failure(description: "cannot start \(arguments[0]): \(String(cString: strerror(result)))")
-        }
-        return pid
+        process.stop(alsoKill: process.isRunning ? ProcessTree.members(of: processIdentifier) : [])
     }
 
     private func waitUntilServing(timeout: TimeInterval) throws {
@@ -192,7 +151,7 @@ final class KamailioChild {
         defer { buffer.deallocate() }
         while Date() < deadline {
             guard isRunning else {
-                throw Failure(description: "kamailio exited with status \(exitStatus ?? -1):\n\(outputText.suffix(3_000))")
+                throw Failure(description: "kamailio exited with status \(process.exitStatus ?? -1):\n\(outputText.suffix(3_000))")
             }
             _ = try probe.send(request)
             try probe.waitReadable(milliseconds: 200)
@@ -203,50 +162,5 @@ final class KamailioChild {
             }
         }
         throw Failure(description: "kamailio did not answer OPTIONS on \(host):\(port) within \(Int(timeout)) s:\n\(outputText.suffix(3_000))")
-    }
-}
-
-/// Loopback ports for a child server: free on UDP and TCP at once when picked.
-enum FreePort {
-    /// A port the kernel picks for TCP that is also free for UDP (tried a few times).
-    static func pick() throws -> UInt16 {
-        for _ in 0..<20 {
-            let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            let udp = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-            defer {
-                close(tcp)
-                close(udp)
-            }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = 0
-            guard bind(socketAddress: &address, to: tcp) else { continue }
-            var bound = sockaddr_in()
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(tcp, $0, &length) } }
-            address.sin_port = bound.sin_port
-            if bind(socketAddress: &address, to: udp) { return UInt16(bigEndian: bound.sin_port) }
-        }
-        throw KamailioChild.Failure(description: "no loopback port free for both UDP and TCP")
-    }
-
-    /// True when a TCP connection to the port is accepted (the connection is closed at once).
-    static func acceptsTCP(host: String, port: UInt16) -> Bool {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr(host)
-        address.sin_port = port.bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
-    }
-
-    private static func bind(socketAddress: inout sockaddr_in, to descriptor: Int32) -> Bool {
-        withUnsafePointer(to: &socketAddress) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
     }
 }

@@ -171,6 +171,19 @@ public enum ConfigurationLoader {
             perHourPerOrganisation: limit("outside_calls_per_hour_per_organisation"),
             surgeFactor: Double(reader.integer("outside_call_surge_factor", 1...1_000)))
         withCalls.dnsServers = reader.dnsServers("dns_servers")
+        withCalls.gatewayRegisterExpires = reader.integer("gateway_register_expires", 60...86_400)
+        for entry in reader.list("gateway_pbx") {
+            do {
+                let pbx = try UpstreamPBX(parsing: entry, expires: withCalls.gatewayRegisterExpires)
+                guard (try? SocketAddress(ip: pbx.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: UInt16(pbx.port))) != nil else {
+                    problems.append("gateway_pbx: the PBX of \(pbx.organisation) must be an IP address, not \(pbx.host)")
+                    continue
+                }
+                withCalls.gatewayPBXs.append(pbx)
+            } catch {
+                problems.append("gateway_pbx: \(error.description)")
+            }
+        }
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

@@ -2,7 +2,7 @@ public import CallRouting
 public import Crypto
 import Foundation
 import Push
-import Registrar
+public import Registrar
 public import RouseLog
 public import SIPMessage
 public import SIPTransport
@@ -101,6 +101,10 @@ public struct RouseConfiguration: Sendable {
     public var outsideCallClass: ClassOfService = .national
     public var outsideCallLimits = OutsideCallLimits()
     public var dnsServers: [(ip: String, port: UInt16)] = []
+    /// Gateway mode: the PBX of each organisation whose extensions Rouse registers upstream.
+    public var gatewayPBXs: [UpstreamPBX] = []
+    /// The expiry Rouse asks the PBX for (it refreshes at half of what is granted).
+    public var gatewayRegisterExpires: Int = 600
 }
 
 extension RouseConfiguration {
@@ -241,5 +245,9 @@ extension RouseConfiguration {
               meaning: "an extension's outside calls surge when the last hour has at least 10 and this many times its hourly average of the day before (metric rouse_outside_call_surging_extensions, log call.outside_surge)"),
         .init(key: "dns_servers", defaultValue: "",
               meaning: "comma list of ip or ip:port DNS servers that resolve outbound route hops (RFC 3263 NAPTR, SRV, A/AAAA); empty means those of /etc/resolv.conf"),
+        .init(key: "gateway_pbx", defaultValue: "",
+              meaning: "gateway mode: comma list of organisation=host:port;transport=udp|tcp[;domain=…][;user=…;password=…][;path], the PBX (an IP address) at which each extension of the organisation with a live binding is registered with a Contact of Rouse's"),
+        .init(key: "gateway_register_expires", defaultValue: "600",
+              meaning: "seconds of upstream registration Rouse asks the PBX for; it refreshes at half of what the PBX grants"),
     ]
 }

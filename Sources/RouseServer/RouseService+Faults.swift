@@ -44,10 +44,13 @@ extension RouseService {
     /// Where the replica puts the bindings it reads: the registrar's index (keeping what a local
     /// write still out holds); a woken app that registered on another instance ends a wait parked
     /// here.
-    static func replicaTarget(registrar: Registrar, coordinator: CallCoordinator<SIPService>) -> ReplicaBindingTarget {
+    static func replicaTarget(registrar: Registrar, coordinator: CallCoordinator<SIPService>, gateway: UpstreamGateway? = nil) -> ReplicaBindingTarget {
         ReplicaBindingTarget(mark: { registrar.localWriteMark() }) { bindings, everything, mark in
             registrar.applyStored(bindings, everything: everything, since: mark) { replaced in
-                for aor in replaced { coordinator.bindingsChanged(aor) }
+                for aor in replaced {
+                    coordinator.bindingsChanged(aor)
+                    gateway?.bindingsChanged(aor)
+                }
             }
         }
     }

@@ -37,6 +37,7 @@ public final class RouseService: @unchecked Sendable {
     private var pushStores: PostgresPushStores?
     private var refresher: BindingRefresher?
     private var databaseSettings: PostgresSettings?
+    private var gateway: UpstreamGateway?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -123,8 +124,13 @@ public final class RouseService: @unchecked Sendable {
         self.pushService = pushService
         let outsideClass = configuration.outsideCallClass
         try RouseService.loadOutsidePolicy(connection, defaultClass: outsideClass, into: coordinator, logger: logger)
+        // Gateway mode: extensions of organisations with a PBX are registered there (one instance each).
+        let gateway = configuration.gatewayPBXs.isEmpty ? nil : UpstreamGateway(
+            pbxs: configuration.gatewayPBXs, registrar: registrar, leases: PostgresGatewayLeases(pool: callPool, holder: instanceID), logger: logger)
+        self.gateway = gateway
         let replica = PostgresReplica(
-            settings: settings, origin: instanceID, bindings: RouseService.replicaTarget(registrar: registrar, coordinator: coordinator),
+            settings: settings, origin: instanceID,
+            bindings: RouseService.replicaTarget(registrar: registrar, coordinator: coordinator, gateway: gateway),
             tokens: wakeTokens)
         self.replica = replica
         try replica.start()
@@ -139,6 +145,7 @@ public final class RouseService: @unchecked Sendable {
         self.refresher = refresher
         registrar.subscribe { event in
             coordinator.bindingsChanged(event.binding.aor)
+            gateway?.bindingsChanged(event.binding.aor)
             if event.kind != .removed, event.kind != .expired { refresher.bindingChanged(event.binding) }
         }
         refresher.start()
@@ -146,7 +153,7 @@ public final class RouseService: @unchecked Sendable {
         let sip = SIPService(
             configuration: configuration, logger: logger, registrar: registrar, instanceID: instanceID, metrics: metrics,
             coordinator: coordinator, flowTokenKey: try RouseService.sharedSecret(named: "flow_token_secret", connection),
-            forwardSecret: try RouseService.sharedSecret(named: "instance_forward_secret", connection))
+            forwardSecret: try RouseService.sharedSecret(named: "instance_forward_secret", connection), gateway: gateway)
         self.sip = sip
         self.registrar = registrar
         self.locationStore = store

@@ -36,10 +36,10 @@ extension SIPService {
     public convenience init(
         configuration: RouseConfiguration, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
         metrics: MetricsRegistry? = nil, coordinator: CallCoordinator<SIPService>? = nil, flowTokenKey: [UInt8] = SecureRandom.bytes(32),
-        forwardSecret: [UInt8] = SecureRandom.bytes(32)
+        forwardSecret: [UInt8] = SecureRandom.bytes(32), gateway: UpstreamGateway? = nil
     ) {
         self.init(
             settings: SIPServiceSettings(configuration: configuration), logger: logger, registrar: registrar, instanceID: instanceID,
-            metrics: metrics, coordinator: coordinator, flowTokenKey: flowTokenKey, forwardSecret: forwardSecret)
+            metrics: metrics, coordinator: coordinator, flowTokenKey: flowTokenKey, forwardSecret: forwardSecret, gateway: gateway)
     }
 }

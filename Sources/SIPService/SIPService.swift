@@ -37,6 +37,8 @@ public final class SIPService: Sendable {
     /// Handles INVITEs for extensions when given; without it they get 405 (benchmarks of the
     /// registrar alone).
     let coordinator: CallCoordinator<SIPService>?
+    /// Gateway mode: the upstream registrations at the PBX, and its OPTIONS and NOTIFYs (nil: off).
+    let gateway: UpstreamGateway?
     /// Rouse's Route, Record-Route and Via, and where requests inside dialogs go (RFC 3261 §16):
     /// the names of this server and the key of its flow tokens (shared by every instance, so one
     /// instance can route through another's flows and nobody else can forge them).
@@ -65,9 +67,10 @@ public final class SIPService: Sendable {
     public init(
         settings: SIPServiceSettings, logger: Logger, registrar: Registrar? = nil, instanceID: String = UUID().uuidString,
         metrics: MetricsRegistry? = nil, coordinator: CallCoordinator<SIPService>? = nil, flowTokenKey: [UInt8] = SecureRandom.bytes(32),
-        forwardSecret: [UInt8] = SecureRandom.bytes(32)
+        forwardSecret: [UInt8] = SecureRandom.bytes(32), gateway: UpstreamGateway? = nil
     ) {
         self.registrar = registrar
+        self.gateway = gateway
         self.coordinator = coordinator
         self.forwardProofs = ForwardProofs(secret: forwardSecret)
         let ownNames = SIPService.ownNames(listen: settings.listen, aliases: settings.aliases)
@@ -108,11 +111,13 @@ public final class SIPService: Sendable {
             serverName: settings.serverName)
         wiring.service = self
         coordinator?.attach(self)
+        gateway?.attach(self)
     }
 
     /// Binds the listen points and starts serving.
     public func start() throws(SIPTransportError) {
         try transport.start()
+        gateway?.serviceStarted()
     }
 
     /// The points actually bound (port 0 resolved to the port the kernel chose).
@@ -202,6 +207,8 @@ public final class SIPService: Sendable {
                 answerCancel(request, handle)
             } else if route(request, handle, arrivedOn: flow) {
                 // Proxied: a call to an extension, or a request inside a dialog Rouse record-routed.
+            } else if let response = gateway?.answer(request, from: sourceIP(of: flow), ownNames: selfHandler.ownNames, serverName: selfHandler.serverName) {
+                transactions.respond(response, to: handle)
             } else if let response = selfHandler.respond(to: request, toTag: SIPService.makeTag()) {
                 transactions.respond(response, to: handle)
             }

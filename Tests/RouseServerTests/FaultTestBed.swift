@@ -51,7 +51,7 @@ final class PrivateCluster {
         temporaryFolder.remove()
     }
 
-    /// Runs `scripts/pg.sh` and waits for it. Not through Foundation's `Process`, which learns of
+    /// Runs `scripts/pg.sh` and waits for it, as a `ChildProcess`. Not through Foundation's `Process`, which learns of
     /// a child's end when every holder of a descriptor it gave the child closes it: the server
     /// pg_ctl starts would hold it (and the pipes of every other process the test runs) for as long
     /// as it runs. The script starts with every descriptor but 0–2 closed, and its output goes to
@@ -62,23 +62,8 @@ final class PrivateCluster {
         let argv = ["/bin/bash", "-c", closeOthersThenRun, Self.repositoryRoot + "/scripts/pg.sh"] + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["ROUSE_PG_FSYNC"] = "off"
-        let envp = environment.map { "\($0.key)=\($0.value)" }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        var cArguments = argv.map { strdup($0) } + [nil]
-        var cEnvironment = envp.map { strdup($0) } + [nil]
-        defer { (cArguments + cEnvironment).forEach { free($0) } }
-        var pid = pid_t()
-        let spawned = posix_spawn(&pid, "/bin/bash", &actions, nil, &cArguments, &cEnvironment)
-        guard spawned == 0 else { throw PrivateClusterFailure(description: "cannot run scripts/pg.sh: error \(spawned)") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1, errno == EINTR {}
-        let exitedCleanly = status & 0x7f == 0 && (status >> 8) & 0xff == 0
-        guard exitedCleanly else {
+        let status = try ChildProcess(argv, environment: environment, outputPath: logPath).waitForExit()
+        guard status == 0 else {
             let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
             throw PrivateClusterFailure(description: "scripts/pg.sh \(arguments.joined(separator: " ")) failed (\(status)): \(text)")
         }
