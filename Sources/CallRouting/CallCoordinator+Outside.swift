@@ -79,10 +79,11 @@ extension CallCoordinator {
 
     /// An authenticated extension's INVITE to a target that is no extension: a route, the
     /// toll-fraud guard, then the route's hops. Refusals are recorded as journeys too (the admin
-    /// reads why a call did not go out).
+    /// reads why a call did not go out). A diverted call comes with `fallback`, the answer it
+    /// would have had: a refusal gives the caller that instead.
     func beginOutside(
         _ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, target: DialledTarget, caller: AddressOfRecord,
-        inOwnDomain: Bool, source: String, transport: String, at now: Date
+        inOwnDomain: Bool, source: String, transport: String, at now: Date, fallback: SIPResponse? = nil
     ) {
         guard outside.byHandle[handle] == nil else { return }
         let from = invite.from
@@ -96,7 +97,7 @@ extension CallCoordinator {
             var response = SIPResponse(replyingTo: invite, statusCode: status, reasonPhrase: phrase, toTag: Self.makeTag())
             response.headers.add(.reason, ProxyRules.reason(cause: status, text: why))
             response.headers.add(.server, serverName)
-            signaling?.respond(response, to: handle)
+            signaling?.respond(fallback ?? response, to: handle)
             _ = recorder.apply(.ended(outcome: .failed, status: status, reason: why, missed: false), at: now)
             journeys?.recordCall(recorder.journey)
             outside.metrics?.refused.increment(["why": label])

@@ -62,7 +62,6 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     var outside: OutsideCalls<Flow>
     /// How each call ended, kept while its call tokens can still ask (`status`).
     private var endedCalls: [UUID: (callee: AddressOfRecord, ending: CallEnding)] = [:]
-    private var outsideDiversion: (@Sendable (OutsideDiversion<Flow>) -> Void)?
 
     /// - Parameters:
     ///   - scheduler: the call timers (a `DispatchTimerScheduler` by default; tests may pass a
@@ -94,15 +93,6 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
         talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
         outside = OutsideCalls(limits: settings.outsideCallLimits, metrics: metrics)
-    }
-
-    /// Takes a call diverted to a target that is not a local extension (a voicemail URI, an
-    /// outside number): the outbound routes send it on, on the caller's server transaction. Nil
-    /// (the default): such forwardings are not followed, and the call ends as it would have.
-    /// Called on the call queue; must return at once.
-    public var divertOutside: (@Sendable (OutsideDiversion<Flow>) -> Void)? {
-        get { queue.sync { outsideDiversion } }
-        set { queue.sync { outsideDiversion = newValue } }
     }
 
     /// Connects the SIP side (which owns the coordinator, hence the weak reference).
@@ -249,7 +239,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var recorder = JourneyRecorder(journey, authenticatedAs: caller)
         if let diverted { _ = recorder.apply(.divertedHere(from: diverted.from, cause: diverted.cause), at: arrivedAt) }
         let snapshot = directory.directorySnapshot()
-        let rules = usableDiversion(snapshot.diversions[callee], in: snapshot, recorder: &recorder, at: arrivedAt)
+        let rules = usableDiversion(snapshot.diversions[callee], of: callee, in: snapshot, recorder: &recorder, at: arrivedAt)
         let machine = CallStateMachine<Flow>(.init(
             id: id, invite: invite, callee: callee, arrivedAt: arrivedAt, toTag: diverted?.toTag ?? Self.makeTag(), serverName: serverName,
             settings: settings, diversion: rules))
@@ -295,24 +285,25 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     /// Whether the coordinator can follow a forwarding to `target` now, and if not why.
-    private func unusable(_ target: SIPURI, in snapshot: DirectorySnapshot) -> String? {
+    private func unusable(_ target: SIPURI, in snapshot: DirectorySnapshot, diverting: AddressOfRecord) -> String? {
         if Self.localExtension(target, in: snapshot) != nil { return nil }
         if target.scheme != .tel, snapshot.domains.contains(target.host.lowercased()), target.parameters.value("user")?.lowercased() != "phone",
             DialledTarget(target)?.isNumber != true
         {
             return "no such extension"
         }
-        return outsideDiversion == nil ? "outside calls are not set up on this server" : nil
+        guard let target = DialledTarget(target) else { return "no number or user to dial" }
+        return outside.policy.routes.route(for: target, organisation: diverting.domain) == nil ? "no route for \(target) in \(diverting.domain)" : nil
     }
 
     /// The callee's forwarding without the targets that cannot be followed (each said in the
     /// journey), so the call rings the callee instead of failing.
     private func usableDiversion(
-        _ rules: DiversionRules?, in snapshot: DirectorySnapshot, recorder: inout JourneyRecorder, at now: Date
+        _ rules: DiversionRules?, of diverting: AddressOfRecord, in snapshot: DirectorySnapshot, recorder: inout JourneyRecorder, at now: Date
     ) -> DiversionRules? {
         guard var rules, !rules.isEmpty else { return nil }
         for target in rules.targets {
-            guard let why = unusable(target, in: snapshot) else { continue }
+            guard let why = unusable(target, in: snapshot, diverting: diverting) else { continue }
             _ = recorder.apply(.diversionRefused(target: target.description, because: why), at: now)
             if rules.always == target { rules.always = nil }
             if rules.busy == target { rules.busy = nil }
@@ -323,7 +314,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     }
 
     /// The call of `entry` was diverted: a local extension gets a new call on the same server
-    /// transaction and caller flow; any other target goes to `divertOutside`. A target that
+    /// transaction and caller flow; any other target goes out through the diverting extension's
+    /// routes (and its class of service), as its own outside call would. A target that
     /// cannot be used now gets the caller the answer the call would have had.
     private func divert(_ order: DiversionOrder, from entry: CallEntry, at now: Date) {
         let snapshot = directory.directorySnapshot()
@@ -333,12 +325,14 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         if let callee = Self.localExtension(order.target, in: snapshot) {
             begin(order.request, handle: entry.handle, callerFlow: entry.callerFlow, callee: callee, caller: entry.caller, source: journey.source,
                   transport: journey.transport, at: now, diverted: (order.divertedBy, order.cause, entry.machine.setup.toTag))
-        } else if unusable(order.target, in: snapshot) == nil, let outside = outsideDiversion {
-            outside(OutsideDiversion(order: order, handle: entry.handle, callerFlow: entry.callerFlow))
+        } else if unusable(order.target, in: snapshot, diverting: order.divertedBy) == nil, let target = DialledTarget(order.target) {
+            beginOutside(
+                order.request, handle: entry.handle, callerFlow: entry.callerFlow, target: target, caller: order.divertedBy, inOwnDomain: true,
+                source: journey.source, transport: journey.transport, at: now, fallback: order.fallback)
         } else {
             signaling?.respond(order.fallback, to: entry.handle)
-            recordLate([.diversionRefused(target: order.target.description, because: unusable(order.target, in: snapshot) ?? "no such extension")],
-                       callee: order.divertedBy, entry.machine.setup.id)
+            let why = unusable(order.target, in: snapshot, diverting: order.divertedBy) ?? "no such extension"
+            recordLate([.diversionRefused(target: order.target.description, because: why)], callee: order.divertedBy, entry.machine.setup.id)
         }
     }
 
@@ -696,15 +690,6 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         var live = 0
         var grace: [Grace] = []
     }
-}
-
-/// A call diverted to a target that is not a local extension, for the outbound routes to send on
-/// (`CallCoordinator.divertOutside`): the rewritten INVITE and why (`order`), the caller's server
-/// transaction and flow. When no route takes it, answer the caller `order.fallback`. A value.
-public struct OutsideDiversion<Flow: Hashable & Sendable>: Sendable {
-    public var order: DiversionOrder
-    public var handle: ServerTransactionHandle
-    public var callerFlow: Flow
 }
 
 /// The INVITE of a grace device and whether its CANCEL went. @unchecked Sendable: only touched on

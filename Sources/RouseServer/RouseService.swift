@@ -196,8 +196,9 @@ public final class RouseService: @unchecked Sendable {
         _ connection: PostgresConnection, defaultClass: ClassOfService, into coordinator: CallCoordinator<SIPService>, logger: Logger
     ) throws {
         let routes = try PostgresRoutes(connection: connection).credentials()
-        coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: routes, defaultClass: defaultClass))
-        logger.info("routes.loaded", ["routes": String(routes.count)])
+        let classes = try PostgresCallClasses(connection: connection).load()
+        coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: routes, classes: classes.classes, national: classes.national, defaultClass: defaultClass))
+        logger.info("routes.loaded", ["routes": String(routes.count), "classes": String(classes.classes.count)])
     }
 
     /// A random secret shared by every instance through `rouse_settings`, made by whichever starts

@@ -2,12 +2,13 @@ import CallRouting
 import Foundation
 import Registrar
 import RouseVocabulary
+import SIPDNS
 import SIPMessage
 import SIPProxy
 import XCTest
 
 /// Call forwarding through the coordinator: a diverted call starts the target extension's call on
-/// the caller's same server transaction, or goes to the `divertOutside` hook.
+/// the caller's same server transaction, or goes out through the diverting extension's routes.
 final class CallCoordinatorDiversionTests: XCTestCase {
     let callee = AddressOfRecord(number: "1002", domain: "example.com")
     let colleague = AddressOfRecord(number: "1003", domain: "example.com")
@@ -61,27 +62,30 @@ final class CallCoordinatorDiversionTests: XCTestCase {
         XCTAssertEqual(harness.coordinator.liveCallCount, 0)
     }
 
-    func testAnOutsideTargetGoesToTheHookAndWithoutOneTheCallEndsAsItWould() throws {
+    func testAnOutsideTargetGoesOutThroughTheRoutesAndWithoutOneTheCallEndsAsItWould() throws {
         let voicemail = try SIPURI(parsing: "sip:vm1002@pbx.example")
-        let hooked = Harness(bindings: [], manualClock: true)
-        hooked.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])
-        let received = Received()
-        hooked.coordinator.divertOutside = { received.add($0) }
-        hooked.placeCall()
-        try hooked.waitUntil { received.all.count == 1 }
-        let diversion = try XCTUnwrap(received.all.first)
-        XCTAssertEqual(diversion.order.request.uri, voicemail)
-        XCTAssertEqual(diversion.order.cause, .unreachable)
-        XCTAssertEqual(diversion.order.fallback.statusCode, 480)
-        XCTAssertEqual(diversion.handle, hooked.serverHandle)
-        XCTAssertFalse(hooked.responsesToCaller.contains { $0.statusCode >= 300 }, "the hook answers the caller")
+        let routed = Harness(bindings: [], manualClock: true)
+        routed.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])
+        let pbx = try RouteHop(parsing: "127.0.0.1:5090")
+        routed.signaling.resolutions = [pbx.description: [ResolvedHop(transport: .udp, ip: "127.0.0.1", port: 5090, host: "127.0.0.1")]]
+        routed.coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: [
+            (OutboundRoute(id: 1, organisation: "example.com", name: "pbx", position: 10, pattern: .domain("pbx.example"), hops: [pbx]), nil),
+        ]))
+        routed.placeCall()
+        try routed.waitUntil { routed.signaling.outsideInvites.count == 1 }
+        let sent = try XCTUnwrap(routed.signaling.outsideInvites.first)
+        XCTAssertEqual(sent.request.uri, voicemail, "a domain route keeps the voicemail URI")
+        XCTAssertEqual(sent.hop.port, 5090)
+        XCTAssertEqual(sent.request.headers["History-Info"],
+                       "<sip:1002@example.com?Reason=SIP%3Bcause%3D503>;index=1, <sip:vm1002@pbx.example;cause=503>;index=1.1;mp=1")
+        XCTAssertFalse(routed.responsesToCaller.contains { $0.statusCode >= 300 }, "the caller never hears the 480")
 
         let bare = Harness(bindings: [], manualClock: true)
         bare.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])
         bare.placeCall()
         XCTAssertEqual(try bare.waitForCallerResponse { $0 >= 200 }.statusCode, 480)
         let journey = try bare.waitForJourney()
-        XCTAssertTrue(journey.events.contains { $0.text == "not forwarded to sip:vm1002@pbx.example: outside calls are not set up on this server" },
+        XCTAssertTrue(journey.events.contains { $0.text == "not forwarded to sip:vm1002@pbx.example: no route for vm1002@pbx.example in example.com" },
                       "\(journey.events.map(\.text))")
     }
 
@@ -99,13 +103,5 @@ final class CallCoordinatorDiversionTests: XCTestCase {
             aor: aor, contact: "sip:\(user)@192.0.2.5:5060", callID: user, cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
             userAgent: user, flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"),
                                              local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
-    }
-
-    /// What the outside hook was given. Thread-safe: a lock guards the list.
-    final class Received: @unchecked Sendable {
-        private let lock = NSLock()
-        private var items: [OutsideDiversion<Int>] = []
-        func add(_ item: OutsideDiversion<Int>) { lock.withLock { items.append(item) } }
-        var all: [OutsideDiversion<Int>] { lock.withLock { items } }
     }
 }

@@ -88,14 +88,16 @@ final class InteropTrunkTests: XCTestCase {
     }
 
     func testTheClassOfServiceRefusesACallAndAnEmergencyRouteCarriesOneAnyway() throws {
-        try bed.startRouse(["ROUSE_OUTSIDE_CALL_CLASS": "internal"])
+        try bed.startRouse()
         let loadsAtStart = routeLoads()
         let trunk = try trunk("trunk", scenario: "trunk-answer")
         try addRoute(RouteDraft(organisation: InteropBed.domain, name: "out", pattern: "prefix:0", hops: ["127.0.0.1:\(trunk.port)"]))
         try addRoute(RouteDraft(
             organisation: InteropBed.domain, name: "emergency", position: 1, pattern: "regex:112|999", hops: ["127.0.0.1:\(trunk.port)"],
             emergency: true))
-        XCTAssertTrue(try bed.waitUntil { self.routeLoads() >= loadsAtStart + 2 }, "every change reaches the running Rouse")
+        // 1001's own class, set while Rouse runs (the instance default is national).
+        try PostgresCallClasses(connection: try bed.database.connect()).setClass(.internalOnly, number: "1001", organisation: InteropBed.domain)
+        XCTAssertTrue(try bed.waitUntil { self.routeLoads() >= loadsAtStart + 3 }, "every change reaches the running Rouse")
 
         let agent = try TestUserAgent(transport: .udp, serverPort: try bed.port(.udp), user: "1001", domain: InteropBed.domain,
                                       password: InteropBed.passwords["1001"]!)
