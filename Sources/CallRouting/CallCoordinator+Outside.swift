@@ -80,10 +80,11 @@ extension CallCoordinator {
     /// An authenticated extension's INVITE to a target that is no extension: a route, the
     /// toll-fraud guard, then the route's hops. Refusals are recorded as journeys too (the admin
     /// reads why a call did not go out). A diverted call comes with `fallback`, the answer it
-    /// would have had: a refusal gives the caller that instead.
+    /// would have had: a refusal gives the caller that instead. `toExtension`: a call to another
+    /// extension that gateway mode sends through the PBX (no toll-fraud guard; it costs nothing).
     func beginOutside(
         _ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, target: DialledTarget, caller: AddressOfRecord,
-        inOwnDomain: Bool, source: String, transport: String, at now: Date, fallback: SIPResponse? = nil
+        inOwnDomain: Bool, source: String, transport: String, at now: Date, fallback: SIPResponse? = nil, toExtension: Bool = false
     ) {
         guard outside.byHandle[handle] == nil else { return }
         let from = invite.from
@@ -103,12 +104,14 @@ extension CallCoordinator {
             outside.metrics?.refused.increment(["why": label])
             logger.info("call.outside_refused", ["call": journey.callID, "caller": caller.description, "target": target.description, "why": why])
         }
-        guard let route = policy.routes.route(for: target, organisation: caller.domain) else {
+        guard let route = toExtension ? policy.gateway(for: caller.domain) : policy.route(for: target, organisation: caller.domain) else {
             let why = "no route for \(target) in \(caller.domain)"
             return inOwnDomain ? refuse(404, "Not Found", why: why, label: "no_route") : refuse(403, "No Route", why: why, label: "no_route")
         }
         let required = policy.required(for: target, organisation: caller.domain)
-        let decision = outside.guardian.admit(caller: caller, classOfService: policy.classOfService(of: caller), required: required, route: route, now: now)
+        let decision = toExtension
+            ? .admit(ticket: 0)
+            : outside.guardian.admit(caller: caller, classOfService: policy.classOfService(of: caller), required: required, route: route, now: now)
         guard case .admit(let ticket) = decision else {
             if case .refuse(let why) = decision {
                 refuse(403, "Forbidden", why: why, label: why.contains("limit") ? "limit" : "class_of_service")

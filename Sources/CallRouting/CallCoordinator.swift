@@ -138,7 +138,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 signaling?.respond(tooMany, to: handle)
                 return
             }
-            if ProxyRules.isLooping(invite, instanceMarker: instanceID) {
+            if ProxyRules.isLooping(invite, instanceMarker: instanceID), isLoop(invite) {
                 var response = SIPResponse(replyingTo: invite, statusCode: 482, reasonPhrase: "Loop Detected", toTag: Self.makeTag())
                 response.headers.add(.server, serverName)
                 signaling?.respond(response, to: handle)
@@ -151,6 +151,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             case .respond(let response):
                 signaling?.respond(response, to: handle)
             case .accept(let callee, let caller):
+                // Gateway mode: the PBX keeps the dialplan, so even a call to another extension goes there.
+                if let caller, outside.policy.gateway(for: caller.domain) != nil, let target = DialledTarget(invite.uri) {
+                    return beginOutside(
+                        invite, handle: handle, callerFlow: callerFlow, target: target, caller: caller, inOwnDomain: true, source: sourceIP,
+                        transport: transport, at: arrivedAt, toExtension: true)
+                }
                 begin(invite, handle: handle, callerFlow: callerFlow, callee: callee, caller: caller, source: sourceIP, transport: transport, at: arrivedAt)
             case .outside(let target, let caller, let inOwnDomain):
                 beginOutside(
@@ -158,6 +164,19 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                     transport: transport, at: arrivedAt)
             }
         }
+    }
+
+    /// §16.3 step 4 for an INVITE that already passed through this instance (its Via says so):
+    /// a loop when a call in progress here arrived with the same Call-ID, From tag, CSeq and
+    /// Request-URI; otherwise a spiral (the PBX of gateway mode sends a call of Rouse's back to
+    /// the Contact Rouse registered there, a new Request-URI) and it is taken as a new call.
+    private func isLoop(_ invite: SIPRequest) -> Bool {
+        func same(_ other: SIPRequest) -> Bool {
+            other.callID == invite.callID && other.from?.tag == invite.from?.tag && other.cseq?.number == invite.cseq?.number
+                && other.uri == invite.uri
+        }
+        return callees.values.contains { $0.calls.values.contains { $0.machine.phase != .ended && same($0.machine.setup.invite) } }
+            || outside.calls.values.contains { !$0.ended && same($0.machine.setup.invite) }
     }
 
     /// The caller's CANCEL matched the INVITE transaction `handle` (already answered 200).

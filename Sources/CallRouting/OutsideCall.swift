@@ -321,7 +321,10 @@ public struct OutsideCall<Flow: Hashable & Sendable>: Sendable {
         } else {
             let target = currentRouteHop?.target
             let host = target.map { $0.host.contains(":") ? "[\($0.host)]" : $0.host } ?? (hop.ip.contains(":") ? "[\(hop.ip)]" : hop.ip)
-            uri = SIPURI(scheme: target?.secure == true ? .sips : .sip, user: setup.route.translated(setup.target), host: host, port: target?.port.map(Int.init))
+            let scheme: SIPURI.Scheme = target?.secure == true ? .sips : .sip
+            let user = setup.route.translated(setup.target)
+            uri = setup.route.requestHost.map { SIPURI(scheme: scheme, user: user, host: $0) }
+                ?? SIPURI(scheme: scheme, user: user, host: host, port: target?.port.map(Int.init))
         }
         var request = ProxyRules.branchRequest(from: setup.invite, to: uri)
         request.headers.remove(.authorization)

@@ -9,6 +9,8 @@ import Metrics
 import Push
 import Registrar
 public import RouseLog
+import SIPDNS
+import SIPProxy
 import SIPService
 import RouseVocabulary
 public import SIPTransport
@@ -123,7 +125,8 @@ public final class RouseService: @unchecked Sendable {
         self.coordinator = coordinator
         self.pushService = pushService
         let outsideClass = configuration.outsideCallClass
-        try RouseService.loadOutsidePolicy(connection, defaultClass: outsideClass, into: coordinator, logger: logger)
+        let gatewayRoutes = configuration.gatewayPBXs.enumerated().map { index, pbx in (RouseService.route(to: pbx, id: -1 - index), pbx.password) }
+        try RouseService.loadOutsidePolicy(connection, defaultClass: outsideClass, gateways: gatewayRoutes, into: coordinator, logger: logger)
         // Gateway mode: extensions of organisations with a PBX are registered there (one instance each).
         let gateway = configuration.gatewayPBXs.isEmpty ? nil : UpstreamGateway(
             pbxs: configuration.gatewayPBXs, registrar: registrar, leases: PostgresGatewayLeases(pool: callPool, holder: instanceID), logger: logger)
@@ -159,7 +162,7 @@ public final class RouseService: @unchecked Sendable {
         self.locationStore = store
         listener = startListening(
             settings: settings, directory: directory, registrar: registrar, replica: replica, instanceID: instanceID,
-            pushService: pushService, coordinator: coordinator, outsideClass: outsideClass)
+            pushService: pushService, coordinator: coordinator, outsideClass: outsideClass, gatewayRoutes: gatewayRoutes)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -193,12 +196,24 @@ public final class RouseService: @unchecked Sendable {
     /// The routes (with their passwords) and classes of service as PostgreSQL holds them now, put
     /// in force on `coordinator` (logged as `routes.loaded`).
     static func loadOutsidePolicy(
-        _ connection: PostgresConnection, defaultClass: ClassOfService, into coordinator: CallCoordinator<SIPService>, logger: Logger
+        _ connection: PostgresConnection, defaultClass: ClassOfService, gateways: [(route: OutboundRoute, password: String?)],
+        into coordinator: CallCoordinator<SIPService>, logger: Logger
     ) throws {
         let routes = try PostgresRoutes(connection: connection).credentials()
         let classes = try PostgresCallClasses(connection: connection).load()
-        coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: routes, classes: classes.classes, national: classes.national, defaultClass: defaultClass))
+        coordinator.updateOutsidePolicy(OutsideCallPolicy(
+            routes: routes, classes: classes.classes, national: classes.national, defaultClass: defaultClass, gateways: gateways))
         logger.info("routes.loaded", ["routes": String(routes.count), "classes": String(classes.classes.count)])
+    }
+
+    /// Gateway mode: the route that takes every call of `pbx`'s organisation to the PBX (after the
+    /// organisation's own routes for numbers outside), with its domain in the Request-URI, its
+    /// credentials for the PBX's challenge, and the caller's From as it came.
+    static func route(to pbx: UpstreamPBX, id: Int) -> OutboundRoute {
+        let hop = RouteHop(SIPServerTarget(host: pbx.host, port: UInt16(clamping: pbx.port), transport: pbx.transport == .tcp ? .tcp : .udp))
+        return OutboundRoute(
+            id: id, organisation: pbx.organisation, name: "pbx", position: Int.max, pattern: .prefix(""), hops: [hop], username: pbx.username,
+            callerIdentity: .unchanged, requestHost: pbx.domain)
     }
 
     /// A random secret shared by every instance through `rouse_settings`, made by whichever starts
@@ -221,7 +236,8 @@ public final class RouseService: @unchecked Sendable {
     /// announced while the connection was down is lost.
     private func startListening(
         settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, replica: PostgresReplica, instanceID: String,
-        pushService: PushService, coordinator: CallCoordinator<SIPService>, outsideClass: ClassOfService
+        pushService: PushService, coordinator: CallCoordinator<SIPService>, outsideClass: ClassOfService,
+        gatewayRoutes: [(route: OutboundRoute, password: String?)]
     ) -> PostgresNotificationListener {
         let logger = self.logger
         let work = DispatchQueue(label: "rouse.notifications")
@@ -236,7 +252,7 @@ public final class RouseService: @unchecked Sendable {
                 work.async {
                     do {
                         registrar.updateDirectory(try directory.loadDirectory())
-                        try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, into: coordinator, logger: logger)
+                        try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, gateways: gatewayRoutes, into: coordinator, logger: logger)
                     } catch {
                         logger.warning("database.directory_reload_failed", ["error": "\(error)"])
                     }
@@ -254,7 +270,7 @@ public final class RouseService: @unchecked Sendable {
                     } else if notification.channel == PostgresDirectory.notificationChannel {
                         registrar.updateDirectory(try directory.loadDirectory())
                     } else if notification.channel == PostgresRoutes.notificationChannel {
-                        try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, into: coordinator, logger: logger)
+                        try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, gateways: gatewayRoutes, into: coordinator, logger: logger)
                     } else if notification.channel == PostgresPushApps.notificationChannel {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))

@@ -208,12 +208,16 @@ public struct OutboundRoute: Sendable, Hashable, Identifiable {
     public var callerIdentity: CallerIdentity
     /// Emergency numbers: always carried, whatever the caller's class of service.
     public var emergency: Bool
+    /// The host of the Request-URI the hops get (the PBX's domain in gateway mode); nil: the
+    /// route hop's own host and port.
+    public var requestHost: String?
 
     public init(
         id: Int, organisation: String, name: String, position: Int, pattern: RoutePattern, strip: Int = 0, prepend: String = "",
         hops: [RouteHop], hopTimeout: Duration = .seconds(4), username: String? = nil, callerIdentity: CallerIdentity = .assertedIdentity,
-        emergency: Bool = false
+        emergency: Bool = false, requestHost: String? = nil
     ) {
+        self.requestHost = requestHost
         self.id = id
         self.organisation = organisation
         self.name = name

@@ -14,8 +14,9 @@ public enum ProxyRules {
         return SIPResponse(replyingTo: request, statusCode: 483, reasonPhrase: "Too Many Hops")
     }
 
-    /// §16.3 step 4: the request already passed through this proxy (a Via carrying this
-    /// instance's marker): a loop, since Rouse forwards only to registered devices.
+    /// §16.3 step 4, first half: the request already passed through this proxy (a Via carrying
+    /// this instance's marker). A loop when it comes back unchanged; a spiral (a new Request-URI,
+    /// as a PBX in front of which Rouse stands sends it) is not: the caller tells them apart.
     public static func isLooping(_ request: SIPRequest, instanceMarker: String) -> Bool {
         request.vias.contains { $0.parameters.value(viaMarkerParameter) == instanceMarker }
     }

@@ -15,15 +15,17 @@ final class KamailioPBX {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let trunkUser = "rouse-gateway"
 
-    let host = "127.0.0.1"
+    let host: String
     let port: UInt16
     let trunkPassword = "pbx-" + UUID().uuidString.prefix(8)
     private let folder: TemporaryFolder
     private var process: ChildProcess?
 
     /// Starts Kamailio on `port` (a free one when nil), trusting REGISTERs from each of `trusted`
-    /// (`127.0.0.1:port` entries) without digest; waits (up to 30 s) until it answers OPTIONS.
-    init(port: UInt16? = nil, trusted: [(String, UInt16)] = []) throws {
+    /// (`127.0.0.1:port` entries) without digest, on loopback address `host`; waits (up to 30 s)
+    /// until it answers OPTIONS.
+    init(host: String = "127.0.0.1", port: UInt16? = nil, trusted: [(String, UInt16)] = []) throws {
+        self.host = host
         let executable = "/usr/sbin/kamailio"
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw ChildProcess.Failure(description: "no kamailio at \(executable) (scripts/deps.sh installs it)")

@@ -13,13 +13,17 @@ import XCTest
 extension CallProcessTests {
     /// Kamailio on a port of its own trusting Rouse's address and port; Rouse on a port picked
     /// first (Kamailio must know it), registering example.com's extensions at Kamailio.
-    func startGateway(pbxEntry: (KamailioPBX) -> String = { "example.com=127.0.0.1:\($0.port)" }, trustRouse: Bool = true) throws -> (KamailioPBX, UInt16) {
+    /// `pbxHost`: the loopback address Kamailio serves on, the one Rouse trusts (another than the
+    /// phones' 127.0.0.1, so that the phones must authenticate).
+    func startGateway(
+        pbxHost: String = "127.0.0.1", pbxEntry: (KamailioPBX) -> String = { "example.com=\($0.host):\($0.port)" }, trustRouse: Bool = true
+    ) throws -> (KamailioPBX, UInt16) {
         let rousePort = try FreePort.pick()
-        let pbx = try KamailioPBX(trusted: trustRouse ? [("127.0.0.1", rousePort)] : [])
+        let pbx = try KamailioPBX(host: pbxHost, trusted: trustRouse ? [("127.0.0.1", rousePort)] : [])
         addTeardownBlock { pbx.stop() }
         try startRouse(wakeWait: 15, extra: [
             "ROUSE_SIP_LISTEN": "udp:127.0.0.1:\(rousePort),tcp:127.0.0.1:\(rousePort)", "ROUSE_GATEWAY_PBX": pbxEntry(pbx),
-            "ROUSE_GATEWAY_REGISTER_EXPIRES": "60", "ROUSE_TRUSTED_PEERS": "127.0.0.1",
+            "ROUSE_GATEWAY_REGISTER_EXPIRES": "60", "ROUSE_TRUSTED_PEERS": pbxHost,
         ])
         return (pbx, rousePort)
     }
