@@ -370,12 +370,14 @@ final class HostileInputTests: XCTestCase {
         XCTAssertEqual(try finalResponse(udp)?.statusCode, 483)
         assertStillServing("after Max-Forwards 0")
 
-        // An INVITE that already carries this instance's Via marker: 482 (§16.3 step 4). The marker is
-        // the instance id, which the phone's stored binding names.
+        // An INVITE that claims to have passed this instance already (its Via marker, the instance
+        // id the phone's stored binding names) with no call of it here: no loop, so a stranger's is
+        // challenged like any other (the real loop, the same request back while its call rings,
+        // gets 482: CallCoordinatorLoopTests).
         let instance = try XCTUnwrap(try storedBindings(of: "1002").first?.flow.instanceID)
         let loopVia = "Via: SIP/2.0/UDP 127.0.0.1:\(try point(.udp).port);branch=z9hG4bK\(UUID().uuidString);rport;rouse=\(instance)\r\n"
         try udp.send(Self.request("INVITE", uri: "sip:1002@example.com", transport: "UDP", port: udp.localPort, extra: loopVia + sdpless))
-        XCTAssertEqual(try finalResponse(udp)?.statusCode, 482)
-        assertStillServing("after a Via loop")
+        XCTAssertEqual(try finalResponse(udp)?.statusCode, 407)
+        assertStillServing("after a forged Via marker")
     }
 }
