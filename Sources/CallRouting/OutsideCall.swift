@@ -327,6 +327,11 @@ public struct OutsideCall<Flow: Hashable & Sendable>: Sendable {
                 ?? SIPURI(scheme: scheme, user: user, host: host, port: target?.port.map(Int.init))
         }
         var request = ProxyRules.branchRequest(from: setup.invite, to: uri)
+        if setup.route.diversionHeader, request.headers.values(HistoryInfo.diversionHeader).isEmpty,
+            let diversion = HistoryInfo.lastDiversion(of: setup.invite)
+        {
+            request = HistoryInfo.addingDiversion(to: request, from: diversion.from, cause: diversion.cause)
+        }
         request.headers.remove(.authorization)
         request.headers.remove(Self.assertedIdentity)
         request.headers.remove(Self.preferredIdentity)

@@ -66,6 +66,7 @@ extension AdminAPI {
         let password: JSONField
         let callerIdentity: JSONField
         let emergency: JSONField
+        let diversionHeader: JSONField
     }
 
     /// Reads a `POST /organisations/{domain}/routes` body into a draft (not yet validated: storing
@@ -84,10 +85,10 @@ extension AdminAPI {
             guard let text = item.string else { throw FieldProblem(field: "hops", message: "hops must be an array of next hops (strings)") }
             return text
         }
-        var emergency = false
-        if body.emergency.hasValue {
-            guard case .bool(let flag) = body.emergency else { throw FieldProblem(field: "emergency", message: "emergency must be true or false") }
-            emergency = flag
+        func flag(_ value: JSONField, _ name: String) throws -> Bool {
+            guard value.hasValue else { return false }
+            guard case .bool(let flag) = value else { throw FieldProblem(field: name, message: "\(name) must be true or false") }
+            return flag
         }
         func optional(_ value: JSONField, _ name: String) throws -> String? {
             value.hasValue ? try string(value, name) : nil
@@ -99,7 +100,7 @@ extension AdminAPI {
             prepend: try string(body.prepend, "prepend", optional: true), hops: hops,
             hopTimeoutMilliseconds: try whole(body.hopTimeoutMs, "hopTimeoutMs") ?? 4000, username: try optional(body.username, "username"),
             password: try optional(body.password, "password"), callerIdentity: identity.isEmpty ? "asserted-identity" : identity,
-            emergency: emergency)
+            emergency: try flag(body.emergency, "emergency"), diversionHeader: try flag(body.diversionHeader, "diversionHeader"))
     }
 
     /// A route's (or class setting's) field as the API's bodies name it.
@@ -203,6 +204,7 @@ extension AdminAnswer {
         let hasPassword: Bool
         let callerIdentity: String
         let emergency: Bool
+        let diversionHeader: Bool
 
         init(_ listed: PostgresRoutes.Listed) {
             let route = listed.route
@@ -219,6 +221,7 @@ extension AdminAnswer {
             hasPassword = listed.hasPassword
             callerIdentity = route.callerIdentity.description
             emergency = route.emergency
+            diversionHeader = route.diversionHeader
         }
     }
 

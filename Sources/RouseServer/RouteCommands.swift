@@ -12,7 +12,7 @@ import Storage
 /// toll-fraud guard's data: an extension's class of service and an organisation's national patterns.
 extension CommandLineInterface {
     static let routeUsage =
-        "rouse route add DOMAIN NAME --pattern prefix:P|regex:R|domain:D --hops HOP[,HOP…] [--position N] [--strip N] [--prepend DIGITS] [--hop-timeout MS] [--username U [--password P]] [--caller-identity asserted-identity|unchanged|from:NUMBER] [--emergency] [--json]"
+        "rouse route add DOMAIN NAME --pattern prefix:P|regex:R|domain:D --hops HOP[,HOP…] [--position N] [--strip N] [--prepend DIGITS] [--hop-timeout MS] [--username U [--password P]] [--caller-identity asserted-identity|unchanged|from:NUMBER] [--emergency] [--diversion-header] [--json]"
 
     static let routeCommands: [Command] = [
         Command(
@@ -22,7 +22,7 @@ extension CommandLineInterface {
                 cli.runPushCommand(
                     arguments, usage: routeUsage,
                     options: ["--pattern", "--hops", "--position", "--strip", "--prepend", "--hop-timeout", "--username", "--password", "--caller-identity"],
-                    switches: ["--emergency", "--json"], positional: 2...2
+                    switches: ["--emergency", "--diversion-header", "--json"], positional: 2...2
                 ) { context in
                     try Self.requireRouteTables(context.connection)
                     guard let pattern = context.options["--pattern"] else { throw CommandLineProblem("--pattern is required") }
@@ -44,7 +44,8 @@ extension CommandLineInterface {
                         strip: try number("--strip") ?? 0, prepend: context.options["--prepend"] ?? "",
                         hops: hops.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) },
                         hopTimeoutMilliseconds: try number("--hop-timeout") ?? 4000, username: context.options["--username"], password: password,
-                        callerIdentity: context.options["--caller-identity"] ?? "asserted-identity", emergency: context.switches.contains("--emergency"))
+                        callerIdentity: context.options["--caller-identity"] ?? "asserted-identity", emergency: context.switches.contains("--emergency"),
+                        diversionHeader: context.switches.contains("--diversion-header"))
                     let id = try PostgresRoutes(connection: context.connection).add(draft)
                     if context.json { return printJSON(["id": id, "organisation": draft.organisation.lowercased(), "name": draft.name]) }
                     print("added route \(draft.name) of \(draft.organisation.lowercased())")
@@ -68,6 +69,7 @@ extension CommandLineInterface {
                         if let username = route.username { words.append("as \(username)\(listed.hasPassword ? " (password set)" : "")") }
                         words.append("caller \(route.callerIdentity)")
                         if route.emergency { words.append("EMERGENCY") }
+                        if route.diversionHeader { words.append("diversion-header") }
                         print(words.joined(separator: "  "))
                     }
                 }

@@ -132,6 +132,17 @@ public enum HistoryInfo {
         return copy
     }
 
+    /// The last diversion the request's History-Info records: the target it was diverted away from
+    /// (the parent named by the last `mp` entry's index) and its RFC 4458 cause.
+    public static func lastDiversion(of request: SIPRequest) -> (from: SIPURI, cause: DiversionCause)? {
+        let all = entries(of: request)
+        guard let last = all.last(where: { $0.uri.parameters.contains("cause") }), let parentIndex = last.parameters.value("mp"),
+            let parent = all.first(where: { $0.index == parentIndex }),
+            let cause = last.uri.parameters.value("cause").flatMap(Int.init).flatMap(DiversionCause.init(rawValue:))
+        else { return nil }
+        return (parent.uri, cause)
+    }
+
     /// Whether two URIs name the same target (scheme, user and host; parameters aside).
     private static func sameTarget(_ a: SIPURI, _ b: SIPURI) -> Bool {
         a.scheme == b.scheme && a.user == b.user && a.host.caseInsensitiveEquals(b.host)

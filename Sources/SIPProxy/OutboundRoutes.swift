@@ -208,6 +208,9 @@ public struct OutboundRoute: Sendable, Hashable, Identifiable {
     public var callerIdentity: CallerIdentity
     /// Emergency numbers: always carried, whatever the caller's class of service.
     public var emergency: Bool
+    /// RFC 5806: a diverted call also carries a Diversion header (many trunks and PBXs read it
+    /// rather than History-Info).
+    public var diversionHeader: Bool
     /// The host of the Request-URI the hops get (the PBX's domain in gateway mode); nil: the
     /// route hop's own host and port.
     public var requestHost: String?
@@ -215,8 +218,9 @@ public struct OutboundRoute: Sendable, Hashable, Identifiable {
     public init(
         id: Int, organisation: String, name: String, position: Int, pattern: RoutePattern, strip: Int = 0, prepend: String = "",
         hops: [RouteHop], hopTimeout: Duration = .seconds(4), username: String? = nil, callerIdentity: CallerIdentity = .assertedIdentity,
-        emergency: Bool = false, requestHost: String? = nil
+        emergency: Bool = false, diversionHeader: Bool = false, requestHost: String? = nil
     ) {
+        self.diversionHeader = diversionHeader
         self.requestHost = requestHost
         self.id = id
         self.organisation = organisation

@@ -51,5 +51,10 @@ extension Migrator {
                 CREATE TRIGGER sip_domains_national_patterns_changed AFTER DELETE OR UPDATE OF national_patterns ON sip_domains
                     FOR EACH STATEMENT EXECUTE FUNCTION rouse_routes_changed();
                 """),
+        Migration(
+            version: 604, name: "routes: Diversion header",
+            sql: """
+                ALTER TABLE outbound_routes ADD COLUMN diversion_header boolean NOT NULL DEFAULT false;
+                """),
     ]
 }

@@ -17,12 +17,15 @@ public struct RouteDraft: Sendable, Equatable {
     public var password: String?
     public var callerIdentity: String
     public var emergency: Bool
+    /// RFC 5806 Diversion on diverted calls, beside History-Info.
+    public var diversionHeader: Bool
 
     public init(
         organisation: String, name: String, position: Int? = nil, pattern: String, strip: Int = 0, prepend: String = "", hops: [String],
         hopTimeoutMilliseconds: Int = 4000, username: String? = nil, password: String? = nil, callerIdentity: String = "asserted-identity",
-        emergency: Bool = false
+        emergency: Bool = false, diversionHeader: Bool = false
     ) {
+        self.diversionHeader = diversionHeader
         self.organisation = organisation
         self.name = name
         self.position = position
@@ -64,7 +67,7 @@ public struct RouteDraft: Sendable, Equatable {
         return OutboundRoute(
             id: 0, organisation: organisation.lowercased(), name: name, position: position ?? 0, pattern: pattern, strip: strip, prepend: prepend,
             hops: parsedHops, hopTimeout: .milliseconds(hopTimeoutMilliseconds), username: username, callerIdentity: identity,
-            emergency: emergency)
+            emergency: emergency, diversionHeader: diversionHeader)
     }
 }
 
@@ -104,15 +107,15 @@ public struct PostgresRoutes {
             let rows = try connection.query(
                 """
                 INSERT INTO outbound_routes
-                    (domain_id, name, position, pattern, strip, prepend, hops, hop_timeout_ms, username, password, caller_identity, emergency)
-                SELECT d.id, $2, COALESCE($3::integer, (SELECT max(position) + 10 FROM outbound_routes WHERE domain_id = d.id), 10), $4, $5::integer, $6, $7::jsonb, $8::integer, $9, $10, $11, $12::boolean
+                    (domain_id, name, position, pattern, strip, prepend, hops, hop_timeout_ms, username, password, caller_identity, emergency, diversion_header)
+                SELECT d.id, $2, COALESCE($3::integer, (SELECT max(position) + 10 FROM outbound_routes WHERE domain_id = d.id), 10), $4, $5::integer, $6, $7::jsonb, $8::integer, $9, $10, $11, $12::boolean, $13::boolean
                 FROM sip_domains d WHERE d.domain = $1
                 RETURNING id
                 """,
                 [
                     route.organisation, route.name, draft.position.map(String.init), route.pattern.description, String(route.strip), route.prepend,
                     JSONText.array(of: route.hops.map(\.description)), String(draft.hopTimeoutMilliseconds), draft.username, draft.password,
-                    route.callerIdentity.description, route.emergency ? "true" : "false",
+                    route.callerIdentity.description, route.emergency ? "true" : "false", route.diversionHeader ? "true" : "false",
                 ])
             guard !rows.isEmpty, let id = rows.value(0, "id").flatMap({ Int($0) }) else {
                 throw RouteError(field: "organisation", problem: "there is no organisation \(route.organisation)")
@@ -153,7 +156,7 @@ public struct PostgresRoutes {
             """
             SELECT r.id, d.domain, r.name, r.position, r.pattern, r.strip, r.prepend,
                    array_to_string(ARRAY(SELECT jsonb_array_elements_text(r.hops)), E'\\n') AS hops,
-                   r.hop_timeout_ms, r.username, r.password, r.caller_identity, r.emergency
+                   r.hop_timeout_ms, r.username, r.password, r.caller_identity, r.emergency, r.diversion_header
             FROM outbound_routes r JOIN sip_domains d ON d.id = r.domain_id
             WHERE $1::text IS NULL OR d.domain = $1
             ORDER BY d.domain, r.position, r.id
@@ -170,7 +173,8 @@ public struct PostgresRoutes {
                 position: result.value(index, "position").flatMap { Int($0) } ?? 0, pattern: pattern,
                 strip: result.value(index, "strip").flatMap { Int($0) } ?? 0, prepend: result.value(index, "prepend") ?? "", hops: hops,
                 hopTimeout: .milliseconds(result.value(index, "hop_timeout_ms").flatMap { Int($0) } ?? 4000),
-                username: result.value(index, "username"), callerIdentity: identity, emergency: result.value(index, "emergency") == "t")
+                username: result.value(index, "username"), callerIdentity: identity, emergency: result.value(index, "emergency") == "t",
+                diversionHeader: result.value(index, "diversion_header") == "t")
             return (route, result.value(index, "password"))
         }
     }

@@ -188,6 +188,18 @@ final class OutsideCallTests: XCTestCase {
         XCTAssertEqual(ringing.first?.headers[.from], "\"Alice\" <sip:1001@example.com>;tag=a")
     }
 
+    func testADivertedCallCarriesDiversionWhenTheRouteAsks() throws {
+        var route = try route()
+        route.diversionHeader = true
+        let diverted = HistoryInfo.retarget(try invite(), to: try SIPURI(parsing: "sip:00442079460958@example.com"), cause: .noAnswer)
+        var call = OutsideCall<Int>(.init(
+            invite: diverted, caller: caller, target: try XCTUnwrap(DialledTarget(diverted.uri)), route: route, password: nil, toTag: "rouse",
+            serverName: "Rouse/test"))
+        let request = try started(&call)
+        XCTAssertEqual(request.headers[SIPHeaderName("Diversion")], "<sip:00442079460958@example.com>;reason=no-answer;counter=1")
+        XCTAssertFalse(request.headers.values(SIPHeaderName("History-Info")).isEmpty, "History-Info stays beside it")
+    }
+
     func testAHeldOffHopIsSkippedWhileAnotherRemains() throws {
         var call = try machine(try route(), heldOff: [first])
         _ = call.handle(.start, at: now)
