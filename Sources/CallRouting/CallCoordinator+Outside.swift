@@ -74,6 +74,11 @@ extension CallCoordinator {
         queue.async { [self] in outside.policy = policy }
     }
 
+    /// Extensions whose outside calls jumped (`OutsideCallGuard.surges`), for the admin pages.
+    public var outsideCallSurges: [(caller: AddressOfRecord, lastHour: Int)] {
+        queue.sync { outside.guardian.surges(now: clock()) }
+    }
+
     /// Outside calls in progress.
     public var liveOutsideCallCount: Int { queue.sync { outside.calls.values.filter { !$0.ended }.count } }
 

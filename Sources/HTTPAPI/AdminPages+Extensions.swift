@@ -40,6 +40,19 @@ extension AdminPages {
 
     // MARK: - The list
 
+    /// The toll-fraud warning: extensions whose outside calls jumped (nothing when none did).
+    static func surgeWarning(_ surges: [(caller: AddressOfRecord, lastHour: Int)]) -> HTML {
+        guard !surges.isEmpty else { return "" }
+        let items = surges.map { surge -> HTML in
+            "<li><a href=\"\(extensionPath(surge.caller))\">\(surge.caller.description)</a>: \(surge.lastHour) outside calls in the last hour</li>"
+        }
+        return """
+            <div class="error" id="outside-call-surge" role="alert"><p><strong>Outside calls jumped</strong> (toll fraud?): far more than
+            these extensions' usual, as this instance counts them. Check them, lower their class of service, or change their passwords.</p>
+            <ul>\(HTML(joining: items))</ul></div>
+            """
+    }
+
     /// `GET /admin/extensions`: organisations, then the extensions matching `search` (and
     /// `domain`), 100 at a time from `offset`, with the forms to add either.
     func extensionsPage(
@@ -89,6 +102,7 @@ extension AdminPages {
         let body: HTML = """
             <h1>Organisations and extensions</h1>
             \(Self.banner(notice: Self.notice(page), problem: problem))
+            \(Self.surgeWarning(reads.outsideCallSurges()))
             <section id="organisations">
             <h2>Organisations</h2>
             \(Self.table(["Domain", "Extensions", "Added", "Outside calls", ""], organisationRows, empty: "No organisation yet. An organisation is a SIP domain; its extensions register as number@domain.", id: "organisation-list"))

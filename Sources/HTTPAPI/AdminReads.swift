@@ -20,6 +20,9 @@ struct AdminReads: Sendable {
     let pusher: PushService?
     /// Seconds between two test pushes to one device token (`test_push_interval`).
     let testPushInterval: TimeInterval
+    /// Extensions whose outside calls jumped, as this instance's toll-fraud guard counts them
+    /// (`outside_call_surge_factor`), with their calls in the last hour; quick.
+    var outsideCallSurges: @Sendable () -> [(caller: AddressOfRecord, lastHour: Int)] = { [] }
 
     /// One device of an extension as the pages and the API list it: a registered binding or a
     /// posted token, with the id its Test push and Show token actions name it by.

@@ -37,6 +37,8 @@ public final class HTTPAPIService: Sendable {
     ///   go through as a call's would; nil: one made from the stored apps for each test.
     /// - Parameter testPushInterval: seconds between two test pushes to one device token
     ///   (`test_push_interval`), counted in PostgreSQL across instances.
+    /// - Parameter outsideCallSurges: extensions whose outside calls jumped (this instance's
+    ///   toll-fraud guard), with their calls in the last hour; the admin pages warn of them.
     /// - Parameter adminDatabaseDeadline: seconds an admin request (API or pages) may wait for
     ///   PostgreSQL before it is answered 503 with `Retry-After`.
     public init(
@@ -45,6 +47,7 @@ public final class HTTPAPIService: Sendable {
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
         healthProblems: @escaping @Sendable () -> [String] = { [] }, pushService: PushService? = nil, testPushInterval: TimeInterval = 30,
+        outsideCallSurges: @escaping @Sendable () -> [(caller: AddressOfRecord, lastHour: Int)] = { [] },
         adminDatabaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, logger: Logger = .discarding
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
@@ -56,7 +59,8 @@ public final class HTTPAPIService: Sendable {
         }
         let parts = RouteParts(
             pool: pool, directory: directory, throttle: authFailureThrottle, metrics: metrics, calls: calls, healthProblems: healthProblems,
-            reads: AdminReads(pushSettings: pushSettings, pusher: pushService, testPushInterval: testPushInterval),
+            reads: AdminReads(
+                pushSettings: pushSettings, pusher: pushService, testPushInterval: testPushInterval, outsideCallSurges: outsideCallSurges),
             adminSessionLifetime: adminSessionLifetime, adminDatabaseDeadline: adminDatabaseDeadline, logger: logger)
         var outermost: [any HTTPMiddleware<APIContext>] = []
         if limits.requestsPerSecond > 0 {

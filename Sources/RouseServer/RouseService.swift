@@ -182,7 +182,8 @@ public final class RouseService: @unchecked Sendable {
             trustedProxies: try TrustedPeers(parsing: configuration.httpTrustedProxies),
             calls: CallAPIParts(signer: callTokens, control: coordinator, instanceID: instanceID),
             healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores),
-            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval, logger: logger)
+            pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval,
+            outsideCallSurges: { coordinator.outsideCallSurges }, logger: logger)
         self.http = http
         logger.info("http.listening", ["listen": http.listenAddress])
     }

@@ -1,6 +1,7 @@
 import CallRouting
 import Foundation
 import HTTPAPI
+import HTTPServer
 import Registrar
 import RouseTestSupport
 import SIPProxy
@@ -64,6 +65,22 @@ extension AdminPagesTests {
         XCTAssertEqual(try PostgresRoutes(connection: try database.connect()).list().count, 1, "a forged form removes nothing")
         XCTAssertEqual(try browser.get("/admin/organisations/nowhere.example").status, 404)
         XCTAssertFalse(browser.allText.contains("trunk-secret-9"), "a route's password is never written into a page")
+    }
+
+    func testTheExtensionsPageWarnsOfOutsideCallsThatJumped() throws {
+        let surging = AddressOfRecord(number: "1001", domain: "example.com")
+        let warned = try StandaloneHTTPAPI(
+            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
+            outsideCallSurges: { [(surging, 42)] })
+        defer { warned.stop() }
+        let browser = try PageBrowser(port: warned.server.port)
+        XCTAssertEqual(try browser.signIn(admin.0, admin.1).status, 303)
+        let page = try browser.get("/admin/extensions")
+        XCTAssertTrue(page.text.contains("id=\"outside-call-surge\""), page.text)
+        XCTAssertTrue(page.text.contains("<a href=\"/admin/extensions/1001%40example.com\">1001@example.com</a>: 42 outside calls in the last hour")
+                      || page.text.contains(">1001@example.com</a>: 42 outside calls in the last hour"), page.text)
+        XCTAssertEqual(try self.browser.signIn(admin.0, admin.1).status, 303)
+        XCTAssertFalse(try self.browser.get("/admin/extensions").text.contains("outside-call-surge"), "no warning when nothing jumped")
     }
 
     func testNationalNumbersAndAnExtensionsClassOfServiceAreSetOnTheirPages() throws {

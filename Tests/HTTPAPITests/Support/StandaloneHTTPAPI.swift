@@ -28,7 +28,8 @@ final class StandaloneHTTPAPI: @unchecked Sendable {
         listen: String, settings: PostgresSettings, pushSettings: PushSettings = PushSettings(), adminSessionLifetime: TimeInterval = 12 * 3600,
         authFailureThrottle: AuthFailureThrottle? = nil, metrics: MetricsRegistry = MetricsRegistry(),
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil, pushService: PushService? = nil,
-        testPushInterval: TimeInterval = 30, logger: Logger = .discarding
+        testPushInterval: TimeInterval = 30, outsideCallSurges: @escaping @Sendable () -> [(caller: AddressOfRecord, lastHour: Int)] = { [] },
+        logger: Logger = .discarding
     ) throws {
         var poolSettings = settings
         poolSettings.statementTimeout = min(settings.statementTimeout, 5)
@@ -46,7 +47,7 @@ final class StandaloneHTTPAPI: @unchecked Sendable {
             service = try HTTPAPIService(
                 listen: listen, pool: pool, directory: cache, pushSettings: pushSettings, adminSessionLifetime: adminSessionLifetime,
                 authFailureThrottle: authFailureThrottle, metrics: metrics, trustedProxies: trustedProxies, calls: calls,
-                pushService: pushService, testPushInterval: testPushInterval, logger: logger)
+                pushService: pushService, testPushInterval: testPushInterval, outsideCallSurges: outsideCallSurges, logger: logger)
         } catch {
             pool.shutdown()
             throw error
