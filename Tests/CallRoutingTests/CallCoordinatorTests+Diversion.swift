@@ -5,6 +5,7 @@ import RouseVocabulary
 import SIPDNS
 import SIPMessage
 import SIPProxy
+import SIPTransaction
 import XCTest
 
 /// Call forwarding through the coordinator: a diverted call starts the target extension's call on
@@ -103,5 +104,36 @@ final class CallCoordinatorDiversionTests: XCTestCase {
             aor: aor, contact: "sip:\(user)@192.0.2.5:5060", callID: user, cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
             userAgent: user, flow: BindingFlow(transport: .udp, source: SocketAddress(parsing: "192.0.2.5:5060"), connectionID: FlowConnectionID("udp#0"),
                                              local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "i"))
+    }
+}
+
+/// Outside calls through the coordinator's shell (reached here by a diversion, which needs no
+/// digest in the harness): Rouse stopping ends one still ringing with 503, and its hop stops.
+final class CallCoordinatorOutsideTests: XCTestCase {
+    func testStoppingEndsAnOutsideCallStillRingingWith503() throws {
+        let callee = AddressOfRecord(number: "1002", domain: "example.com")
+        let harness = Harness(bindings: [], manualClock: true)
+        harness.directory.set(extensions: [], diversions: [callee: DiversionRules(always: try SIPURI(parsing: "sip:02079460958@example.com"))])
+        let trunk = try RouteHop(parsing: "127.0.0.1:5091")
+        harness.signaling.resolutions = [trunk.description: [ResolvedHop(transport: .udp, ip: "127.0.0.1", port: 5091, host: "127.0.0.1")]]
+        harness.coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: [
+            (OutboundRoute(id: 1, organisation: "example.com", name: "trunk", position: 10, pattern: .prefix("0"), hops: [trunk]), nil),
+        ]))
+        harness.placeCall()
+        try harness.waitUntil { harness.signaling.outsideInvites.count == 1 }
+        let sent = try XCTUnwrap(harness.signaling.outsideInvites.first)
+        XCTAssertEqual(sent.request.uri.description, "sip:02079460958@127.0.0.1:5091")
+        XCTAssertEqual(harness.coordinator.liveOutsideCallCount, 1)
+        var ringing = SIPResponse(replyingTo: sent.request, statusCode: 180, toTag: "trunk")
+        ringing.headers.set(.via, sent.request.headers.lines(.via).joined(separator: ", "))
+        sent.onResponse(.response(ringing))
+        try harness.waitUntil { harness.responsesToCaller.contains { $0.statusCode == 180 } }
+
+        XCTAssertEqual(harness.coordinator.endAll(reason: "Rouse is stopping"), 1)
+        let final = try harness.waitForCallerResponse { $0 >= 200 }
+        XCTAssertEqual(final.statusCode, 503)
+        XCTAssertEqual(final.headers[.retryAfter], "5")
+        try harness.waitUntil { harness.signaling.cancels.count == 1 }
+        XCTAssertEqual(harness.coordinator.liveOutsideCallCount, 0)
     }
 }

@@ -297,6 +297,13 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
 
     var late2xx: [SIPResponse] { lock.withLock { lateResponses } }
 
+    /// The request as the SIP side sends it: with a Via of Rouse's on top.
+    static func withRousesVia(_ request: SIPRequest) -> SIPRequest {
+        var outgoing = request
+        outgoing.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
+        return outgoing
+    }
+
     func reach(_ binding: Binding) -> BindingReach {
         binding.flow.transport == .udp ? .datagram : (binding.flow.connectionID.name == "tcp#1" ? .gone : .connected)
     }
@@ -305,9 +312,7 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
         _ request: SIPRequest, to binding: Binding, callerFlow: Int, sent: @escaping @Sendable (SentRequest<Int>?) -> Void,
         onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
     ) {
-        var withVia = request
-        withVia.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
-        let outgoing = withVia
+        let outgoing = Self.withRousesVia(request)
         let send = { @Sendable [self] in
             lock.withLock { sentInvites.append(SentInvite(request: outgoing, bindingID: binding.id, onResponse: onResponse)) }
             sent(SentRequest(outgoing, over: 1))
@@ -364,9 +369,7 @@ final class FakeSignaling: CallSignaling, @unchecked Sendable {
         _ request: SIPRequest, to hop: ResolvedHop, callerFlow: Int, sent: @escaping @Sendable (SentRequest<Int>?) -> Void,
         onResponse: @escaping @Sendable (ClientTransactionEvent) -> Void
     ) {
-        var withVia = request
-        withVia.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK\(UUID().uuidString)")
-        let outgoing = withVia
+        let outgoing = Self.withRousesVia(request)
         lock.withLock { sentOutside.append((outgoing, hop, onResponse)) }
         sent(SentRequest(outgoing, over: 2))
     }
