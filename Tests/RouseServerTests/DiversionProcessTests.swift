@@ -66,46 +66,42 @@ final class DiversionProcessTests: XCTestCase {
     }
 
     func testA603IsNoBusyWhenDeclineIsBusyIsOff() throws {
-        try setForwarding(["--busy", "1003"])
-        try bed.startRouse(["ROUSE_DECLINE_IS_BUSY": "false"])
-        _ = try bed.sippCallee(over: .udp, scenario: "callee-answer-history", number: "1003", name: "forwarded")
-        _ = try refusingCallee(decline: true)
-        XCTAssertEqual(try callFromTestAgent().statusCode, 603, "the decline goes back to the caller")
-
-        let journey = try journey(of: "1002")
-        XCTAssertEqual(journey.outcome, .failed, "\(journey.events.map(\.text))")
-        XCTAssertEqual(journey.finalStatus, 603)
+        let journey = try busyRuleNotFollowed(settings: ["ROUSE_DECLINE_IS_BUSY": "false"], decline: true, answer: 603)
         XCTAssertFalse(journey.events.contains { $0.text.contains("forwarded") }, "\(journey.events.map(\.text))")
-        XCTAssertEqual(bed.logged("forwarded"), [], "1003's phone was never called")
     }
 
     func testTheLoopGuardOfMaxDiversionsIsReadFromTheConfiguration() throws {
-        try setForwarding(["--busy", "1003"])
-        try bed.startRouse(["ROUSE_MAX_DIVERSIONS": "0"])
-        _ = try bed.sippCallee(over: .udp, scenario: "callee-answer-history", number: "1003", name: "forwarded")
-        _ = try refusingCallee(decline: false)
-        XCTAssertEqual(try callFromTestAgent().statusCode, 486, "not forwarded: the busy answer goes back")
-
-        let journey = try journey(of: "1002")
-        XCTAssertEqual(journey.outcome, .failed)
+        let journey = try busyRuleNotFollowed(settings: ["ROUSE_MAX_DIVERSIONS": "0"], decline: false, answer: 486)
         XCTAssertTrue(
             journey.events.contains {
                 $0.text == "not forwarded to sip:1003@example.com: the INVITE was diverted 0 time(s) already (max_diversions 0)"
             }, "\(journey.events.map(\.text))")
-        XCTAssertEqual(bed.logged("forwarded"), [], "1003's phone was never called")
+    }
+
+    /// 1002 forwards on busy to 1003 and its phone refuses (603 when `decline`, else 486), with
+    /// Rouse started with `settings` that keep the rule from applying: the caller (Rouse's own test
+    /// agent as 1001) gets `answer`, 1003's phone is never called, and 1002's journey, returned,
+    /// ends `failed` with that status.
+    func busyRuleNotFollowed(settings: [String: String], decline: Bool, answer: Int, file: StaticString = #filePath, line: UInt = #line) throws -> CallJourney {
+        try setForwarding(["--busy", "1003"])
+        try bed.startRouse(settings)
+        _ = try bed.sippCallee(over: .udp, scenario: "callee-answer-history", number: "1003", name: "forwarded")
+        _ = try refusingCallee(decline: decline)
+        let agent = try TestUserAgent(
+            transport: .udp, serverPort: try bed.port(.udp), user: "1001", domain: InteropBed.domain, password: InteropBed.passwords["1001"]!)
+        defer { agent.close() }
+        XCTAssertEqual(try agent.invite("sip:1002@example.com").waitForFinal().statusCode, answer, "1002's answer goes back", file: file, line: line)
+
+        let journey = try journey(of: "1002")
+        XCTAssertEqual(journey.outcome, .failed, "\(journey.events.map(\.text))", file: file, line: line)
+        XCTAssertEqual(journey.finalStatus, answer, file: file, line: line)
+        XCTAssertEqual(bed.logged("forwarded"), [], "1003's phone was never called", file: file, line: line)
+        return journey
     }
 
     /// 1002's SIPp phone, answering every call 486 Busy Here, or 603 Decline when `decline`.
     func refusingCallee(decline: Bool) throws -> RouseProcess {
         try bed.sippCallee(over: .udp, scenario: "callee-refuse", arguments: ["-set", "answer", decline ? "decline" : "busy"])
-    }
-
-    /// 1001 (Rouse's own test agent) calls 1002 and gets this final answer.
-    func callFromTestAgent() throws -> SIPResponse {
-        let agent = try TestUserAgent(
-            transport: .udp, serverPort: try bed.port(.udp), user: "1001", domain: InteropBed.domain, password: InteropBed.passwords["1001"]!)
-        defer { agent.close() }
-        return try agent.invite("sip:1002@example.com").waitForFinal()
     }
 
     /// `rouse extension forward 1002@example.com ARGUMENTS`, as an operator sets it before Rouse starts.
