@@ -212,6 +212,7 @@ extension AdminPages {
         .badge.accepted, .badge.alive, .badge.answered, .badge.woke { background: #e3f2e8; color: var(--ok); }
         .badge.refused, .badge.dead, .badge.failed, .badge.missed { background: #f8e1e1; color: var(--bad); }
         .badge.emergency { background: #f8e1e1; color: var(--bad); }
+        .badge.diverted { background: #e4edf9; color: var(--accent); }
         .badge.no-wake, .badge.unanswered, .badge.late, .badge.canceled, .badge.pending { background: #fbf0d9; color: var(--warn); }
         .device { border-top: 1px solid var(--line); padding: 0.6rem 0; }
         .device:first-of-type { border-top: none; }

@@ -184,6 +184,8 @@ public enum ConfigurationLoader {
                 problems.append("gateway_pbx: \(error.description)")
             }
         }
+        withCalls.declineIsBusy = reader.boolean("decline_is_busy")
+        withCalls.maxDiversions = reader.integer("max_diversions", 0...20)
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

@@ -53,7 +53,9 @@ extension CommandLineInterface {
             guard let seconds = Int(after) else { throw CommandLineProblem("after: '\(after)' is not a whole number of seconds") }
             draft.noAnswerAfterSeconds = seconds
         }
-        if draft.noAnswer == nil { draft.noAnswerAfterSeconds = nil }
+        // A removed no-answer rule takes its ring time along; a ring time given without a
+        // no-answer target is refused by the store, naming `after`.
+        if draft.noAnswer == nil, options["--after"] == nil { draft.noAnswerAfterSeconds = nil }
         return draft
     }
 

@@ -105,6 +105,10 @@ public struct RouseConfiguration: Sendable {
     public var gatewayPBXs: [UpstreamPBX] = []
     /// The expiry Rouse asks the PBX for (it refreshes at half of what is granted).
     public var gatewayRegisterExpires: Int = 600
+    /// Call forwarding: whether a 603 Decline counts as busy, and how many diversions an INVITE
+    /// may have had already and still be diverted (the loop guard).
+    public var declineIsBusy: Bool = true
+    public var maxDiversions: Int = 5
 }
 
 extension RouseConfiguration {
@@ -249,5 +253,9 @@ extension RouseConfiguration {
               meaning: "gateway mode: comma list of organisation=host:port;transport=udp|tcp[;domain=…][;user=…;password=…][;path], the PBX (an IP address) at which each extension of the organisation with a live binding is registered with a Contact of Rouse's"),
         .init(key: "gateway_register_expires", defaultValue: "600",
               meaning: "seconds of upstream registration Rouse asks the PBX for; it refreshes at half of what the PBX grants"),
+        .init(key: "decline_is_busy", defaultValue: "true",
+              meaning: "whether a 603 Decline counts as busy for an extension's busy forwarding (rouse extension forward --busy); false: only 486 and 600 do"),
+        .init(key: "max_diversions", defaultValue: "5",
+              meaning: "an INVITE already diverted this many times (its History-Info and Diversion entries) is not forwarded again and ends as it would have (the loop guard); 0 forwards no call"),
     ]
 }

@@ -118,6 +118,7 @@ public final class RouseService: @unchecked Sendable {
                 wakeWait: configuration.wakeWait, wakeWaitWithDeskPhone: configuration.wakeWaitWithDeskPhone,
                 ringTimeout: configuration.ringTimeout, cancelGrace: configuration.cancelGrace,
                 trustedPeers: try TrustedPeers(parsing: configuration.trustedPeers), endedCallKeep: configuration.timerT1 * 64,
+                declineIsBusy: configuration.declineIsBusy, maxDiversions: configuration.maxDiversions,
                 outsideCallLimits: configuration.outsideCallLimits),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,

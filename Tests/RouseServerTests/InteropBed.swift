@@ -8,8 +8,8 @@ import SIPTransport
 import Storage
 import XCTest
 
-/// What the interop tests with third-party SIP stacks share: a database with extensions 1001 and
-/// 1002 of example.com, `rouse serve` on loopback, a workspace folder for the stacks' files (removed
+/// What the interop tests with third-party SIP stacks share: a database with extensions 1001,
+/// 1002 and 1003 of example.com, `rouse serve` on loopback, a workspace folder for the stacks' files (removed
 /// afterwards; every tool gets its `HOME` and `TMPDIR` in it), SIPp runs of the scenarios in
 /// `Tests/Interop/sipp`, and reads of what Rouse stored.
 ///
@@ -23,7 +23,7 @@ final class InteropBed {
     private var tools: [RouseProcess] = []
 
     static let domain = "example.com"
-    static let passwords = ["1001": "interop-1001", "1002": "interop-1002"]
+    static let passwords = ["1001": "interop-1001", "1002": "interop-1002", "1003": "interop-1003"]
 
     init() throws {
         database = try TestDatabase()
@@ -110,14 +110,17 @@ final class InteropBed {
         return try XCTUnwrap(try bindings(number).first)
     }
 
-    /// A SIPp phone registered as 1002 over `transport` that takes calls with the out-of-call
-    /// scenario `scenario` (`callee-answer` or `callee-cancel`), logging each step to `callee.log`;
-    /// returns once its binding is in PostgreSQL.
-    func sippCallee(over transport: SIPTransportKind, scenario: String = "callee-answer") throws -> RouseProcess {
+    /// A SIPp phone registered as `number` (1002) over `transport` that takes calls with the
+    /// out-of-call scenario `scenario` (`callee-answer`, `callee-cancel`, …), logging each step to
+    /// `<name>.log` (SIPp `arguments` added); returns once its binding is in PostgreSQL.
+    func sippCallee(
+        over transport: SIPTransportKind, scenario: String = "callee-answer", number: String = "1002", name: String = "callee",
+        arguments: [String] = []
+    ) throws -> RouseProcess {
         let callee = try sipp(
-            "callee", scenario: "register", number: "1002", transport: transport,
-            arguments: ["-oocsf", Self.scenario(scenario), "-d", "120000"])
-        try registered("1002", by: "SIPp callee", callee, file: "callee-errors.log")
+            name, scenario: "register", number: number, transport: transport,
+            arguments: ["-oocsf", Self.scenario(scenario), "-d", "120000"] + arguments)
+        try registered(number, by: "SIPp \(name)", callee, file: "\(name)-errors.log")
         return callee
     }
 
@@ -151,11 +154,13 @@ final class InteropBed {
         try PostgresLocationStore.loadBindings(on: try database.connect(), for: AddressOfRecord(number: number, domain: Self.domain), now: Date())
     }
 
-    /// The journey of the first call that has ended, waiting for it to be written.
-    func endedCall() throws -> CallJourney? {
+    /// The journey of the first call that has ended (of extension `number`, when given, and
+    /// once `extra` holds for it), waiting for it to be written.
+    func endedCall(of number: String? = nil, where extra: @escaping (CallJourney) -> Bool = { _ in true }) throws -> CallJourney? {
+        let aor = number.map { AddressOfRecord(number: $0, domain: Self.domain) }
         var journey: CallJourney?
         _ = try waitUntil {
-            journey = try PostgresCalls.recent(on: try self.database.connect(), limit: 5).first { $0.outcome != .ringing }
+            journey = try PostgresCalls.recent(on: try self.database.connect(), aor: aor, limit: 5).first { $0.outcome != .ringing && extra($0) }
             return journey != nil
         }
         return journey
