@@ -84,12 +84,13 @@ extension CallCoordinator {
 
     /// An authenticated extension's INVITE to a target that is no extension: a route, the
     /// toll-fraud guard, then the route's hops. Refusals are recorded as journeys too (the admin
-    /// reads why a call did not go out). A diverted call comes with `fallback`, the answer it
-    /// would have had: a refusal gives the caller that instead. `toExtension`: a call to another
+    /// reads why a call did not go out). A diverted call comes `forwarded`: the original caller it
+    /// asserts, and the answer it would have had, which a refusal gives the caller instead. `toExtension`: a call to another
     /// extension that gateway mode sends through the PBX (no toll-fraud guard; it costs nothing).
     func beginOutside(
         _ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, target: DialledTarget, caller: AddressOfRecord,
-        inOwnDomain: Bool, source: String, transport: String, at now: Date, fallback: SIPResponse? = nil, toExtension: Bool = false
+        inOwnDomain: Bool, source: String, transport: String, at now: Date, forwarded: (identity: SIPNameAddress?, fallback: SIPResponse)? = nil,
+        toExtension: Bool = false
     ) {
         guard outside.byHandle[handle] == nil else { return }
         let from = invite.from
@@ -103,7 +104,7 @@ extension CallCoordinator {
             var response = SIPResponse(replyingTo: invite, statusCode: status, reasonPhrase: phrase, toTag: Self.makeTag())
             response.headers.add(.reason, ProxyRules.reason(cause: status, text: why))
             response.headers.add(.server, serverName)
-            signaling?.respond(fallback ?? response, to: handle)
+            signaling?.respond(forwarded?.fallback ?? response, to: handle)
             _ = recorder.apply(.ended(outcome: .failed, status: status, reason: why, missed: false), at: now)
             journeys?.recordCall(recorder.journey)
             outside.metrics?.refused.increment(["why": label])
@@ -127,7 +128,7 @@ extension CallCoordinator {
         outside.heldOff = outside.heldOff.filter { $0.value > now }
         let machine = OutsideCall<Flow>(.init(
             id: journey.id, invite: invite, caller: caller, target: target, route: route, password: policy.password(of: route),
-            toTag: Self.makeTag(), serverName: serverName, heldOff: Set(outside.heldOff.keys)))
+            toTag: Self.makeTag(), serverName: serverName, heldOff: Set(outside.heldOff.keys), forwarded: forwarded))
         let entry = OutsideEntry(machine: machine, recorder: recorder, handle: handle, callerFlow: callerFlow, ticket: ticket)
         outside.calls[journey.id] = entry
         outside.byHandle[handle] = journey.id

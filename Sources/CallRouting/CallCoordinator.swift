@@ -347,12 +347,21 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         } else if unusable(order.target, in: snapshot, diverting: order.divertedBy) == nil, let target = DialledTarget(order.target) {
             beginOutside(
                 order.request, handle: entry.handle, callerFlow: entry.callerFlow, target: target, caller: order.divertedBy, inOwnDomain: true,
-                source: journey.source, transport: journey.transport, at: now, fallback: order.fallback)
+                source: journey.source, transport: journey.transport, at: now,
+                forwarded: (identity: Self.originalCaller(of: entry), fallback: order.fallback))
         } else {
             signaling?.respond(order.fallback, to: entry.handle)
             let why = unusable(order.target, in: snapshot, diverting: order.divertedBy) ?? "no such extension"
             recordLate([.diversionRefused(target: order.target.description, because: why)], callee: order.divertedBy, entry.machine.setup.id)
         }
+    }
+
+    /// Whom a forwarded call asserts to a trunk: the extension that authenticated the original
+    /// call, else the trusted peer's From (its tag left out); the caller's display name either way.
+    private static func originalCaller(of entry: CallEntry) -> SIPNameAddress? {
+        let from = entry.machine.setup.invite.from
+        if let caller = entry.caller { return SIPNameAddress(displayName: from?.displayName, uri: SIPURI(user: caller.number, host: caller.domain)) }
+        return from.map { SIPNameAddress(displayName: $0.displayName, uri: $0.uri) }
     }
 
     /// Who the call goes to, with reachability as the SIP side sees it now and the dead marks of

@@ -34,11 +34,16 @@ public struct OutsideCall<Flow: Hashable & Sendable>: Sendable {
         public var serverName: String
         /// Hops a 503's Retry-After still holds calls off.
         public var heldOff: Set<ResolvedHop>
+        /// A forwarded call's: the caller it asserts (the original caller, not the extension that
+        /// forwarded it), and the answer the caller gets when every hop fails (the one the call
+        /// would have had without the forwarding).
+        public var forwarded: (identity: SIPNameAddress?, fallback: SIPResponse)?
 
         public init(
             id: UUID = UUID(), invite: SIPRequest, caller: AddressOfRecord, target: DialledTarget, route: OutboundRoute, password: String?,
-            toTag: String, serverName: String, heldOff: Set<ResolvedHop> = []
+            toTag: String, serverName: String, heldOff: Set<ResolvedHop> = [], forwarded: (identity: SIPNameAddress?, fallback: SIPResponse)? = nil
         ) {
+            self.forwarded = forwarded
             self.id = id
             self.invite = invite
             self.caller = caller
@@ -280,7 +285,7 @@ public struct OutsideCall<Flow: Hashable & Sendable>: Sendable {
                 var answer = own(status, reason)
                 let words = status == 408 ? "no hop of route \(setup.route.name) answered" : "every hop of route \(setup.route.name) failed"
                 answer.headers.add(.reason, ProxyRules.reason(cause: status, text: words))
-                finish(answer, outcome: .failed, reason: words)
+                finish(setup.forwarded?.fallback ?? answer, outcome: .failed, reason: words)
             }
         }
     }
@@ -326,7 +331,7 @@ public struct OutsideCall<Flow: Hashable & Sendable>: Sendable {
             uri = setup.route.requestHost.map { SIPURI(scheme: scheme, user: user, host: $0) }
                 ?? SIPURI(scheme: scheme, user: user, host: host, port: target?.port.map(Int.init))
         }
-        var request = ProxyRules.branchRequest(from: setup.invite, to: uri)
+        var request = HistoryInfo.routed(ProxyRules.branchRequest(from: setup.invite, to: uri), from: setup.invite.uri)
         if setup.route.diversionHeader, request.headers.values(HistoryInfo.diversionHeader).isEmpty,
             let diversion = HistoryInfo.lastDiversion(of: setup.invite)
         {
@@ -338,8 +343,9 @@ public struct OutsideCall<Flow: Hashable & Sendable>: Sendable {
         switch setup.route.callerIdentity {
         case .assertedIdentity:
             let name = setup.invite.from?.displayName
-            let identity = SIPNameAddress(displayName: name, uri: SIPURI(user: setup.caller.number, host: setup.caller.domain))
-            request.headers.add(Self.assertedIdentity, identity.description)
+            let identity = setup.forwarded.map { $0.identity }
+                ?? SIPNameAddress(displayName: name, uri: SIPURI(user: setup.caller.number, host: setup.caller.domain))
+            if let identity { request.headers.add(Self.assertedIdentity, identity.description) }
         case .fromNumber(let number):
             if var from = setup.invite.from {
                 from.uri = SIPURI(user: number, host: setup.caller.domain)

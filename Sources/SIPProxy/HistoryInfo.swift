@@ -132,6 +132,24 @@ public enum HistoryInfo {
         return copy
     }
 
+    /// RFC 7044 §9.1 for a proxy that only routes a request on (the target user is the same,
+    /// the Request-URI is not: a route's trunk): when the request already carries History-Info,
+    /// an entry for the new Request-URI, a child of the last entry, tagged `rc` with its parent's
+    /// index. A request without History-Info is left as it is (Rouse starts none for routing).
+    public static func routed(_ request: SIPRequest, from previous: SIPURI) -> SIPRequest {
+        let all = entries(of: request)
+        guard let parent = all.last, previous != request.uri, let parentParts = parent.indexParts else {
+            return request
+        }
+        let siblings = all.compactMap(\.indexParts).filter { $0.count == parentParts.count + 1 && Array($0.prefix(parentParts.count)) == parentParts }
+        let child = (siblings.map { $0.last ?? 0 }.max() ?? 0) + 1
+        let entry = HistoryInfoEntry(
+            uri: request.uri, index: (parentParts + [child]).map(String.init).joined(separator: "."), parameters: [SIPParameter("rc", parent.index)])
+        var copy = request
+        copy.headers.set(header, (all + [entry]).map(\.description).joined(separator: ", "))
+        return copy
+    }
+
     /// The last diversion the request's History-Info records: the target it was diverted away from
     /// (the parent named by the last `mp` entry's index) and its RFC 4458 cause.
     public static func lastDiversion(of request: SIPRequest) -> (from: SIPURI, cause: DiversionCause)? {

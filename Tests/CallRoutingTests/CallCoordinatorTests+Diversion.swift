@@ -80,6 +80,12 @@ final class CallCoordinatorDiversionTests: XCTestCase {
         XCTAssertEqual(sent.request.headers["History-Info"],
                        "<sip:1002@example.com?Reason=SIP%3Bcause%3D503>;index=1, <sip:vm1002@pbx.example;cause=503>;index=1.1;mp=1")
         XCTAssertFalse(routed.responsesToCaller.contains { $0.statusCode >= 300 }, "the caller never hears the 480")
+        XCTAssertEqual(sent.request.headers.values(SIPHeaderName("P-Asserted-Identity")), ["\"Alice\" <sip:1001@example.com>"],
+                       "a forwarded call asserts its original caller, not the extension that forwarded it")
+        var unavailable = SIPResponse(replyingTo: sent.request, statusCode: 503, toTag: "pbx")
+        unavailable.headers.set(.via, sent.request.headers.lines(.via).joined(separator: ", "))
+        sent.onResponse(.response(unavailable))
+        XCTAssertEqual(try routed.waitForCallerResponse { $0 >= 300 }.statusCode, 480, "every hop failed: the answer the call would have had")
 
         let bare = Harness(bindings: [], manualClock: true)
         bare.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])

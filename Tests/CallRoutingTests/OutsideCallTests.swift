@@ -197,7 +197,9 @@ final class OutsideCallTests: XCTestCase {
             serverName: "Rouse/test"))
         let request = try started(&call)
         XCTAssertEqual(request.headers[SIPHeaderName("Diversion")], "<sip:00442079460958@example.com>;reason=no-answer;counter=1")
-        XCTAssertFalse(request.headers.values(SIPHeaderName("History-Info")).isEmpty, "History-Info stays beside it")
+        XCTAssertEqual(request.headers[SIPHeaderName("History-Info")], "<sip:00442079460958@example.com?Reason=SIP%3Bcause%3D408>;index=1, "
+            + "<sip:00442079460958@example.com;cause=408>;index=1.1;mp=1, <sip:+442079460958@127.0.0.1:5071>;index=1.1.1;rc=1.1",
+            "History-Info beside it, with an entry for the trunk's Request-URI (RFC 7044 §9.1)")
     }
 
     func testAHeldOffHopIsSkippedWhileAnotherRemains() throws {
