@@ -1,5 +1,5 @@
 public import Foundation
-public import Glibc
+import Glibc
 
 /// A child process started with `posix_spawn` and reaped with `waitpid`, for servers a test or the
 /// benchmark runs beside Rouse (Kamailio). Not Foundation's `Process`: a server that closes the

@@ -27,15 +27,16 @@ public final class TestUDPSocket {
     public func close() { _ = Glibc.close(fd) }
 }
 
-/// Debian's dnsmasq on a loopback port, answering only from its command line (no resolv.conf, no
-/// hosts file, nothing logged), authoritative for `.test`; its records are dnsmasq options
-/// (`--srv-host=…`, `--naptr-record=…`, `--host-record=…`; the readiness probe asks for
-/// `plain.test`, so give it a `--host-record=plain.test,…`). It runs as a daemon, its pid file in
-/// a temporary folder: a dnsmasq kept as a Foundation child stops Foundation from reaping the
-/// test's other children (a SIPp that exited stayed a running zombie). Stop it when done.
+/// Debian's dnsmasq in the foreground on a loopback port, answering only from its command line
+/// (no resolv.conf, no hosts file, no pid file, nothing logged), authoritative for `.test`; its
+/// records are dnsmasq options (`--srv-host=…`, `--naptr-record=…`, `--host-record=…`; the
+/// readiness probe asks for `plain.test`, so give it a `--host-record=plain.test,…`). A
+/// `ChildProcess`, not a Foundation `Process`: dnsmasq closes the descriptors it inherits, and
+/// Foundation then stalls reaping the test's other children (a SIPp that exited stayed a zombie).
+/// Stop it when done.
 public final class TestDNSServer {
     public let port: UInt16
-    private let pid: pid_t
+    private let process: ChildProcess
     private let folder: TemporaryFolder
 
     public init(records: [String]) throws {
@@ -45,51 +46,34 @@ public final class TestDNSServer {
             let port = probe.port
             probe.close()
             let folder = try TemporaryFolder(prefix: "rouse-dnsmasq")
-            let pidFile = folder.path + "/dnsmasq.pid"
-            let launcher = Process()
-            launcher.executableURL = URL(fileURLWithPath: "/usr/sbin/dnsmasq")
-            launcher.arguments = [
-                "--no-resolv", "--no-hosts", "--no-poll", "--conf-file=/dev/null", "--pid-file=\(pidFile)", "--listen-address=127.0.0.1",
-                "--bind-interfaces", "--port=\(port)", "--local=/test/", "--log-facility=/dev/null",
-            ] + records
-            let errors = Pipe()
-            launcher.standardError = errors
-            launcher.standardOutput = FileHandle.nullDevice
-            try launcher.run()
-            // The launcher returns once the daemon runs (or could not start: a port taken in between).
-            launcher.waitUntilExit()
-            lastError = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            if launcher.terminationStatus == 0,
-                let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
-            {
-                let resolver = DNSResolver(servers: [("127.0.0.1", port)], timeout: .milliseconds(500), attempts: 1, maximumCacheAge: 0)
-                let deadline = Date().addingTimeInterval(30)
-                while Date() < deadline {
-                    if case .records = resolver.lookUpNow(DNSQuestion("plain.test", .a)) {
-                        self.port = port
-                        self.pid = pid
-                        self.folder = folder
-                        return
-                    }
+            let output = folder.path + "/dnsmasq.log"
+            let process = try ChildProcess(
+                [
+                    "/usr/sbin/dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts", "--no-poll", "--conf-file=/dev/null", "--pid-file=",
+                    "--listen-address=127.0.0.1", "--bind-interfaces", "--port=\(port)", "--local=/test/", "--log-facility=/dev/null",
+                ] + records,
+                environment: ["PATH": "/usr/sbin:/usr/bin:/bin"], outputPath: output)
+            // Ready when it answers; a port taken in between ends it at once.
+            let resolver = DNSResolver(servers: [("127.0.0.1", port)], timeout: .milliseconds(500), attempts: 1, maximumCacheAge: 0)
+            let deadline = Date().addingTimeInterval(30)
+            while process.isRunning, Date() < deadline {
+                if case .records = resolver.lookUpNow(DNSQuestion("plain.test", .a)) {
+                    self.port = port
+                    self.process = process
+                    self.folder = folder
+                    return
                 }
-                kill(pid, SIGTERM)
             }
+            _ = process.stop()
+            lastError = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
             folder.remove()
         }
         throw NSError(domain: "dnsmasq", code: 1, userInfo: [NSLocalizedDescriptionKey: "dnsmasq did not start: \(lastError)"])
     }
 
-    /// Ends the daemon (waiting, at most 10 s, until it has gone) and removes its folder.
+    /// Ends dnsmasq (waiting until it has gone) and removes its folder.
     public func stop() {
-        kill(pid, SIGTERM)
-        let deadline = Date().addingTimeInterval(10)
-        while isAlive, Date() < deadline { usleep(20_000) }
+        _ = process.stop()
         folder.remove()
-    }
-
-    /// Whether the daemon still runs: its process exists and is no zombie (init reaps it later).
-    private var isAlive: Bool {
-        guard kill(pid, 0) == 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }
-        return stat.split(separator: ")").last?.split(separator: " ").first != "Z"
     }
 }
