@@ -81,7 +81,7 @@ var targets: [Target] = [
     .testTarget(name: "SIPServiceTests", dependencies: ["SIPService", "SIPMessage", "SIPTransport", "RouseLog", "RouseTestSupport", "RouseVocabulary"]),
     .testTarget(name: "CallRoutingTests", dependencies: ["CallRouting", "SIPMessage", "SIPTransaction", "SIPProxy", "Registrar", "Push", "RouseVocabulary", "Crypto", "SIPDNS"]),
     .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
-    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport", "RouseVocabulary"]),
+    .testTarget(name: "PushTests", dependencies: ["Push", "Crypto", "Registrar", "Storage", "RouseTestSupport", "RouseVocabulary", "SIPMessage"]),
     .testTarget(name: "RegistrarTests", dependencies: ["Registrar", "SIPMessage", "Crypto", "RouseVocabulary"]),
     .testTarget(name: "SIPTransactionTests", dependencies: ["SIPTransaction", "SIPMessage"]),
     .testTarget(

@@ -38,9 +38,15 @@ public struct PushParameters: Hashable, Sendable {
         // The legacy Linphone form: pn-type, app-id, pn-tok.
         if providerName == nil, let type = value("pn-type") {
             let appID = value("app-id")
-            providerName = type.lowercased() == "apple" ? ((appID?.hasSuffix(".dev") ?? false) ? "apns.dev" : "apns") : type
+            if type.lowercased() == "apple" {
+                let legacy = appID.map(legacyAppleAppID)
+                providerName = legacy?.sandbox == true ? "apns.dev" : "apns"
+                param = param ?? legacy?.topic
+            } else {
+                providerName = type
+                param = param ?? appID
+            }
             token = token ?? value("pn-tok")
-            param = param ?? appID.map { $0.hasSuffix(".dev") ? String($0.dropLast(4)) : $0 }
         }
         guard let providerName else { return nil }
         guard let provider = normalisedProvider(providerName) else { throw .unknownProvider(providerName) }
@@ -90,6 +96,19 @@ public struct PushParameters: Hashable, Sendable {
             result.append(PushChannel(provider: provider, token: value, param: topic, kind: kind))
         }
         return result
+    }
+
+    /// Linphone's legacy iOS `app-id`: the bundle id, `.voip` for a PushKit token, then the build's
+    /// environment, `.prod` (production host) or `.dev` (sandbox host):
+    /// `org.example.app.voip.prod`, `org.example.app.voip.dev`, `org.example.app.prod`,
+    /// `org.example.app.dev`. Returns the topic without the environment suffix and whether the
+    /// device named the sandbox; an `app-id` without a suffix is the topic as it stands (production).
+    static func legacyAppleAppID(_ appID: String) -> (topic: String, sandbox: Bool) {
+        let lowered = appID.lowercased()
+        for (suffix, sandbox) in [(".dev", true), (".prod", false)] where lowered.hasSuffix(suffix) && appID.count > suffix.count {
+            return (String(appID.dropLast(suffix.count)), sandbox)
+        }
+        return (appID, false)
     }
 
     static func isVoIPTopic(_ param: String?) -> Bool {
