@@ -108,11 +108,11 @@ public actor FCMClient {
                         attempts -= 1
                         continue
                     }
-                    let (code, message) = Self.error(in: response)
+                    let error = FCMError(response)
                     outcome = PushOutcome(
-                        result: .refused(status: response.status, reason: code, explanation: FCMReason.explanation(status: response.status, code: code, message: message)),
+                        result: .refused(status: response.status, reason: error.code, explanation: FCMReason.explanation(error)),
                         latency: ContinuousClock.now - started,
-                        isDeadToken: FCMReason.isDead(status: response.status, code: code))
+                        isDeadToken: FCMReason.isDead(error))
                     retryAfter = PushRetryPolicy.retryAfter(response.header("retry-after"))
                     guard PushRetryPolicy.isTransient(status: response.status, retryAfter: retryAfter) else {
                         return retry.finished(outcome, attempts: attempts, since: started)
@@ -180,18 +180,6 @@ public actor FCMClient {
             accessToken = (token, issued.addingTimeInterval(lifetime - margin))
             return .success(token)
         }
-    }
-
-    /// FCM's error code (the `FcmError` detail's `errorCode`, else `error.status`) and message.
-    static func error(in response: HTTP2Response) -> (code: String, message: String) {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any],
-            let error = object["error"] as? [String: Any]
-        else { return ("HTTP \(response.status)", "") }
-        let message = error["message"] as? String ?? ""
-        for detail in error["details"] as? [[String: Any]] ?? [] {
-            if let code = detail["errorCode"] as? String { return (code, message) }
-        }
-        return (error["status"] as? String ?? "HTTP \(response.status)", message)
     }
 
     /// `application/x-www-form-urlencoded` value encoding.

@@ -166,23 +166,71 @@ public enum APNsReason {
     }
 }
 
-/// FCM error codes in words and the dead-token rules (protocol.md "FCM HTTP v1").
+/// What an FCM v1 refusal says (its `error` object): the code, the message, and the fields a
+/// `google.rpc.BadRequest` detail names. A value; thread-safe.
+public struct FCMError: Sendable, Equatable {
+    /// The `FcmError` detail's `errorCode`, else `error.status`, else `HTTP <status>`.
+    public var code: String
+    public var status: Int
+    public var message: String
+    /// The `field` of each `fieldViolations` entry (`message.token`, `message.data[0].value`).
+    public var fields: [String]
+
+    public init(status: Int, code: String, message: String = "", fields: [String] = []) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields = fields
+    }
+
+    /// Reads a refusal's body; a body that is not FCM's JSON gives `HTTP <status>`.
+    init(_ response: HTTP2Response) {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any],
+            let error = object["error"] as? [String: Any]
+        else {
+            self.init(status: response.status, code: "HTTP \(response.status)")
+            return
+        }
+        let details = error["details"] as? [[String: Any]] ?? []
+        let fcmCode = details.lazy.compactMap { $0["errorCode"] as? String }.first
+        let fields = details.flatMap { ($0["fieldViolations"] as? [[String: Any]] ?? []).compactMap { $0["field"] as? String } }
+        self.init(
+            status: response.status, code: fcmCode ?? error["status"] as? String ?? "HTTP \(response.status)",
+            message: error["message"] as? String ?? "", fields: fields)
+    }
+
+    /// An `INVALID_ARGUMENT` about the registration token itself: a field violation on
+    /// `message.token`, or (Google's documented answer for a bad token) no field violation and a
+    /// message naming the registration token. One about any other field is Rouse's message at fault.
+    public var namesToken: Bool {
+        guard code == "INVALID_ARGUMENT" else { return false }
+        if !fields.isEmpty { return fields.contains("message.token") }
+        return message.lowercased().contains("registration token")
+    }
+}
+
+/// FCM error codes in words and the dead-token rules (protocol.md "FCM HTTP v1"; Google's "FCM
+/// error codes": `UNREGISTERED`, and `INVALID_ARGUMENT` when it is about the token, mean the token
+/// should be deleted).
 public enum FCMReason {
-    public static func explanation(status: Int, code: String, message: String) -> String {
-        switch code {
+    public static func explanation(_ error: FCMError) -> String {
+        switch error.code {
         case "UNREGISTERED": return "the app was uninstalled or its token replaced: the token is dead"
         case "SENDER_ID_MISMATCH": return "the token belongs to another Firebase project: dead for this app"
         case "INVALID_ARGUMENT":
-            return message.lowercased().contains("token") ? "FCM says the token is not valid" : "FCM refused the message (Rouse's bug): \(message)"
+            if error.namesToken { return "FCM says the registration token is not valid: the token is dead" }
+            let field = error.fields.first.map { " at \($0)" } ?? ""
+            return "FCM refused the message\(field) (Rouse's bug): \(error.message)"
         case "THIRD_PARTY_AUTH_ERROR", "UNAUTHENTICATED": return "FCM refused the credentials, even with a fresh access token: check the service account"
         case "QUOTA_EXCEEDED": return "FCM's sending quota is used up; back off"
         case "INTERNAL", "UNAVAILABLE": return "FCM is unavailable for now"
         case "PERMISSION_DENIED": return "the service account may not send for this project"
-        default: return "FCM refused the push (\(status) \(code))"
+        default: return "FCM refused the push (\(error.status) \(error.code))"
         }
     }
 
-    public static func isDead(status: Int, code: String) -> Bool {
-        code == "UNREGISTERED" || code == "SENDER_ID_MISMATCH"
+    /// Dead for this app: `UNREGISTERED`, `SENDER_ID_MISMATCH`, an `INVALID_ARGUMENT` naming the token.
+    public static func isDead(_ error: FCMError) -> Bool {
+        error.code == "UNREGISTERED" || error.code == "SENDER_ID_MISMATCH" || error.namesToken
     }
 }

@@ -12,6 +12,9 @@ extension PushStandIn {
         case stall
         /// The connection is dropped without an answer.
         case reset
+        /// FCM only: 400 `INVALID_ARGUMENT` with a `google.rpc.BadRequest` field violation at
+        /// `field` (`message.token`, `message.data[0].value`).
+        case invalidArgument(field: String)
     }
 
     /// Switches the fault the stand-in plays (it reads `<state dir>/fault` at each push request).
@@ -23,6 +26,7 @@ extension PushStandIn {
         case .unavailable(let seconds): line = "unavailable" + (seconds.map { " \($0)" } ?? "")
         case .stall: line = "stall"
         case .reset: line = "reset"
+        case .invalidArgument(let field): line = "invalid-argument " + field
         }
         try (line + "\n").write(toFile: stateDirectory + "/fault", atomically: true, encoding: .utf8)
     }

@@ -803,6 +803,8 @@ def fault_verdict(server, request, record):
                               Retry-After: SECONDS when given
       stall                   the stream is never answered
       reset                   the connection is dropped without an answer
+      invalid-argument FIELD  (FCM only) 400 INVALID_ARGUMENT with a google.rpc.BadRequest field
+                              violation at FIELD (message.token, message.data[0].value, ...)
     An absent or empty file: no fault. A refused connection needs no mode: use a closed port.
     """
     if server.role == "fcm" and not request.path.startswith("/v1/"):
@@ -833,7 +835,10 @@ def fault_verdict(server, request, record):
                            [("apns-id", apns_id)] + extra, "fault file: unavailable")
         return server.handler.google_error(503, "UNAVAILABLE", "The service is currently unavailable.", "UNAVAILABLE",
                                            headers=extra)
-    detail = f"{path}: unknown fault {mode!r} (unavailable [SECONDS], stall, reset)"
+    if mode == "invalid-argument" and server.role == "fcm" and len(words) == 2:
+        field = words[1]
+        return server.handler.bad_field(field, f"Invalid value at '{field}' (fault file)")
+    detail = f"{path}: unknown fault {mode!r} (unavailable [SECONDS], stall, reset, invalid-argument FIELD on FCM)"
     print(detail, file=sys.stderr, flush=True)
     return Verdict(500, "StandInError", compact_json({"reason": "InternalServerError"}), [], detail)
 

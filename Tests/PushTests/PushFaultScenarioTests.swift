@@ -144,4 +144,32 @@ struct PushFaultScenarioTests {
         #expect(service.providerProblems.isEmpty)
         #expect(service.backedOffProviderCount == 0)
     }
+
+    /// FCM's INVALID_ARGUMENT covers a bad token and a bad message alike (Google's "FCM error
+    /// codes"): the token is marked dead only when the answer is about the token.
+    @Test func fcmInvalidArgumentMarksTheTokenDeadOnlyWhenItNamesTheToken() async throws {
+        let fixture = try FCMFixture()
+        let stores = MemoryPushStores()
+        let service = PushService(settings: fixture.settings, apps: [fixture.app], deadTokens: stores, records: stores)
+        func ring(_ token: String) async -> PushOutcome {
+            await service.sendRing(call, to: PushChannel(provider: .fcm, token: token, param: nil, kind: .standard), expiresAt: Date().addingTimeInterval(30))
+        }
+        // Google's answer to a token that is not an FCM registration token (no field violation).
+        let notAToken = await ring("invalid-token-0501")
+        #expect(notAToken.result == .refused(status: 400, reason: "INVALID_ARGUMENT", explanation: "FCM says the registration token is not valid: the token is dead"))
+        #expect(notAToken.isDeadToken)
+        // A field violation at message.token.
+        try fixture.standIn.setFault(.invalidArgument(field: "message.token"))
+        let badTokenField = await ring("fcm-token-0502")
+        #expect(badTokenField.isDeadToken, "\(badTokenField)")
+        // A field violation anywhere else is the message's fault: the token stays alive.
+        try fixture.standIn.setFault(.invalidArgument(field: "message.data[0].value"))
+        let badData = await ring("fcm-token-0503")
+        #expect(badData.result == .refused(
+            status: 400, reason: "INVALID_ARGUMENT",
+            explanation: "FCM refused the message at message.data[0].value (Rouse's bug): Invalid value at 'message.data[0].value' (fault file)"))
+        #expect(!badData.isDeadToken)
+        #expect(await stores.dead.map(\.token) == ["invalid-token-0501", "fcm-token-0502"])
+        #expect(try pushRequests(fixture.standIn, "fcm-token-0503").map(\.verdictStatus) == [400], "a refusal is not sent again")
+    }
 }

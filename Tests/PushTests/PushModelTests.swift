@@ -128,9 +128,14 @@ final class PushModelTests: XCTestCase {
         XCTAssertTrue(APNsReason.isDead(status: 400, reason: "DeviceTokenNotForTopic"))
         XCTAssertFalse(APNsReason.isDead(status: 400, reason: "BadDeviceToken"))
         XCTAssertFalse(APNsReason.isDead(status: 403, reason: "ExpiredProviderToken"))
-        XCTAssertTrue(FCMReason.isDead(status: 404, code: "UNREGISTERED"))
-        XCTAssertTrue(FCMReason.isDead(status: 403, code: "SENDER_ID_MISMATCH"))
-        XCTAssertFalse(FCMReason.isDead(status: 400, code: "INVALID_ARGUMENT"))
+        XCTAssertTrue(FCMReason.isDead(FCMError(status: 404, code: "UNREGISTERED")))
+        XCTAssertTrue(FCMReason.isDead(FCMError(status: 403, code: "SENDER_ID_MISMATCH")))
+        // INVALID_ARGUMENT is dead only when it is about the token (Google's "FCM error codes").
+        XCTAssertTrue(FCMReason.isDead(FCMError(status: 400, code: "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token")))
+        XCTAssertTrue(FCMReason.isDead(FCMError(status: 400, code: "INVALID_ARGUMENT", message: "Invalid value", fields: ["message.token"])))
+        XCTAssertFalse(FCMReason.isDead(FCMError(status: 400, code: "INVALID_ARGUMENT", message: "Invalid value at 'message.data[0].value' (TYPE_STRING), 12", fields: ["message.data[0].value"])))
+        XCTAssertFalse(FCMReason.isDead(FCMError(status: 400, code: "INVALID_ARGUMENT", message: "Message is too big")))
+        XCTAssertFalse(FCMReason.isDead(FCMError(status: 400, code: "INVALID_ARGUMENT")))
         XCTAssertEqual(
             APNsReason.explanation(status: 400, reason: "BadDeviceToken", environment: .production, appRestricted: true),
             "the token belongs to a development build; this app is set to production")
