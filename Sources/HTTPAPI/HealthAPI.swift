@@ -6,8 +6,8 @@ import Storage
 /// answers and nothing else is wrong. Each problem is said in words in `problems`:
 /// - PostgreSQL unreachable: 503 `{"status": "degraded", "problems": [...]}` (an instance that
 ///   cannot store a registration; a `PostgresError` names host and port, never a password);
-/// - otherwise, what `problems` reports (a push provider backed off, call and push records
-///   waiting for PostgreSQL): 200 with `"status": "degraded"`, since the instance still serves
+/// - otherwise, what `problems` reports (a stored push app that cannot push, a push provider
+///   backed off, call and push records waiting for PostgreSQL): 200 with `"status": "degraded"`, since the instance still serves
 ///   registrations and calls, and a load balancer must not take every instance out because Apple
 ///   or Google is down.
 ///

@@ -237,13 +237,18 @@ public final class APNsClient: @unchecked Sendable {
             let fresh = current.timeIntervalSince(cached.issuedAt) < tokenLifetime && current >= cached.issuedAt
             if fresh && (stale == nil || cached.token != stale) { return cached.token }
         }
-        let token = try JSONWebToken.make(
-            header: [("kid", .string(credentials.keyID))],
-            claims: [("iss", .string(credentials.teamID)), ("iat", .integer(Int64(current.timeIntervalSince1970)))],
-            key: key)
+        let token = try Self.providerToken(credentials: credentials, key: key, issuedAt: current)
         cachedJWT = (token, current)
         generations += 1
         return token
+    }
+
+    /// A provider token (JWT) for `credentials` signed by `key`, dated `issuedAt`.
+    static func providerToken(credentials: APNsCredentials, key: SigningKey, issuedAt: Date) throws(SigningError) -> String {
+        try JSONWebToken.make(
+            header: [("kid", .string(credentials.keyID))],
+            claims: [("iss", .string(credentials.teamID)), ("iat", .integer(Int64(issuedAt.timeIntervalSince1970)))],
+            key: key)
     }
 
     /// The `reason` of an APNs error body, or the status when there is none.

@@ -141,16 +141,9 @@ public actor FCMClient {
     private func fetchAccessToken() async -> Result<String, TokenFailure> {
         tokenFetches += 1
         let issued = now()
-        let iat = Int64(issued.timeIntervalSince1970)
         let assertion: String
         do {
-            assertion = try JSONWebToken.make(
-                header: [("typ", .string("JWT"))],
-                claims: [
-                    ("iss", .string(account.clientEmail)), ("scope", .string(Self.scope)), ("aud", .string(account.tokenURI)),
-                    ("iat", .integer(iat)), ("exp", .integer(iat + 3600)),
-                ],
-                key: key)
+            assertion = try Self.assertion(account: account, key: key, issuedAt: issued)
         } catch {
             return .failure(TokenFailure(outcome: PushOutcome(result: .failed(.credentials, message: "cannot sign the token request: \(error)"), latency: .zero)))
         }
@@ -180,6 +173,18 @@ public actor FCMClient {
             accessToken = (token, issued.addingTimeInterval(lifetime - margin))
             return .success(token)
         }
+    }
+
+    /// The OAuth2 JWT-bearer assertion for `account`, signed by `key`, valid an hour from `issuedAt`.
+    static func assertion(account: FCMServiceAccount, key: SigningKey, issuedAt: Date) throws(SigningError) -> String {
+        let iat = Int64(issuedAt.timeIntervalSince1970)
+        return try JSONWebToken.make(
+            header: [("typ", .string("JWT"))],
+            claims: [
+                ("iss", .string(account.clientEmail)), ("scope", .string(scope)), ("aud", .string(account.tokenURI)),
+                ("iat", .integer(iat)), ("exp", .integer(iat + 3600)),
+            ],
+            key: key)
     }
 
     /// `application/x-www-form-urlencoded` value encoding.

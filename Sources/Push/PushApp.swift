@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 public import RouseVocabulary
 
 /// An APNs host: Apple's production or sandbox environment (protocol.md).
@@ -141,46 +141,77 @@ public struct PushApp: Sendable, Equatable, CustomStringConvertible, CustomDebug
 
     public var debugDescription: String { description }
 
-    /// Checks every field and that the key parses; returns notes worth telling the operator (such
-    /// as a VoIP topic derived from a bundle id). Errors name the field, never a key's text.
+    /// Checks every field and that the key parses and signs; returns notes worth telling the
+    /// operator (such as a VoIP topic derived from a bundle id). Errors name the field, never a
+    /// key's text; the first problem found is thrown (`problems()` lists them all).
     @discardableResult
     public func validate() throws(PushAppError) -> [String] {
-        var notes: [String] = []
+        if let first = problems().first { throw first }
+        guard case .apns(let apns) = credentials else { return [] }
+        if apns.topic.hasSuffix(".voip") {
+            return ["ring pushes go to topic \(apns.voipTopic); cancel pushes to \(apns.bundleID)"]
+        }
+        return ["VoIP topic \(apns.voipTopic) derived from bundle id \(apns.bundleID) (ring pushes go there; cancel pushes to \(apns.bundleID))"]
+    }
+
+    /// Everything wrong with the app that can be found without a push, one error per field: the
+    /// team and key ids well formed and the `.p8` key a P-256 key that signs a provider token
+    /// (APNs); the service account's project, e-mail and token URL present and its key an RSA key
+    /// that signs the OAuth assertion (FCM). Empty when the app looks able to push. Never shows a
+    /// key's text. Signs once per call (well under a millisecond for P-256, a few for RSA).
+    public func problems(now: Date = Date()) -> [PushAppError] {
+        var problems: [PushAppError] = []
+        func check(_ body: () throws(PushAppError) -> Void) {
+            do { try body() } catch { problems.append(error) }
+        }
         if param.count > 255 || param.contains(where: { $0.isWhitespace }) {
-            throw PushAppError(field: "param", problem: "must be at most 255 characters without spaces")
+            problems.append(PushAppError(field: "param", problem: "must be at most 255 characters without spaces"))
         }
         switch credentials {
         case .apns(let apns):
-            try Self.checkAppleID(apns.teamID, field: "team_id")
-            try Self.checkAppleID(apns.keyID, field: "key_id")
-            try Self.checkTopic(apns.topic)
-            if apns.topic.hasSuffix(".voip") {
-                notes.append("ring pushes go to topic \(apns.voipTopic); cancel pushes to \(apns.bundleID)")
-            } else {
-                notes.append("VoIP topic \(apns.voipTopic) derived from bundle id \(apns.bundleID) (ring pushes go there; cancel pushes to \(apns.bundleID))")
-            }
-            do {
-                _ = try SigningKey.p256(pem: apns.privateKeyPEM)
-            } catch {
-                throw PushAppError(field: "key", problem: "\(error) (an APNs .p8 key is a P-256 key)")
+            check { () throws(PushAppError) in try Self.checkAppleID(apns.teamID, field: "team_id") }
+            check { () throws(PushAppError) in try Self.checkAppleID(apns.keyID, field: "key_id") }
+            check { () throws(PushAppError) in try Self.checkTopic(apns.topic) }
+            check { () throws(PushAppError) in
+                let key: SigningKey
+                do {
+                    key = try SigningKey.p256(pem: apns.privateKeyPEM)
+                } catch {
+                    throw PushAppError(field: "key", problem: "\(error) (an APNs .p8 key is a P-256 key)")
+                }
+                do {
+                    _ = try APNsClient.providerToken(credentials: apns, key: key, issuedAt: now)
+                } catch {
+                    throw PushAppError(field: "key", problem: "cannot sign a provider token: \(error)")
+                }
             }
         case .fcm(let fcm):
-            guard !fcm.projectID.isEmpty, fcm.projectID.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) else {
-                throw PushAppError(field: "project_id", problem: "must be a Firebase project id (letters, digits, dashes)")
+            if fcm.projectID.isEmpty {
+                problems.append(PushAppError(field: "project_id", problem: "is missing: the service account names no Firebase project"))
+            } else if !fcm.projectID.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) {
+                problems.append(PushAppError(field: "project_id", problem: "must be a Firebase project id (letters, digits, dashes)"))
             }
-            guard fcm.clientEmail.contains("@") else {
-                throw PushAppError(field: "client_email", problem: "is not an e-mail address")
+            if !fcm.clientEmail.contains("@") {
+                problems.append(PushAppError(field: "client_email", problem: "is not an e-mail address"))
             }
-            guard let url = URLComponents(string: fcm.tokenURI), url.scheme == "https", url.host?.isEmpty == false else {
-                throw PushAppError(field: "token_uri", problem: "must be an https URL")
+            if URLComponents(string: fcm.tokenURI).map({ $0.scheme != "https" || $0.host?.isEmpty != false }) ?? true {
+                problems.append(PushAppError(field: "token_uri", problem: "must be an https URL"))
             }
-            do {
-                _ = try SigningKey.rsa(pem: fcm.privateKeyPEM)
-            } catch {
-                throw PushAppError(field: "private_key", problem: "\(error) (a service account key is an RSA key)")
+            check { () throws(PushAppError) in
+                let key: SigningKey
+                do {
+                    key = try SigningKey.rsa(pem: fcm.privateKeyPEM)
+                } catch {
+                    throw PushAppError(field: "private_key", problem: "\(error) (a service account key is an RSA key)")
+                }
+                do {
+                    _ = try FCMClient.assertion(account: fcm, key: key, issuedAt: now)
+                } catch {
+                    throw PushAppError(field: "private_key", problem: "cannot sign the OAuth assertion: \(error)")
+                }
             }
         }
-        return notes
+        return problems
     }
 
     /// Apple's team and key ids: 10 characters, A–Z and 0–9.

@@ -112,6 +112,7 @@ public final class PushService: @unchecked Sendable {
     private var selector: PushAppSelector
     private var apnsClients: [String: APNsClient] = [:]
     private var fcmClients: [String: FCMClient] = [:]
+    private var broken: [BrokenPushApp]
     /// Web push (RFC 8030 with VAPID): no push app, Rouse's own VAPID key; nil when not set up.
     public let webPush: WebPushClient?
 
@@ -124,13 +125,24 @@ public final class PushService: @unchecked Sendable {
         self.deadTokens = deadTokens
         self.records = records
         selector = PushAppSelector(apps: apps)
+        broken = Self.check(apps)
+    }
+
+    /// The apps that cannot push, as found when they were loaded (`PushApp.problems`): one entry
+    /// per problem, in app order. Thread-safe.
+    public var brokenApps: [BrokenPushApp] {
+        lock.lock()
+        defer { lock.unlock() }
+        return broken
     }
 
     /// Replaces the apps (after an operator added or removed one); clients of removed apps go.
     public func replaceApps(_ apps: [PushApp]) {
+        let found = Self.check(apps)
         lock.lock()
         defer { lock.unlock() }
         selector = PushAppSelector(apps: apps)
+        broken = found
         let keys = Set(apps.map(Self.cacheKey))
         apnsClients = apnsClients.filter { keys.contains($0.key) }
         fcmClients = fcmClients.filter { keys.contains($0.key) }

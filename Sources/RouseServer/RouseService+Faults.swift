@@ -22,13 +22,13 @@ extension RouseService {
         }
     }
 
-    /// `/health`'s problems besides PostgreSQL itself, each in words: push providers backed off, and
+    /// `/health`'s problems besides PostgreSQL itself, each in words: broken push apps, push providers backed off, and
     /// call journeys or push records waiting for PostgreSQL (only while their writer is failing).
     static func healthProblems(
         pushService: PushService, journeys: PostgresJourneyStore, pushRecords: PostgresPushStores
     ) -> @Sendable () -> [String] {
         {
-            var problems = pushService.providerProblems
+            var problems = pushService.healthProblems
             if let failure = journeys.lastFailure, journeys.pendingCount > 0 {
                 problems.append("\(journeys.pendingCount) call journey writes waiting for PostgreSQL (last attempt: \(failure))")
             }

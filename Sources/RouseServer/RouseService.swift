@@ -102,6 +102,7 @@ public final class RouseService: @unchecked Sendable {
                 timeout: configuration.pushTimeout, subscriptions: PostgresWebPushSubscriptions(pool: callPool),
                 allowedHosts: WebPushHostPolicy(entries: configuration.webPushAllowedHosts)))
         let logger = self.logger
+        RouseService.logBrokenPushApps(pushService, logger)
         let journeyStore = PostgresJourneyStore(settings: settings)
         self.journeyStore = journeyStore
         RouseService.registerFaultMetrics(metrics, pushService: pushService)
@@ -277,6 +278,7 @@ public final class RouseService: @unchecked Sendable {
                         let connection = try settings.connect()
                         registrar.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
                         pushService.replaceApps(try PostgresPushApps(connection: connection).all())
+                        RouseService.logBrokenPushApps(pushService, logger)
                     }
                 } catch {
                     logger.warning("database.notification_failed", ["channel": notification.channel, "error": "\(error)"])
@@ -327,6 +329,18 @@ public final class RouseService: @unchecked Sendable {
         logger.info("rouse.stopped", [:])
     }
 
+    /// One loud line per problem of a stored push app that cannot push (checked without sending a
+    /// push when the apps are loaded): `push.app_broken` with the app's id, kind, field and the
+    /// problem in words, never the key. `/health` lists the same problems.
+    static func logBrokenPushApps(_ pushService: PushService, _ logger: Logger) {
+        for broken in pushService.brokenApps {
+            logger.error("push.app_broken", [
+                "app": broken.appID.map(String.init) ?? "?", "kind": broken.kind, "names": broken.names,
+                "field": broken.problem.field, "problem": broken.problem.problem,
+            ])
+        }
+    }
+
     /// SIGHUP: the TLS certificate and key are read again (new connections use them; calls and
     /// open connections are untouched) and push apps are reloaded from PostgreSQL.
     public func reload() {
@@ -343,6 +357,7 @@ public final class RouseService: @unchecked Sendable {
             pushService?.replaceApps(apps)
             registrar?.updateSupportedPushProviders(try PostgresPushApps.providerFamilies(on: connection))
             logger.info("rouse.push_apps_reloaded", ["apps": String(apps.count)])
+            if let pushService { RouseService.logBrokenPushApps(pushService, logger) }
         } catch {
             logger.error("rouse.push_apps_reload_failed", ["error": "\(error)"])
         }
