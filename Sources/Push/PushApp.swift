@@ -172,19 +172,10 @@ public struct PushApp: Sendable, Equatable, CustomStringConvertible, CustomDebug
             check { () throws(PushAppError) in try Self.checkAppleID(apns.teamID, field: "team_id") }
             check { () throws(PushAppError) in try Self.checkAppleID(apns.keyID, field: "key_id") }
             check { () throws(PushAppError) in try Self.checkTopic(apns.topic) }
-            check { () throws(PushAppError) in
-                let key: SigningKey
-                do {
-                    key = try SigningKey.p256(pem: apns.privateKeyPEM)
-                } catch {
-                    throw PushAppError(field: "key", problem: "\(error) (an APNs .p8 key is a P-256 key)")
-                }
-                do {
-                    _ = try APNsClient.providerToken(credentials: apns, key: key, issuedAt: now)
-                } catch {
-                    throw PushAppError(field: "key", problem: "cannot sign a provider token: \(error)")
-                }
-            }
+            problems += Self.keyProblem(
+                field: "key", kind: "an APNs .p8 key is a P-256 key", signs: "a provider token",
+                parse: { () throws(SigningError) in try SigningKey.p256(pem: apns.privateKeyPEM) },
+                sign: { (key) throws(SigningError) in _ = try APNsClient.providerToken(credentials: apns, key: key, issuedAt: now) })
         case .fcm(let fcm):
             if fcm.projectID.isEmpty {
                 problems.append(PushAppError(field: "project_id", problem: "is missing: the service account names no Firebase project"))
@@ -197,21 +188,32 @@ public struct PushApp: Sendable, Equatable, CustomStringConvertible, CustomDebug
             if URLComponents(string: fcm.tokenURI).map({ $0.scheme != "https" || $0.host?.isEmpty != false }) ?? true {
                 problems.append(PushAppError(field: "token_uri", problem: "must be an https URL"))
             }
-            check { () throws(PushAppError) in
-                let key: SigningKey
-                do {
-                    key = try SigningKey.rsa(pem: fcm.privateKeyPEM)
-                } catch {
-                    throw PushAppError(field: "private_key", problem: "\(error) (a service account key is an RSA key)")
-                }
-                do {
-                    _ = try FCMClient.assertion(account: fcm, key: key, issuedAt: now)
-                } catch {
-                    throw PushAppError(field: "private_key", problem: "cannot sign the OAuth assertion: \(error)")
-                }
-            }
+            problems += Self.keyProblem(
+                field: "private_key", kind: "a service account key is an RSA key", signs: "the OAuth assertion",
+                parse: { () throws(SigningError) in try SigningKey.rsa(pem: fcm.privateKeyPEM) },
+                sign: { (key) throws(SigningError) in _ = try FCMClient.assertion(account: fcm, key: key, issuedAt: now) })
         }
         return problems
+    }
+
+    /// Why a key cannot serve, if it cannot: it does not parse (as `kind` says it should), or it
+    /// cannot sign what `signs` names. Empty when it parses and signs.
+    static func keyProblem(
+        field: String, kind: String, signs: String, parse: () throws(SigningError) -> SigningKey,
+        sign: (SigningKey) throws(SigningError) -> Void
+    ) -> [PushAppError] {
+        let key: SigningKey
+        do {
+            key = try parse()
+        } catch {
+            return [PushAppError(field: field, problem: "\(error) (\(kind))")]
+        }
+        do {
+            try sign(key)
+            return []
+        } catch {
+            return [PushAppError(field: field, problem: "cannot sign \(signs): \(error)")]
+        }
     }
 
     /// Apple's team and key ids: 10 characters, A–Z and 0–9.
