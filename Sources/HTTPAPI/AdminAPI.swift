@@ -439,7 +439,7 @@ public struct AdminAPI: Sendable {
         case .fcm(let current):
             var account = current
             if body.serviceAccount.isPresent { account = try Self.serviceAccount(body.serviceAccount) }
-            app = PushApp(id: id, credentials: .fcm(account), param: param)
+            app = PushApp(id: id, credentials: .fcm(account), param: param, directBootOK: stored.directBootOK)
         }
         let edited = app
         guard let notes = try await store.perform({ try PostgresPushApps(connection: $0).update(edited) }) else {

@@ -213,6 +213,7 @@ extension AdminPages {
         do {
             var app = try Self.pushApp(from: page, kind: stored.kind, stored: stored)
             app.id = id
+            app.directBootOK = stored.directBootOK
             let edited = app
             guard try await page.store.perform({ try PostgresPushApps(connection: $0).update(edited) }) != nil else {
                 return Self.notFoundPage(page, message: "There is no such push app.")

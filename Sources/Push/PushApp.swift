@@ -112,11 +112,15 @@ public struct PushApp: Sendable, Equatable, CustomStringConvertible, CustomDebug
     public var credentials: Credentials
     /// What the app puts in `pn-param`; empty = the default app of its platform.
     public var param: String
+    /// FCM only: ring and cancel pushes carry `android.direct_boot_ok`, so a phone that restarted
+    /// and is not unlocked yet still rings (the app must be direct-boot aware). On by default.
+    public var directBootOK: Bool
 
-    public init(id: Int64? = nil, credentials: Credentials, param: String = "") {
+    public init(id: Int64? = nil, credentials: Credentials, param: String = "", directBootOK: Bool = true) {
         self.id = id
         self.credentials = credentials
         self.param = param
+        self.directBootOK = directBootOK
     }
 
     /// The provider family the app pushes through.

@@ -133,16 +133,19 @@ public struct PushPayload: Sendable, Equatable {
         return JSONText.object([("aps", aps)] + data.map { ($0.key, .string($0.value)) }).bytes
     }
 
-    /// The FCM v1 `messages:send` body: data-only, android priority high, ttl, collapse key.
-    public func fcmBody(token: String, ttlSeconds: Int, collapseKey: String) -> [UInt8] {
-        JSONText.object([
+    /// The FCM v1 `messages:send` body: data-only, android priority (`high` by default), ttl,
+    /// collapse key, and `direct_boot_ok` when asked (delivered before the phone is first unlocked).
+    public func fcmBody(token: String, ttlSeconds: Int, collapseKey: String, highPriority: Bool = true, directBootOK: Bool = false) -> [UInt8] {
+        var android: [(String, JSONText)] = [
+            ("priority", .string(highPriority ? "high" : "normal")), ("ttl", .string("\(max(0, ttlSeconds))s")),
+            ("collapse_key", .string(collapseKey)),
+        ]
+        if directBootOK { android.append(("direct_boot_ok", .bool(true))) }
+        return JSONText.object([
             ("message", .object([
                 ("token", .string(token)),
                 ("data", .object(data.map { ($0.key, .string($0.value)) })),
-                ("android", .object([
-                    ("priority", .string("high")), ("ttl", .string("\(max(0, ttlSeconds))s")),
-                    ("collapse_key", .string(collapseKey)),
-                ])),
+                ("android", .object(android)),
             ]))
         ]).bytes
     }
@@ -171,6 +174,7 @@ public struct PushPayload: Sendable, Equatable {
 indirect enum JSONText: Sendable {
     case string(String)
     case integer(Int64)
+    case bool(Bool)
     case object([(String, JSONText)])
 
     var bytes: [UInt8] { Array(text.utf8) }
@@ -179,6 +183,7 @@ indirect enum JSONText: Sendable {
         switch self {
         case .string(let value): return JSONString.quoted(value)
         case .integer(let value): return String(value)
+        case .bool(let value): return value ? "true" : "false"
         case .object(let members):
             return "{" + members.map { JSONString.quoted($0.0) + ":" + $0.1.text }.joined(separator: ",") + "}"
         }

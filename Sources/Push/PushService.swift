@@ -283,7 +283,15 @@ public final class PushService: @unchecked Sendable {
             do {
                 let client = try fcmClient(app)
                 let ttl = max(0, Int(expiresAt.timeIntervalSinceNow.rounded(.up)))
-                outcome = await client.send(payload.fcmBody(token: channel.token, ttlSeconds: ttl, collapseKey: payload.value("uuid") ?? "refresh " + (payload.value("aor") ?? "")), deadline: retryUntil)
+                // docs/push.md "Delivery policy": a ring and the cancel that stops it are urgent
+                // (and may reach a phone not unlocked since it restarted); a missed-call notice and a
+                // binding refresh show no call, so they go at normal priority (FCM deprioritises an
+                // app whose high-priority messages show nothing).
+                let urgent = kind == .ring || kind == .cancel
+                let body = payload.fcmBody(
+                    token: channel.token, ttlSeconds: ttl, collapseKey: payload.value("uuid") ?? "refresh " + (payload.value("aor") ?? ""),
+                    highPriority: urgent, directBootOK: urgent && app.directBootOK)
+                outcome = await client.send(body, deadline: retryUntil)
             } catch {
                 outcome = PushOutcome(result: .failed(.credentials, message: "app #\(app.id ?? 0): \(error)"), latency: .zero)
             }

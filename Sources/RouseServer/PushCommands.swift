@@ -41,18 +41,20 @@ extension CommandLineInterface {
             }),
         Command(
             name: "push-app add fcm", summary: "add an FCM app (a Google service account JSON file)",
-            usage: "rouse push-app add fcm --service-account F.json [--param P] [--json]",
+            usage: "rouse push-app add fcm --service-account F.json [--param P] [--direct-boot on|off] [--json]",
             run: { cli, arguments in
                 cli.runPushCommand(
-                    arguments, usage: "rouse push-app add fcm --service-account F.json [--param P] [--json]",
-                    options: ["--service-account", "--param"], switches: ["--json"], positional: 0...0
+                    arguments, usage: "rouse push-app add fcm --service-account F.json [--param P] [--direct-boot on|off] [--json]",
+                    options: ["--service-account", "--param", "--direct-boot"], switches: ["--json"], positional: 0...0
                 ) { context in
                     guard let path = context.options["--service-account"] else {
                         throw CommandLineProblem("--service-account is required")
                     }
+                    let directBoot = context.options["--direct-boot"] ?? "on"
+                    guard directBoot == "on" || directBoot == "off" else { throw CommandLineProblem("--direct-boot must be on or off") }
                     let text = try Self.readKeyFile(path, field: "service-account")
                     let account = try FCMServiceAccount(json: Array(text.utf8))
-                    let app = PushApp(credentials: .fcm(account), param: context.options["--param"] ?? "")
+                    let app = PushApp(credentials: .fcm(account), param: context.options["--param"] ?? "", directBootOK: directBoot == "on")
                     try context.add(app)
                 }
             }),

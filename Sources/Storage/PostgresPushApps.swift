@@ -32,8 +32,8 @@ public struct PostgresPushApps {
         let (fields, key, environment) = Self.columns(of: app)
         do {
             let rows = try connection.query(
-                "INSERT INTO push_apps (kind, fields, key_text, param, environment) VALUES ($1, $2::jsonb, $3, $4, $5) RETURNING id",
-                [app.kind, fields, key, app.param, environment])
+                "INSERT INTO push_apps (kind, fields, key_text, param, environment, direct_boot_ok) VALUES ($1, $2::jsonb, $3, $4, $5, $6) RETURNING id",
+                [app.kind, fields, key, app.param, environment, app.directBootOK ? "true" : "false"])
             guard let id = rows.value(0, "id").flatMap({ Int64($0) }) else {
                 throw PostgresError(kind: .unexpectedResult, message: "PostgreSQL at \(connection.endpoint): INSERT into push_apps returned no id")
             }
@@ -50,34 +50,37 @@ public struct PostgresPushApps {
 
     /// Every app with its key, for the push service.
     public func all() throws -> [PushApp] {
-        let rows = try connection.query("SELECT id, kind, fields::text AS fields, key_text, param, environment FROM push_apps ORDER BY id")
+        let rows = try connection.query("SELECT id, kind, fields::text AS fields, key_text, param, environment, direct_boot_ok FROM push_apps ORDER BY id")
         return rows.rows.indices.compactMap { index in
             Self.app(
                 id: rows.value(index, "id"), kind: rows.value(index, "kind"), fields: rows.value(index, "fields"),
-                key: rows.value(index, "key_text"), param: rows.value(index, "param"), environment: rows.value(index, "environment"))
+                key: rows.value(index, "key_text"), param: rows.value(index, "param"), environment: rows.value(index, "environment"),
+                directBootOK: rows.value(index, "direct_boot_ok"))
         }
     }
 
     /// One app with its key, or nil.
     public func app(id: Int64) throws -> PushApp? {
         let rows = try connection.query(
-            "SELECT id, kind, fields::text AS fields, key_text, param, environment FROM push_apps WHERE id = $1", [String(id)])
+            "SELECT id, kind, fields::text AS fields, key_text, param, environment, direct_boot_ok FROM push_apps WHERE id = $1", [String(id)])
         guard !rows.isEmpty else { return nil }
         return Self.app(
             id: rows.value(0, "id"), kind: rows.value(0, "kind"), fields: rows.value(0, "fields"),
-            key: rows.value(0, "key_text"), param: rows.value(0, "param"), environment: rows.value(0, "environment"))
+            key: rows.value(0, "key_text"), param: rows.value(0, "param"), environment: rows.value(0, "environment"),
+            directBootOK: rows.value(0, "direct_boot_ok"))
     }
 
     /// Every app without its key.
     public func summaries() throws -> [Summary] {
         let rows = try connection.query(
-            "SELECT id, kind, fields::text AS fields, param, environment, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') AS created FROM push_apps ORDER BY id")
+            "SELECT id, kind, fields::text AS fields, param, environment, direct_boot_ok, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') AS created FROM push_apps ORDER BY id")
         return rows.rows.indices.map { index in
             let fields = Self.decode(rows.value(index, "fields"))
             let kind = rows.value(index, "kind") ?? ""
             let details = kind == "apns"
                 ? "team \(fields["team_id"] ?? "?") key \(fields["key_id"] ?? "?") topic \(fields["topic"] ?? "?")"
                 : "project \(fields["project_id"] ?? "?") as \(fields["client_email"] ?? "?")"
+                    + (rows.value(index, "direct_boot_ok") == "f" ? ", direct boot off" : "")
             return Summary(
                 id: Int64(rows.value(index, "id") ?? "0") ?? 0, kind: kind, param: rows.value(index, "param") ?? "",
                 environment: rows.value(index, "environment"), details: details, createdAt: rows.value(index, "created") ?? "")
@@ -91,11 +94,11 @@ public struct PostgresPushApps {
         let notes = try app.validate()
         let (fields, key, environment) = Self.columns(of: app)
         let idText: String = String(id)
-        let parameters: [String?] = [idText, fields, key, app.param, environment, app.kind]
+        let parameters: [String?] = [idText, fields, key, app.param, environment, app.kind, app.directBootOK ? "true" : "false"]
         do {
             let updated = try connection.query(
                 """
-                UPDATE push_apps SET fields = $2::jsonb, key_text = $3, param = $4, environment = $5
+                UPDATE push_apps SET fields = $2::jsonb, key_text = $3, param = $4, environment = $5, direct_boot_ok = $7
                 WHERE id = $1 AND kind = $6
                 """,
                 parameters)
@@ -146,7 +149,9 @@ public struct PostgresPushApps {
         }
     }
 
-    static func app(id: String?, kind: String?, fields: String?, key: String?, param: String?, environment: String?) -> PushApp? {
+    static func app(
+        id: String?, kind: String?, fields: String?, key: String?, param: String?, environment: String?, directBootOK: String?
+    ) -> PushApp? {
         guard let id = id.flatMap({ Int64($0) }), let key else { return nil }
         let values = decode(fields)
         switch kind {
@@ -163,7 +168,7 @@ public struct PostgresPushApps {
                 credentials: .fcm(FCMServiceAccount(
                     projectID: values["project_id"] ?? "", clientEmail: values["client_email"] ?? "",
                     privateKeyPEM: key, tokenURI: values["token_uri"] ?? "")),
-                param: param ?? "")
+                param: param ?? "", directBootOK: directBootOK != "f")
         default:
             return nil
         }

@@ -236,6 +236,27 @@ struct PushScenarioTests {
         #expect(requests.allSatisfy { $0.notes.isEmpty }, "\(requests.map(\.notes))")
     }
 
+    /// docs/push.md "Delivery policy", as the FCM stand-in logs what was sent: a ring and its
+    /// cancel are high priority with `direct_boot_ok` (the app's setting, on by default); a
+    /// missed-call notice and a binding refresh are normal priority, without it.
+    @Test func fcmDeliveryPolicyByMessageKind() async throws {
+        let fixture = try FCMFixture()
+        let service = PushService(settings: fixture.settings, apps: [fixture.app])
+        let channel = PushChannel(provider: .fcm, token: "policy-token-1", param: nil, kind: .standard)
+        #expect(await service.sendRing(call, to: channel, expiresAt: Date().addingTimeInterval(20)).isAccepted)
+        #expect(await service.sendCancel(call, reason: "caller hung up", to: channel, expiresAt: Date().addingTimeInterval(20)).isAccepted)
+        #expect(await service.sendMissed(call, reason: "no answer", to: channel).isAccepted)
+        #expect(await service.sendBindingRefresh(aor: "1002@example.com", expiresAt: Date().addingTimeInterval(300), to: channel).isAccepted)
+        var withoutDirectBoot = fixture.app
+        withoutDirectBoot.directBootOK = false
+        service.replaceApps([withoutDirectBoot])
+        #expect(await service.sendRing(call, to: channel, expiresAt: Date().addingTimeInterval(20)).isAccepted)
+        let sent = try fixture.standIn.requests().filter { $0.path.hasSuffix("messages:send") }.compactMap { $0.jsonBody?["message"] }
+        #expect(sent.map { $0["data"]?["event"]?.stringValue ?? "" } == ["call.ring", "call.canceled", "call.missed", "binding.refresh", "call.ring"])
+        #expect(sent.map { $0["android"]?["priority"]?.stringValue ?? "" } == ["high", "high", "normal", "normal", "high"])
+        #expect(sent.map { $0["android"]?["direct_boot_ok"] } == [.bool(true), .bool(true), nil, nil, nil])
+    }
+
     @Test func fcmAccessTokenRefreshedOnce() async throws {
         let fixture = try FCMFixture(revokeAfter: 2)
         let client = try FCMClient(account: fixture.account, baseURL: fixture.standIn.baseURL, caFile: fixture.standIn.caFile, timeout: .seconds(5))

@@ -30,6 +30,13 @@ final class PushStorageTests: XCTestCase {
         XCTAssertEqual(stored.param, "com.example.app.voip")
         let fcm = try apps.add(PushModelTests.fcmApp())
         XCTAssertEqual(try apps.all().map(\.id), [id, fcm.id])
+        // Direct boot (migration 700): on by default, kept when turned off, said in the list.
+        XCTAssertEqual(try apps.app(id: fcm.id)?.directBootOK, true)
+        var noDirectBoot = try XCTUnwrap(try apps.app(id: fcm.id))
+        noDirectBoot.directBootOK = false
+        XCTAssertNotNil(try apps.update(noDirectBoot))
+        XCTAssertEqual(try apps.app(id: fcm.id)?.directBootOK, false)
+        XCTAssertEqual(try apps.summaries().last?.details.hasSuffix(", direct boot off"), true)
         let summaries = try apps.summaries()
         XCTAssertEqual(summaries.map(\.kind), ["apns", "fcm"])
         XCTAssertEqual(summaries.first?.environment, "sandbox")
