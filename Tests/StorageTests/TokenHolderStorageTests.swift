@@ -1,0 +1,80 @@
+import CallRouting
+import Foundation
+import Registrar
+import RouseTestSupport
+import RouseVocabulary
+import Storage
+import XCTest
+
+/// Tokens follow their holder (issue 20 item 1) on real PostgreSQL: a token registered by one
+/// extension leaves no posted copy on another, and every instance's replica hears it.
+final class TokenHolderStorageTests: XCTestCase {
+    var database: MigratedDatabase!
+    var stores: [PostgresLocationStore] = []
+    var replicas: [PostgresReplica] = []
+    let alice = AddressOfRecord(number: "1000", domain: "example.com")
+    let bob = AddressOfRecord(number: "1001", domain: "example.com")
+    let voip = PushChannel(provider: .apns, token: String(repeating: "ab", count: 32), param: "TEAM123456.com.example.app.voip", kind: .voip)
+
+    override func setUpWithError() throws {
+        database = try MigratedDatabase(extensions: 4)
+    }
+
+    override func tearDown() {
+        replicas.forEach { $0.stop() }
+        stores.forEach { $0.shutdown() }
+        database?.drop()
+    }
+
+    func store(origin: String) -> PostgresLocationStore {
+        let store = PostgresLocationStore(settings: database.settings, origin: origin)
+        stores.append(store)
+        return store
+    }
+
+    /// A replica that keeps the tokens only (its bindings go nowhere).
+    func replica(origin: String) -> PostgresReplica {
+        let replica = PostgresReplica(
+            settings: database.settings, origin: origin, bindings: ReplicaBindingTarget(mark: { 0 }) { _, _, _ in })
+        replicas.append(replica)
+        return replica
+    }
+
+    func posted(_ aor: AddressOfRecord) throws -> [PushChannel] {
+        try PostedPushTokens.list(for: aor, on: try database.database.connect()).map(\.channel)
+    }
+
+    func testARegisteredTokenRemovesAnotherExtensionsPostedCopyAndEveryReplicaHearsIt() throws {
+        let connection = try database.database.connect()
+        _ = try PostedPushTokens.store(voip, deviceID: "phone-1", for: bob, on: connection)
+        let fcm = PushChannel(provider: .fcm, token: "bobs-other-phone", param: nil, kind: .standard)
+        _ = try PostedPushTokens.store(fcm, deviceID: nil, for: bob, on: connection)
+        // The instance that writes the binding and another one both hold bob's posted tokens.
+        let own = replica(origin: "instance-a")
+        let other = replica(origin: "instance-b")
+        try own.start()
+        try other.start()
+        XCTAssertEqual(own.tokens.postedTokens(of: bob).map(\.channel), [voip, fcm])
+        let (listener, heard) = try database.listening(to: [PostedPushTokens.notificationChannel])
+        defer { listener.stop() }
+
+        // Alice's phone registers the token bob had posted (the phone changed hands).
+        try store(origin: "instance-a").applyAndWait([.save(makeBinding(alice, channels: [voip]))])
+
+        XCTAssertEqual(try posted(bob), [fcm], "bob's posted copy of the token is gone; his other token stays")
+        XCTAssertEqual(heard.wait(for: 1), [PostedPushTokens.notificationChannel])
+        for replica in [own, other] {
+            replica.listening()
+            try waitUntil("the replica dropped the token") { replica.tokens.postedTokens(of: bob).map(\.channel) == [fcm] }
+        }
+        let rows = try connection.query("SELECT kind, key, tombstone::text FROM replica_changes WHERE kind = 'posted' ORDER BY seq DESC LIMIT 1").rows
+        XCTAssertEqual(rows.first, ["posted", "apns:" + voip.token, "true"], "the change log carries the delete")
+    }
+
+    func testATokenPostedByTheRegisteringExtensionItselfStays() throws {
+        let connection = try database.database.connect()
+        _ = try PostedPushTokens.store(voip, deviceID: nil, for: alice, on: connection)
+        try store(origin: "instance-a").applyAndWait([.save(makeBinding(alice, channels: [voip]))])
+        XCTAssertEqual(try posted(alice), [voip], "the same device by both ways is still one device")
+    }
+}
