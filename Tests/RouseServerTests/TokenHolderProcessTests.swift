@@ -9,7 +9,8 @@ import Storage
 import XCTest
 
 /// Issue 20 item 1, through `rouse serve`, real PostgreSQL and the push stand-ins: a push token
-/// rings the phone of the extension that holds it now, never the one it was posted for before.
+/// rings the phone of the extension that holds it now, never the one it was posted for before,
+/// and a token rotated out (posted again with the same `deviceId`) is never pushed again.
 extension CallProcessTests {
     /// Posts `body` to `/api/v1/push/register` on `port` with `user`'s credentials (`pw-<number>`).
     func post(_ body: String, as user: String, port: UInt16) throws -> TestHTTPClient.Response {
@@ -56,5 +57,31 @@ extension CallProcessTests {
         XCTAssertEqual(journey.pushes.map(\.line), [], "1001's call pushes no phone: the token is 1002's now")
         XCTAssertEqual(try apns.requests().filter { $0.path.hasSuffix(token) }.count, 0, "no push reached the stand-in for the token")
         XCTAssertEqual(try PostedPushTokens.list(for: AddressOfRecord(number: "1001", domain: "example.com"), on: try database.connect()), [])
+    }
+
+    func testARotatedVoIPTokenIsTheOnlyOneRungAndItsRegularPairStillCarriesTheCancel() throws {
+        try startRouse(wakeWait: 8)
+        let http = try httpPort()
+        let old = String(repeating: "7a", count: 32), new = String(repeating: "7b", count: 32), remote = String(repeating: "7c", count: 32)
+        let device = UUID().uuidString.lowercased()
+        for (token, param) in [(old, Self.voipParam), (remote, "DEF123GHIJ.com.example.app"), (new, Self.voipParam)] {
+            let body = #"{"token": "\#(token)", "sipUser": "1002@example.com", "platform": "ios", "param": "\#(param)", "deviceId": "\#(device)"}"#
+            XCTAssertEqual(try post(body, as: "1002", port: http).status, 200)
+        }
+        try waitUntilCaughtUp(port: http, "the rotated token")
+
+        let caller = try caller()
+        let call = try place(caller)
+        let ring = try XCTUnwrap(try pushes(apns, token: new).first)
+        XCTAssertEqual(ring.headers["apns-push-type"], "voip")
+        XCTAssertEqual(try call.cancel().statusCode, 200)
+        XCTAssertEqual(try call.waitForFinal().statusCode, 487)
+        // The iPhone's regular token, paired by the deviceId with the new VoIP token, stops the ring.
+        let cancel = try XCTUnwrap(try pushes(apns, token: remote).first)
+        XCTAssertEqual(cancel.headers["apns-push-type"], "background")
+        XCTAssertEqual(cancel.jsonBody?["event"]?.stringValue, "call.canceled")
+        let journey = try journey(callID: call.callID, outcome: .canceled)
+        XCTAssertEqual(journey.pushes.count, 1, "one device rung: \(journey.pushes.map(\.line))")
+        XCTAssertEqual(try apns.requests().filter { $0.path.hasSuffix(old) }.count, 0, "the rotated-out token is never pushed")
     }
 }

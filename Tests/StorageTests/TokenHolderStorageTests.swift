@@ -77,4 +77,32 @@ final class TokenHolderStorageTests: XCTestCase {
         try store(origin: "instance-a").applyAndWait([.save(makeBinding(alice, channels: [voip]))])
         XCTAssertEqual(try posted(alice), [voip], "the same device by both ways is still one device")
     }
+
+    // MARK: - Rotation by deviceId
+
+    func testAPostWithTheSameDeviceIdAndKindReplacesTheEarlierPostAndTheReplicaDropsIt() throws {
+        let connection = try database.database.connect()
+        let remote = PushChannel(provider: .apns, token: String(repeating: "cd", count: 32), param: "TEAM123456.com.example.app", kind: .remote)
+        let rotated = PushChannel(provider: .apns, token: String(repeating: "ef", count: 32), param: "TEAM123456.com.example.app.voip", kind: .voip)
+        let undisclosed = PushChannel(provider: .fcm, token: "no-device-id", param: nil, kind: .standard)
+        XCTAssertEqual(try PostedPushTokens.store(voip, deviceID: "phone-1", for: alice, on: connection), .stored)
+        XCTAssertEqual(try PostedPushTokens.store(remote, deviceID: "phone-1", for: alice, on: connection), .stored)
+        XCTAssertEqual(try PostedPushTokens.store(undisclosed, deviceID: nil, for: alice, on: connection), .stored)
+        XCTAssertEqual(try PostedPushTokens.store(voip, deviceID: "phone-1", for: bob, on: connection), .updated(movedFrom: alice))
+        XCTAssertEqual(try PostedPushTokens.store(voip, deviceID: "phone-1", for: alice, on: connection), .updated(movedFrom: bob))
+        let replica = replica(origin: "instance-a")
+        try replica.start()
+
+        XCTAssertEqual(try PostedPushTokens.store(rotated, deviceID: "phone-1", for: alice, on: connection), .stored)
+        XCTAssertEqual(Set(try posted(alice)), [remote, rotated, undisclosed], "the rotated-out VoIP token is gone; the pair and the other stay")
+        replica.listening()
+        try waitUntil("the replica dropped the old token") { Set(replica.tokens.postedTokens(of: alice).map(\.channel)) == [remote, rotated, undisclosed] }
+        XCTAssertEqual(replica.tokens.postedTokens(of: alice).filter { $0.deviceID == "phone-1" }.count, 2, "VoIP and regular still paired")
+
+        // Posting the same token again changes nothing; a post without a device id replaces nothing.
+        XCTAssertEqual(try PostedPushTokens.store(rotated, deviceID: "phone-1", for: alice, on: connection), .refreshed)
+        let another = PushChannel(provider: .fcm, token: "second-android", param: nil, kind: .standard)
+        XCTAssertEqual(try PostedPushTokens.store(another, deviceID: nil, for: alice, on: connection), .stored)
+        XCTAssertEqual(Set(try posted(alice)), [remote, rotated, undisclosed, another])
+    }
 }
