@@ -7,37 +7,16 @@ import Storage
 import XCTest
 
 /// Tokens follow their holder (issue 20 item 1) on real PostgreSQL: a token registered by one
-/// extension leaves no posted copy on another, and every instance's replica hears it.
-final class TokenHolderStorageTests: XCTestCase {
-    var database: MigratedDatabase!
-    var stores: [PostgresLocationStore] = []
-    var replicas: [PostgresReplica] = []
-    let alice = AddressOfRecord(number: "1000", domain: "example.com")
-    let bob = AddressOfRecord(number: "1001", domain: "example.com")
-    let voip = PushChannel(provider: .apns, token: String(repeating: "ab", count: 32), param: "TEAM123456.com.example.app.voip", kind: .voip)
-
-    override func setUpWithError() throws {
-        database = try MigratedDatabase(extensions: 4)
+/// extension leaves no posted copy on another, a post with a device's id replaces that device's
+/// earlier token of the same kind, and every instance's replica hears both.
+extension PostgresReplicaTests {
+    var voip: PushChannel {
+        PushChannel(provider: .apns, token: String(repeating: "ab", count: 32), param: "TEAM123456.com.example.app.voip", kind: .voip)
     }
 
-    override func tearDown() {
-        replicas.forEach { $0.stop() }
-        stores.forEach { $0.shutdown() }
-        database?.drop()
-    }
-
-    func store(origin: String) -> PostgresLocationStore {
-        let store = PostgresLocationStore(settings: database.settings, origin: origin)
-        stores.append(store)
-        return store
-    }
-
-    /// A replica that keeps the tokens only (its bindings go nowhere).
+    /// A replica that keeps the tokens (its bindings go into an index nobody reads).
     func replica(origin: String) -> PostgresReplica {
-        let replica = PostgresReplica(
-            settings: database.settings, origin: origin, bindings: ReplicaBindingTarget(mark: { 0 }) { _, _, _ in })
-        replicas.append(replica)
-        return replica
+        replica(origin: origin, into: Index())
     }
 
     func posted(_ aor: AddressOfRecord) throws -> [PushChannel] {
