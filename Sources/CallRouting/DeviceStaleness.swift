@@ -64,8 +64,11 @@ public struct DeviceStaleness: Hashable, Sendable {
         let before = isStale(under: policy, now: now)
         switch event {
         case .signOfLife:
-            lastSignOfLife = max(lastSignOfLife, now)
-            unansweredPushes = 0
+            // A sign older than the last one known says nothing new (events may arrive late).
+            if now > lastSignOfLife {
+                lastSignOfLife = now
+                unansweredPushes = 0
+            }
         case .ringPushEnded(let pushedAt, let accepted, let outlasted):
             // Life shown after the push answered it (e.g. the woken app registered).
             if accepted, outlasted, lastSignOfLife < pushedAt { unansweredPushes += 1 }

@@ -117,6 +117,9 @@ enum BindingRecords {
                 try connection.query(insertChannelsSQL, [channels.json])
                 try connection.query(clearDeadMarksSQL, [channels.json])
                 try connection.query(takePostedSQL, [channels.json, PostedPushTokens.notificationChannel])
+                // A REGISTER carrying a token is its device's sign of life (the stale-device rule).
+                try PushTokenLiveness.signOfLife(
+                    stored.flatMap { binding in binding.pushChannels.map { (token: $0.tokenID, at: Optional(binding.registeredAt)) } }, on: connection)
             }
         }
 

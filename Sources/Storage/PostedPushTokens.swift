@@ -105,6 +105,8 @@ public enum PostedPushTokens {
                 channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
             ])
         guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
+        // A post is its device's sign of life (the stale-device rule).
+        try PushTokenLiveness.signOfLife([channel.tokenID], on: connection)
         guard let previousExtension = row[1] else { return .stored }
         if row[4] == "t" { return .refreshed }
         let movedFrom = previousExtension == extensionID

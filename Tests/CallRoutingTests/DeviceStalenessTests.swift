@@ -70,4 +70,12 @@ final class DeviceStalenessTests: XCTestCase {
             .becameStale)
         XCTAssertEqual(DeviceStaleness.Policy(), DeviceStaleness.Policy(pushes: 3, after: 7 * day))
     }
+
+    func testASignOfLifeOlderThanTheLastOneKnownChangesNothing() {
+        var device = DeviceStaleness(lastSignOfLife: start + 10 * day)
+        _ = ring(&device, at: start + 11 * day)
+        XCTAssertEqual(device.handle(.signOfLife, now: start + 9 * day, policy: policy), .unchanged)
+        XCTAssertEqual(device.unansweredPushes, 1, "a late report of an old REGISTER does not answer a newer push")
+        XCTAssertEqual(device.lastSignOfLife, start + 10 * day)
+    }
 }
