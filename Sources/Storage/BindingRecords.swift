@@ -116,6 +116,10 @@ enum BindingRecords {
             if channels.count > 0 {
                 try connection.query(insertChannelsSQL, [channels.json])
                 try connection.query(clearDeadMarksSQL, [channels.json])
+                try connection.query(takePostedSQL, [channels.json, PostedPushTokens.notificationChannel])
+                // A REGISTER carrying a token is its device's sign of life (the stale-device rule).
+                try PushTokenLiveness.signOfLife(
+                    stored.flatMap { binding in binding.pushChannels.map { (token: $0.tokenID, at: Optional(binding.registeredAt)) } }, on: connection)
             }
         }
 
@@ -168,6 +172,24 @@ enum BindingRecords {
         DELETE FROM push_dead_tokens p
         USING jsonb_to_recordset($1::jsonb) AS r(family text, token text)
         WHERE p.family = r.family AND p.token = r.token
+        """
+
+    /// A token registered here is this device's now (decisions.md): another extension's *posted*
+    /// copy of it goes, as the bindings of other extensions lose it, so the old extension stops
+    /// pushing that phone. The delete reaches every instance through the replica's change log
+    /// (its trigger notes a `posted` change); each extension that lost one is announced on
+    /// `rouse_posted_tokens` as `removed <number@domain>`. Posted copies on the binding's own
+    /// extension stay (they are the same device, pushed once per call).
+    static let takePostedSQL = """
+        WITH gone AS (
+            DELETE FROM posted_push_tokens p
+            USING jsonb_to_recordset($1::jsonb) AS r(binding_id uuid, family text, token text), bindings b
+            WHERE b.id = r.binding_id AND p.family = r.family AND p.token = r.token AND p.extension_id <> b.extension_id
+            RETURNING p.extension_id
+        )
+        SELECT pg_notify($2, 'removed ' || e.number || '@' || d.domain)
+        FROM (SELECT DISTINCT extension_id FROM gone) g JOIN extensions e ON e.id = g.extension_id
+            JOIN sip_domains d ON d.id = e.domain_id
         """
 
     static func encodeBindings(_ bindings: [Binding]) -> String {

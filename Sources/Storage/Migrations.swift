@@ -19,11 +19,12 @@ public enum Migrator {
     /// Every migration Rouse knows, oldest first. Each area keeps its own list in its own file
     /// (`Migrations+Registrar.swift`, `Migrations+Push.swift`, `Migrations+Admin.swift`,
     /// `Migrations+Calls.swift`, `Migrations+WebPush.swift`, `Migrations+Replica.swift`,
-    /// `Migrations+Routes.swift`, `Migrations+Diversion.swift`, `Migrations+Gateway.swift`, `Migrations+PushPolicy.swift`), in its
-    /// own range of versions.
+    /// `Migrations+Routes.swift`, `Migrations+Diversion.swift`, `Migrations+Gateway.swift`,
+    /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`), in its own range of versions.
     public static var all: [Migration] {
         (coreMigrations + registrarMigrations + pushMigrations + adminMigrations + callMigrations + webPushMigrations
-            + replicaMigrations + routeMigrations + diversionMigrations + gatewayMigrations + pushPolicyMigrations).sorted { $0.version < $1.version }
+            + replicaMigrations + routeMigrations + diversionMigrations + gatewayMigrations + pushPolicyMigrations + tokenMigrations)
+            .sorted { $0.version < $1.version }
     }
 
     /// Versions 1–9: Rouse itself.

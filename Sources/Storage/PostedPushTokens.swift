@@ -32,8 +32,11 @@ public enum PostedTokenChange: Equatable, Sendable {
 /// The `posted_push_tokens` table (migration 11). A token (family + token, decisions.md) lives on
 /// one extension: posting it for another moves it there, and every binding of another extension
 /// loses that push channel in the same transaction (announced on `rouse_bindings` so every
-/// registrar reloads it). Changes are announced on `rouse_posted_tokens` with the payload
-/// `<stored|removed> <number@domain>`.
+/// registrar reloads it); registering it for another extension removes the posted copy
+/// (`BindingRecords.takePostedSQL`). A post with a `deviceId` replaces the extension's earlier
+/// post of that device and channel kind (VoIP, or regular), so a rotated token leaves nothing
+/// behind. Changes are announced on `rouse_posted_tokens` with the payload
+/// `<stored|removed> <number@domain>`; every instance learns them from the replica's change log.
 ///
 /// Threading: stateless; every function runs on the connection it is given and blocks its thread
 /// until PostgreSQL answers, so call it on a `PostgresWorkerPool` worker or a command-line thread.
@@ -45,8 +48,9 @@ public enum PostedPushTokens {
 
     /// Stores `channel` for `aor`. Returns nil when the extension does not exist.
     ///
-    /// One statement, so one round trip and one implicit transaction: the upsert, clearing a dead
-    /// mark, stripping the token from other extensions' bindings and both announcements
+    /// One statement, so one round trip and one implicit transaction: the upsert, replacing the
+    /// device's earlier token of the same kind, clearing a dead mark, stripping the token from
+    /// other extensions' bindings and both announcements
     /// (`rouse_bindings` for each stripped binding, `rouse_posted_tokens` unless nothing changed)
     /// commit together or not at all.
     public static func store(
@@ -67,6 +71,13 @@ public enum PostedPushTokens {
                     provider = EXCLUDED.provider, param = EXCLUDED.param, kind = EXCLUDED.kind,
                     device_id = EXCLUDED.device_id, posted_at = now()
                 RETURNING 1
+            ), replaced AS (
+                -- The same device's earlier token of the same channel kind (VoIP, or regular):
+                -- rotated, so it goes. The device's token of the other kind stays, paired by it.
+                DELETE FROM posted_push_tokens q USING ext
+                WHERE $8::text IS NOT NULL AND q.extension_id = ext.id AND q.device_id = $8
+                    AND (q.kind = 'voip') = ($7 = 'voip') AND NOT (q.family = $3 AND q.token = $4)
+                RETURNING 1
             ), revived AS (
                 DELETE FROM push_dead_tokens WHERE family = $3 AND token = $4 AND EXISTS (SELECT 1 FROM ext) RETURNING 1
             ), stripped AS (
@@ -79,12 +90,13 @@ public enum PostedPushTokens {
                 SELECT EXISTS (
                     SELECT 1 FROM prev, ext WHERE prev.extension_id = ext.id AND prev.provider = $5
                         AND prev.param IS NOT DISTINCT FROM $6 AND prev.kind = $7 AND prev.device_id IS NOT DISTINCT FROM $8
-                ) AS value
+                ) AND NOT EXISTS (SELECT 1 FROM replaced) AS value
             ), told AS (
                 SELECT pg_notify($11, 'stored ' || $2 || '@' || $1) FROM ext, unchanged WHERE NOT unchanged.value
             )
             SELECT ext.id::text, prev.extension_id::text, prev.number, prev.domain, unchanged.value,
                 (SELECT count(*) FROM upserted) + (SELECT count(*) FROM revived) + (SELECT count(*) FROM announced)
+                    + (SELECT count(*) FROM replaced)
                     + (SELECT count(*) FROM told)
             FROM ext CROSS JOIN unchanged LEFT JOIN prev ON true
             """,
@@ -93,6 +105,8 @@ public enum PostedPushTokens {
                 channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
             ])
         guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
+        // A post is its device's sign of life (the stale-device rule).
+        try PushTokenLiveness.signOfLife([channel.tokenID], on: connection)
         guard let previousExtension = row[1] else { return .stored }
         if row[4] == "t" { return .refreshed }
         let movedFrom = previousExtension == extensionID

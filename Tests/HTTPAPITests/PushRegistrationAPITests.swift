@@ -281,4 +281,42 @@ final class PushRegistrationAPITests: XCTestCase {
         let post = try self.post(http, ["token": "t", "sipUser": "1001@example.com"])
         XCTAssertEqual(post.status, 401)
     }
+
+    // MARK: - Token rotation (issue 20 item 1)
+
+    func testARotatedTokenWithTheSameDeviceIdReplacesTheOldOneAndKeepsItsPair() throws {
+        let http = try client()
+        let voip = String(repeating: "a1", count: 32), remote = String(repeating: "b2", count: 32)
+        let rotated = String(repeating: "c3", count: 32)
+        func ios(_ token: String, _ param: String, device: String = "phone-1", user: String = "1001") -> [String: Any] {
+            ["token": token, "sipUser": "\(user)@example.com", "platform": "ios", "param": param, "deviceId": device]
+        }
+        for fields in [ios(voip, "ABCDE12345.com.example.app.voip"), ios(remote, "ABCDE12345.com.example.app")] {
+            XCTAssertEqual(try post(http, fields).status, 200)
+        }
+        // An Android phone of the same extension without a device id, and bob's phone that happens
+        // to use the same device id: neither is the rotating iPhone.
+        XCTAssertEqual(try post(http, ["token": "fcm-other", "sipUser": "1001@example.com", "platform": "android"]).status, 200)
+        XCTAssertEqual(
+            try post(http, ios(String(repeating: "d4", count: 32), "ABCDE12345.com.example.app.voip", user: "1002"), user: "1002@example.com",
+                password: "s3cret-1002").status, 200)
+
+        // PushKit hands the iPhone a new VoIP token: the app posts it with the same deviceId.
+        let answer = try post(http, ios(rotated, "ABCDE12345.com.example.app.voip"))
+        XCTAssertEqual(answer.status, 200)
+        XCTAssertEqual(answer.json["status"] as? String, "stored")
+        let rows = try postedRows().map { [$0[1], $0[2], $0[5], $0[6]] }
+        XCTAssertEqual(
+            rows,
+            [
+                [remote, "1001", "remote", "phone-1"], [rotated, "1001", "voip", "phone-1"],
+                [String(repeating: "d4", count: 32), "1002", "voip", "phone-1"], ["fcm-other", "1001", "standard", nil],
+            ], "the old VoIP token is gone; its regular pair, the other phone and bob's stay")
+
+        // The regular token rotates too: the VoIP one stays.
+        let newRemote = String(repeating: "e5", count: 32)
+        XCTAssertEqual(try post(http, ios(newRemote, "ABCDE12345.com.example.app")).status, 200)
+        let tokens = Set(try postedRows().filter { $0[2] == "1001" }.compactMap { $0[1] })
+        XCTAssertEqual(tokens, [rotated, newRemote, "fcm-other"])
+    }
 }
