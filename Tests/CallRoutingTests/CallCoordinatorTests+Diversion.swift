@@ -67,11 +67,7 @@ final class CallCoordinatorDiversionTests: XCTestCase {
         let voicemail = try SIPURI(parsing: "sip:vm1002@pbx.example")
         let routed = Harness(bindings: [], manualClock: true)
         routed.directory.set(extensions: [], diversions: [callee: DiversionRules(unreachable: voicemail)])
-        let pbx = try RouteHop(parsing: "127.0.0.1:5090")
-        routed.signaling.resolutions = [pbx.description: [ResolvedHop(transport: .udp, ip: "127.0.0.1", port: 5090, host: "127.0.0.1")]]
-        routed.coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: [
-            (OutboundRoute(id: 1, organisation: "example.com", name: "pbx", position: 10, pattern: .domain("pbx.example"), hops: [pbx]), nil),
-        ]))
+        try routed.route(.domain("pbx.example"), named: "pbx", toPort: 5090)
         routed.placeCall()
         try routed.waitUntil { routed.signaling.outsideInvites.count == 1 }
         let sent = try XCTUnwrap(routed.signaling.outsideInvites.first)
@@ -120,11 +116,7 @@ final class CallCoordinatorOutsideTests: XCTestCase {
         let callee = AddressOfRecord(number: "1002", domain: "example.com")
         let harness = Harness(bindings: [], manualClock: true)
         harness.directory.set(extensions: [], diversions: [callee: DiversionRules(always: try SIPURI(parsing: "sip:02079460958@example.com"))])
-        let trunk = try RouteHop(parsing: "127.0.0.1:5091")
-        harness.signaling.resolutions = [trunk.description: [ResolvedHop(transport: .udp, ip: "127.0.0.1", port: 5091, host: "127.0.0.1")]]
-        harness.coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: [
-            (OutboundRoute(id: 1, organisation: "example.com", name: "trunk", position: 10, pattern: .prefix("0"), hops: [trunk]), nil),
-        ]))
+        try harness.route(.prefix("0"), named: "trunk", toPort: 5091)
         harness.placeCall()
         try harness.waitUntil { harness.signaling.outsideInvites.count == 1 }
         let sent = try XCTUnwrap(harness.signaling.outsideInvites.first)
@@ -141,5 +133,16 @@ final class CallCoordinatorOutsideTests: XCTestCase {
         XCTAssertEqual(final.headers[.retryAfter], "5")
         try harness.waitUntil { harness.signaling.cancels.count == 1 }
         XCTAssertEqual(harness.coordinator.liveOutsideCallCount, 0)
+    }
+}
+
+extension Harness {
+    /// example.com's one outbound route, `pattern` to a hop on 127.0.0.1:`port` (resolved by the fake).
+    func route(_ pattern: RoutePattern, named name: String, toPort port: UInt16) throws {
+        let hop = try RouteHop(parsing: "127.0.0.1:\(port)")
+        signaling.resolutions = [hop.description: [ResolvedHop(transport: .udp, ip: "127.0.0.1", port: port, host: "127.0.0.1")]]
+        coordinator.updateOutsidePolicy(OutsideCallPolicy(routes: [
+            (OutboundRoute(id: 1, organisation: "example.com", name: name, position: 10, pattern: pattern, hops: [hop]), nil),
+        ]))
     }
 }
