@@ -35,7 +35,9 @@ extension RegistrarServiceTests {
         try wait("read again") { store.loadCount == 2 }
         XCTAssertEqual(registrar.bindings(for: F.alice).count, 1)
 
-        // A read begun after the write is the truth: another instance removed the binding.
+        // A read begun after the write is the truth: another instance removed the binding (from
+        // the store too, so the re-read above, whose result may land after this one, agrees).
+        try store.removeEverything(of: F.alice)
         let fresh = ReplacedBox()
         registrar.applyStored([:], everything: true, since: registrar.localWriteMark()) { fresh.set($0) }
         try wait("the fresh read is applied") { fresh.value != nil }
@@ -84,6 +86,13 @@ final class SlowLocationStore: LocationStore, @unchecked Sendable {
 
     func apply(_ changes: [BindingChange], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         lock.withLock { held.append((changes, completion)) }
+    }
+
+    /// Removes an extension's bindings behind the registrar's back, as another instance would.
+    func removeEverything(of aor: AddressOfRecord) throws {
+        let done = DispatchSemaphore(value: 0)
+        kept.apply(try kept.loadBindings(for: aor, now: Date.distantPast).map { .delete($0, .removed) }) { _ in done.signal() }
+        done.wait()
     }
 
     /// Writes and answers every held change, in order.
