@@ -37,6 +37,14 @@ echo "rouse: test PostgreSQL on socket $pgdir/cluster port $port"
 # Build progress lines are noise in CI logs; everything else (failures, test counts) is shown.
 quiet='^\[[0-9]+/[0-9]+\] (Compiling|Emitting|Write|Linking|Applying|Building|Planning)'
 status=0
+# Everything the test bundles print also goes to $results, whose failure lines are printed again
+# at the very end: a CI log shows only its tail.
+results="$pgdir/results.log"
+: >"$results"
+# Runs a test bundle with the tests' TMPDIR, its output shown and kept in $results.
+run_bundle() {
+    TMPDIR=$tests_tmp "$@" 2>&1 | tee -a "$results"
+}
 
 # Fails the run when the tests left anything in $tests_tmp (named, with what is inside), then
 # empties it for the next pass.
@@ -44,7 +52,7 @@ check_leftovers() {
     local left
     left=$(cd "$tests_tmp" && find . -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)
     if [ -n "$left" ]; then
-        echo "rouse: tests left files in the temporary directory: $(echo $left) (after $1)" >&2
+        echo "rouse: tests left files in the temporary directory: $(echo $left) (after $1)" | tee -a "$results" >&2
         (cd "$tests_tmp" && find . -mindepth 1 | sort | head -n 50) >&2
         status=1
         find "$tests_tmp" -mindepth 1 -delete
@@ -60,8 +68,8 @@ python3 scripts/check-layers.py || status=1
 echo "== swift test (all suites)"
 swift build --build-tests 2>&1 | grep -vE "$quiet" || { echo "rouse: the build FAILED" >&2; exit 1; }
 bundle="$(swift build --show-bin-path)/RousePackageTests.xctest"
-TMPDIR=$tests_tmp "$bundle" 2>&1 || status=1
-TMPDIR=$tests_tmp "$bundle" --testing-library swift-testing 2>&1 || status=1
+run_bundle "$bundle" || status=1
+run_bundle "$bundle" --testing-library swift-testing || status=1
 check_leftovers "swift test"
 
 echo "== swift test --sanitize=thread (transports, transactions, registrar, storage, calls, proxy, SIP service, DNS, the log writer)"
@@ -71,10 +79,12 @@ swift build --build-tests "${tsan[@]}" 2>&1 | grep -vE "$quiet" || { echo "rouse
 bundle="$(swift build "${tsan[@]}" --show-bin-path)/RousePackageTests.xctest"
 # What `swift test --filter` selects: the tests whose Module.Class/method matches, comma-separated.
 selected=$("$bundle" --list-tests | grep -E '^[A-Za-z0-9_]+\.[A-Za-z0-9_]+/' | grep -E "$filter" | paste -sd, -)
-TMPDIR=$tests_tmp "$bundle" "$selected" 2>&1 || status=1
+run_bundle "$bundle" "$selected" || status=1
 check_leftovers "swift test --sanitize=thread"
 
 if [ "$status" -ne 0 ]; then
+    echo "rouse: the failures, again:" >&2
+    grep -E "error: |' failed \(|recorded an issue|rouse: tests left files" "$results" | head -n 40 >&2 || true
     echo "rouse: tests FAILED" >&2
 fi
 exit "$status"
