@@ -1,5 +1,6 @@
 // libFuzzer harness for the JSON bodies of the HTTP API: the posting endpoint's POST and DELETE
-// bodies and the admin API's bodies (organisation, extension, password, push app, test push).
+// bodies and the admin API's bodies (organisation, extension, password, push app, test push, outbound
+// route, national patterns, class of service).
 // Build and run as SIPParserFuzz (scripts/fuzz.sh): the target exists only when ROUSE_FUZZ=1.
 //   ROUSE_FUZZ=1 swift build --scratch-path /tmp/rouse-fuzz -c release --product HTTPBodyFuzz \
 //     --sanitize=fuzzer -Xswiftc -parse-as-library
@@ -41,6 +42,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     admin { _ = try AdminAPI.parseExtensionBody(body) }
     admin { _ = try AdminAPI.parsePasswordBody(body) }
     admin { _ = try AdminAPI.parseTestPushBody(body) }
+    admin { _ = try AdminAPI.parseRouteBody(body, organisation: "example.com") }
+    admin { _ = try AdminAPI.parseNationalPatternsBody(body) }
+    admin { _ = try AdminAPI.parseClassOfServiceBody(body) }
     admin {
         let app = try AdminAPI.parsePushAppBody(body)
         _ = try app.validate()
