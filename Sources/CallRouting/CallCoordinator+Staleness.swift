@@ -60,7 +60,7 @@ extension CallCoordinator {
     /// When a device pushed at `sentAt` had had its whole chance to come back: the call's wake wait
     /// (less a timer's slack), or for a device pushed after it ended (a posted token read late),
     /// the shorter of the two waits from its push.
-    static func wakeWaitEnd(sentAt: Date, callWaitDeadline: Date, settings: CallSettings) -> Date {
+    public static func wakeWaitEnd(sentAt: Date, callWaitDeadline: Date, settings: CallSettings) -> Date {
         if callWaitDeadline != .distantFuture, sentAt <= callWaitDeadline { return callWaitDeadline.addingTimeInterval(-0.05) }
         return sentAt.addingTimeInterval(min(settings.wakeWait, settings.wakeWaitWithDeskPhone).timeInterval - 0.05)
     }
