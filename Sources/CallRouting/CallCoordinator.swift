@@ -30,6 +30,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     weak var signaling: Signaling?
     private let directory: any CalleeDirectory
     private let tokens: (any WakeTokenSource)?
+    /// The stale-device record: which tokens not to push, where ring-push ends go.
+    let liveness: (any DeviceLiveness)?
     private let pusher: any CallPushing
     let journeys: (any JourneyStore)?
     private let authenticator: DigestAuthenticator
@@ -45,7 +47,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     let logger: Logger
 
     /// What this instance holds for each callee.
-    private var callees: [AddressOfRecord: CalleeCalls] = [:]
+    var callees: [AddressOfRecord: CalleeCalls] = [:]
     private var callByHandle: [ServerTransactionHandle: (callee: AddressOfRecord, id: UUID)] = [:]
     /// Calls not yet ended, on every callee.
     private var liveCalls = 0
@@ -73,8 +75,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         authenticator: DigestAuthenticator, throttle: AuthFailureThrottle? = nil, settings: CallSettings, ownNames: Set<String>,
         serverName: String, instanceID: String, metrics: MetricsRegistry? = nil, callTokens: CallTokenSigner? = nil,
         scheduler: (any TimerScheduler)? = nil, clock: @escaping @Sendable () -> Date = { Date() },
-        logger: Logger = .discarding
+        logger: Logger = .discarding, liveness: (any DeviceLiveness)? = nil
     ) {
+        self.liveness = liveness
         self.callTokens = callTokens
         self.directory = directory
         self.tokens = tokens
@@ -369,7 +372,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private func targets(_ bindings: [Binding], posted: [PostedToken]) -> CallTargets {
         let keys = (bindings.flatMap(\.pushChannels) + posted.map(\.channel)).map(\.tokenID)
         let dead = Set(keys.filter { deadTokens[$0] != nil })
-        return CallTargets(bindings: bindings, posted: posted, deadTokens: dead, reach: { [signaling] in signaling?.reach($0) ?? .gone })
+        return CallTargets(
+            bindings: bindings, posted: posted, deadTokens: dead, staleTokens: liveness?.staleTokens(among: keys, now: clock()) ?? [],
+            reach: { [signaling] in signaling?.reach($0) ?? .gone })
     }
 
     // MARK: - Running a call's machine
@@ -393,6 +398,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         while !events.isEmpty {
             let event = events.removeFirst()
             let now = clock()
+            noteStaleDevices(event, on: entry, at: now)
             if case .branchSent(let index, .some) = event, entry.machine.branches.indices.contains(index) {
                 let branch = entry.machine.branches[index]
                 logger.info("call.fork", ["call": entry.recorder.journey.callID, "binding": branch.binding.id.uuidString, "late": branch.isLate ? "yes" : "no"])
@@ -429,6 +435,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
                 }
             }
         }
+        reportRingPushEnds(of: entry, now: clock())
         // A journey that changed after its call ended (a late push answer) is written again, in
         // the answered call's talking copy too, so the BYE's rewrite keeps the change.
         if writeCall || (endedBefore && journeyChanged) {
@@ -693,6 +700,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         /// The armed timers, each with the generation it was armed in.
         var timers: [CallTimer: (generation: Int, timer: any ScheduledTimer)] = [:]
         var timerGeneration = 0
+        /// Stale devices the journey named, and pushes whose end went to `liveness`.
+        var staleNoted: Set<PushTokenID> = []
+        var livenessReported: Set<UUID> = []
 
         init(machine: CallStateMachine<Flow>, recorder: JourneyRecorder, handle: ServerTransactionHandle, callerFlow: Flow, caller: AddressOfRecord?) {
             self.machine = machine
@@ -756,13 +766,17 @@ final class SendHandoff<Flow: Hashable & Sendable>: @unchecked Sendable {
 extension CallCoordinator: CallControl {
     public func decline(_ claims: CallTokenClaims, reason: DeclineReason, completion: @escaping @Sendable (CallStatus?) -> Void) {
         queue.async { [self] in
+            callTokenUsed(claims)
             if let entry = ringingCall(claims) { run(.declined(deviceTag: claims.device, reason), on: entry) }
             completion(currentStatus(claims))
         }
     }
 
     public func status(_ claims: CallTokenClaims, completion: @escaping @Sendable (CallStatus?) -> Void) {
-        queue.async { [self] in completion(currentStatus(claims)) }
+        queue.async { [self] in
+            callTokenUsed(claims)
+            completion(currentStatus(claims))
+        }
     }
 
     /// The ringing call a token names, when this instance holds it.

@@ -85,11 +85,28 @@ public struct CallTargets: Sendable {
     public var atWaitEnd: [Binding]
     /// A reachable binding that needs no push is registered (the 3 s wait applies).
     public var hasDeskPhone: Bool
+    /// Devices left out because their ring token is stale (`DeviceStaleness`): not pushed until
+    /// they show life again; the journey names them.
+    public var staleDevices: [WakeDevice] = []
 
     /// - Parameters:
     ///   - deadTokens: tokens a provider called dead (not pushed until registered again).
+    ///   - staleTokens: tokens of stale devices: left out like dead ones, and listed in
+    ///     `staleDevices`.
     ///   - reach: how each binding can be reached now.
-    public init(bindings: [Binding], posted: [PostedToken], deadTokens: Set<PushTokenID>, reach: (Binding) -> BindingReach) {
+    public init(
+        bindings: [Binding], posted: [PostedToken], deadTokens: Set<PushTokenID>, staleTokens: Set<PushTokenID> = [],
+        reach: (Binding) -> BindingReach
+    ) {
+        self.init(bindings: bindings, posted: posted, leavingOut: deadTokens.union(staleTokens), reach: reach)
+        guard !staleTokens.subtracting(deadTokens).isEmpty else { return }
+        let kept = devices.flatMap(\.tokens)
+        staleDevices = CallTargets(bindings: bindings, posted: posted, leavingOut: deadTokens, reach: reach).devices.filter { device in
+            staleTokens.contains(device.id) && !kept.contains(device.id)
+        }
+    }
+
+    private init(bindings: [Binding], posted: [PostedToken], leavingOut deadTokens: Set<PushTokenID>, reach: (Binding) -> BindingReach) {
         var devices: [WakeDevice] = []
         var awake: [Binding] = []
         var deskPhones: [Binding] = []

@@ -59,6 +59,14 @@ public struct DeviceStaleness: Hashable, Sendable {
         unansweredPushes >= policy.pushes && now.timeIntervalSince(lastSignOfLife) >= policy.after
     }
 
+    /// When the device is (or will be, as its silence grows) stale under `policy`: once enough
+    /// pushes went unanswered, `policy.after` past its last sign of life; nil while too few did.
+    /// What is stored and shared with every instance, so that each reads the verdict at its own
+    /// `now` without knowing the policy.
+    public func staleFrom(under policy: Policy) -> Date? {
+        unansweredPushes >= policy.pushes ? lastSignOfLife.addingTimeInterval(policy.after) : nil
+    }
+
     /// Applies `event` at `now` and says how the verdict changed.
     public mutating func handle(_ event: Event, now: Date, policy: Policy) -> Change {
         let before = isStale(under: policy, now: now)

@@ -21,6 +21,8 @@ public enum CallFact: Sendable, Equatable {
     case nothingToWake(deskPhones: Int)
     case pushing(devices: Int, wait: Duration, deskPhone: Bool)
     case pushingPosted(device: String)
+    /// A device was left out: it is stale (pushed again and again without a sign of life).
+    case notPushedStale(device: String)
     /// A ring push's answer: a line of the journey and of Recent pushes.
     case pushAnswered(JourneyPush)
     /// A pushed device registered again in time.
@@ -104,6 +106,8 @@ public struct JourneyRecorder: Sendable {
                 + (deskPhone ? " (a desk phone is registered)" : ""))
         case .pushingPosted(let device):
             line(now, "pushing \(device), known by a posted token")
+        case .notPushedStale(let device):
+            line(now, "\(device) not pushed: stale (its last ring pushes went unanswered and it has shown no sign of life since)")
         case .pushAnswered(let push):
             journey.pushes.append(push)
             return .push(push)

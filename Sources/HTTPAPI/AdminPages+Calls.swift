@@ -68,6 +68,7 @@ extension AdminPages {
         let body: HTML = """
             <h1>Calls</h1>
             <section id="calls">
+            \(keptFor)
             <form method="get" action="\(Self.base)/calls" class="inline" id="filter-calls">
             \(Self.field("extension", label: "Extension", form: form, id: "call-extension", extra: " placeholder=\"1001@example.com\""))
             <button type="submit" class="secondary" id="filter-button">Show</button>

@@ -32,6 +32,26 @@ extension AdminPages {
         return "<div class=\"device-actions\">\(test)\(show)</div>"
     }
 
+    /// A token's state as a badge: dead (a provider said so), stale (the stale-device rule: not
+    /// pushed, with its last sign of life and its unanswered pushes), or alive.
+    static func tokenState(_ channel: PushChannel, detail: AdminReads.ExtensionDetail, dead: HTML, alive: HTML) -> HTML {
+        if detail.isDead(channel) { return "<span class=\"badge dead\">\(dead)</span>" }
+        if let mark = detail.staleMarks[channel.tokenID], mark.staleFrom <= detail.now {
+            return """
+                <span class="badge stale" title="not pushed until it registers or posts its token again">stale</span> \
+                <span class="muted stale-since">last sign of life \(time(mark.lastSignOfLife)), then \(String(mark.unansweredPushes)) unanswered ring pushes: not pushed until it registers or posts its token again</span>
+                """
+        }
+        return "<span class=\"badge alive\">\(alive)</span>"
+    }
+
+    /// How far back the lists of pushes and calls go (`history_retention`).
+    var keptFor: HTML {
+        let days = reads.historyRetention / 86400
+        let span = days >= 1 && days == days.rounded() ? "\(Int(days)) days" : Self.duration(seconds: Int(reads.historyRetention))
+        return "<p class=\"muted history-kept\">Pushes and calls are kept for \(span) (history_retention); older ones are deleted.</p>"
+    }
+
     /// The extension and device a device action names; throws the 404 page when there is none.
     private func device(_ page: SignedIn) async throws -> (AddressOfRecord, AdminReads.Device) {
         let address = page.parameter("address")

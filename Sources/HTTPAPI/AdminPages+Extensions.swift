@@ -195,14 +195,13 @@ extension AdminPages {
             Self.device(binding, detail: detail, page: page, results: deviceResults)
         }
         let posted = detail.postedTokens.map { token -> HTML in
-            let dead = detail.isDead(token.channel)
             let device = AdminReads.Device(token)
             let result: HTML = deviceResults[device.id].map { "<tr class=\"result\"><td colspan=\"7\">\($0)</td></tr>" } ?? .empty
             return """
                 <tr id="device-\(device.id)"><td>\(AdminAPI.platform(token.channel.provider))</td><td><code>\(Binding.shortenedToken(token.channel.token))</code></td>
                 <td>\(token.channel.param.map { HTML("<code>\($0)</code>") } ?? "<span class=\"muted\">default app</span>")</td>
                 <td>\(token.channel.kind.rawValue)</td><td>\(Self.time(token.postedAt))</td>
-                <td><span class="badge \(dead ? "dead" : "alive")">\(dead ? "dead" : "alive")</span></td>
+                <td>\(Self.tokenState(token.channel, detail: detail, dead: "dead", alive: "alive"))</td>
                 <td>\(Self.deviceActions(device, path: path, page: page))</td></tr>
                 \(result)
                 """
@@ -225,6 +224,7 @@ extension AdminPages {
             </section>
             <section id="recent-pushes">
             <h2>Recent pushes</h2>
+            \(keptFor)
             \(Self.table(["Time", "Device", "Provider", "Outcome", "Reason", "Latency", "Woke in time"], pushes, empty: "No push yet."))
             </section>
             <section id="recent-calls">
@@ -254,12 +254,11 @@ extension AdminPages {
     static func device(_ binding: Binding, detail: AdminReads.ExtensionDetail, page: SignedIn, results: [String: HTML]) -> HTML {
         let device = AdminReads.Device(binding)
         let channels = binding.pushChannels.map { channel -> HTML in
-            let dead = detail.isDead(channel)
             return """
                 <div class="pn"><span>pn-provider <code>\(channel.provider.rawValue)</code></span>
                 <span>pn-prid <code>\(Binding.shortenedToken(channel.token))</code></span>
                 <span>pn-param \(channel.param.map { HTML("<code>\($0)</code>") } ?? "<span class=\"muted\">none</span>")</span>
-                <span>\(channel.kind.rawValue)</span> <span class="badge \(dead ? "dead" : "alive")">\(dead ? "token dead" : "token alive")</span></div>
+                <span>\(channel.kind.rawValue)</span> \(Self.tokenState(channel, detail: detail, dead: "token dead", alive: "token alive"))</div>
                 """
         }
         let push: HTML = channels.isEmpty

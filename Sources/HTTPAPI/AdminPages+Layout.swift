@@ -213,7 +213,7 @@ extension AdminPages {
         .badge.refused, .badge.dead, .badge.failed, .badge.missed { background: #f8e1e1; color: var(--bad); }
         .badge.emergency { background: #f8e1e1; color: var(--bad); }
         .badge.diverted { background: #e4edf9; color: var(--accent); }
-        .badge.no-wake, .badge.unanswered, .badge.late, .badge.canceled, .badge.pending { background: #fbf0d9; color: var(--warn); }
+        .badge.no-wake, .badge.stale, .badge.unanswered, .badge.late, .badge.canceled, .badge.pending { background: #fbf0d9; color: var(--warn); }
         .device { border-top: 1px solid var(--line); padding: 0.6rem 0; }
         .device:first-of-type { border-top: none; }
         .device dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.15rem 0.75rem; margin: 0; }

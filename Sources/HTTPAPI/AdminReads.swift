@@ -23,6 +23,8 @@ struct AdminReads: Sendable {
     /// Extensions whose outside calls jumped, as this instance's toll-fraud guard counts them
     /// (`outside_call_surge_factor`), with their calls in the last hour; quick.
     var outsideCallSurges: @Sendable () -> [(caller: AddressOfRecord, lastHour: Int)] = { [] }
+    /// How long push records and calls are kept (`history_retention`), as the pages say.
+    var historyRetention: TimeInterval = HistoryRetention.defaultRetention
 
     /// One device of an extension as the pages and the API list it: a registered binding or a
     /// posted token, with the id its Test push and Show token actions name it by.
@@ -100,6 +102,8 @@ struct AdminReads: Sendable {
         let deadTokens: Set<PushTokenID>
         /// Its own class of service for outside calls; nil: the instance's default.
         let classOfService: ClassOfService?
+        /// The stale marks of its tokens (the stale-device rule).
+        var staleMarks: [PushTokenID: PushTokenLiveness.StaleMark] = [:]
 
         /// Whether a provider called this channel's token dead.
         func isDead(_ channel: PushChannel) -> Bool { deadTokens.contains(channel.tokenID) }
@@ -125,7 +129,8 @@ struct AdminReads: Sendable {
             let callClass = try PostgresCallClasses(connection: connection).callClass(number: aor.number, organisation: aor.domain)
             return ExtensionDetail(
                 aor: aor, now: now, bindings: bindings, postedTokens: posted, recentPushes: pushes, recentCalls: calls,
-                deadTokens: Set(dead.map(\.id)), classOfService: callClass)
+                deadTokens: Set(dead.map(\.id)), classOfService: callClass,
+                staleMarks: try PushTokenLiveness.staleMarks(among: channels.map(\.tokenID), on: connection))
         }
     }
 

@@ -48,7 +48,8 @@ public final class HTTPAPIService: Sendable {
         trustedProxies: TrustedPeers = TrustedPeers(), calls: CallAPIParts? = nil,
         healthProblems: @escaping @Sendable () -> [String] = { [] }, pushService: PushService? = nil, testPushInterval: TimeInterval = 30,
         outsideCallSurges: @escaping @Sendable () -> [(caller: AddressOfRecord, lastHour: Int)] = { [] },
-        adminDatabaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, logger: Logger = .discarding
+        adminDatabaseDeadline: Double = AdminAPI.defaultDatabaseDeadline, historyRetention: TimeInterval = HistoryRetention.defaultRetention,
+        logger: Logger = .discarding
     ) throws {
         guard let (host, port) = Self.splitHostPort(listen) else {
             throw HTTPServer.StartError(description: "cannot listen for HTTP on \(listen): expected host:port")
@@ -60,7 +61,8 @@ public final class HTTPAPIService: Sendable {
         let parts = RouteParts(
             pool: pool, directory: directory, throttle: authFailureThrottle, metrics: metrics, calls: calls, healthProblems: healthProblems,
             reads: AdminReads(
-                pushSettings: pushSettings, pusher: pushService, testPushInterval: testPushInterval, outsideCallSurges: outsideCallSurges),
+                pushSettings: pushSettings, pusher: pushService, testPushInterval: testPushInterval, outsideCallSurges: outsideCallSurges,
+                historyRetention: historyRetention),
             adminSessionLifetime: adminSessionLifetime, adminDatabaseDeadline: adminDatabaseDeadline, logger: logger)
         var outermost: [any HTTPMiddleware<APIContext>] = []
         if limits.requestsPerSecond > 0 {

@@ -186,6 +186,9 @@ public enum ConfigurationLoader {
         }
         withCalls.declineIsBusy = reader.boolean("decline_is_busy")
         withCalls.maxDiversions = reader.integer("max_diversions", 0...20)
+        withCalls.staleAfterPushes = reader.integer("stale_after_pushes", 1...1000)
+        withCalls.staleAfter = reader.duration("stale_after")
+        withCalls.historyRetention = reader.duration("history_retention")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
@@ -428,13 +431,13 @@ struct SettingReader {
     mutating func duration(_ key: String) -> Duration {
         let (value, source) = text(key)
         if let parsed = SettingReader.parseDuration(value), parsed > .zero { return parsed }
-        problem(key, source, "'\(value)' is not a positive duration (seconds, or with s, ms, m, h)")
+        problem(key, source, "'\(value)' is not a positive duration (seconds, or with s, ms, m, h, d)")
         return SettingReader.parseDuration(RouseConfiguration.settings.first { $0.key == key }!.defaultValue)!
     }
 
     static func parseDuration(_ text: String) -> Duration? {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
-        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
         for (suffix, scale) in units where trimmed.hasSuffix(suffix) {
             guard let number = Double(trimmed.dropLast(suffix.count)), number.isFinite, number >= 0 else { return nil }
             return .milliseconds(Int64((number * scale * 1000).rounded()))

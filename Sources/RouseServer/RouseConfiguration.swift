@@ -109,6 +109,11 @@ public struct RouseConfiguration: Sendable {
     /// may have had already and still be diverted (the loop guard).
     public var declineIsBusy: Bool = true
     public var maxDiversions: Int = 5
+    /// Stale devices (issue 20): unanswered ring pushes and the silence before a device is no
+    /// longer pushed; and how long push records and call journeys are kept.
+    public var staleAfterPushes: Int = 3
+    public var staleAfter: Duration = .seconds(7 * 24 * 3600)
+    public var historyRetention: Duration = .seconds(90 * 24 * 3600)
 }
 
 extension RouseConfiguration {
@@ -257,5 +262,11 @@ extension RouseConfiguration {
               meaning: "whether a 603 Decline counts as busy for an extension's busy forwarding (rouse extension forward --busy); false: only 486 and 600 do"),
         .init(key: "max_diversions", defaultValue: "5",
               meaning: "an INVITE already diverted this many times (its History-Info and Diversion entries) is not forwarded again and ends as it would have (the loop guard); 0 forwards no call"),
+        .init(key: "stale_after_pushes", defaultValue: "3",
+              meaning: "ring pushes in a row, each accepted by the provider and each call outlasting the wake wait, with no sign of life from the device (no REGISTER, no post, no use of the call token) before it may be stale"),
+        .init(key: "stale_after", defaultValue: "7d",
+              meaning: "how long a device must also have shown no sign of life before it is stale; a stale device is not pushed until it registers or posts its token again"),
+        .init(key: "history_retention", defaultValue: "90d",
+              meaning: "how long push records and calls (with their journeys) are kept; older ones are deleted in small batches by one instance at a time"),
     ]
 }

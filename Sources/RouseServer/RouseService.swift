@@ -40,6 +40,7 @@ public final class RouseService: @unchecked Sendable {
     private var refresher: BindingRefresher?
     private var databaseSettings: PostgresSettings?
     private var gateway: UpstreamGateway?
+    private var retention: HistoryRetentionJob?
 
     public init(configuration: RouseConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -108,7 +109,7 @@ public final class RouseService: @unchecked Sendable {
         RouseService.registerFaultMetrics(metrics, pushService: pushService)
         // Posted tokens and dead marks are held in memory (the replica), so a call reads no
         // PostgreSQL before its pushes.
-        let wakeTokens = WakeTokenReplica()
+        let wakeTokens = RouseService.makeWakeTokenReplica(logger)
         let callTokens = CallTokenSigner(secret: try RouseService.sharedSecret(named: "call_token_secret", connection))
         let coordinator = CallCoordinator<SIPService>(
             directory: registrar, tokens: wakeTokens, pusher: pushService, journeys: journeyStore,
@@ -123,7 +124,8 @@ public final class RouseService: @unchecked Sendable {
                 outsideCallLimits: configuration.outsideCallLimits),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,
-            logger: logger)
+            logger: logger,
+            liveness: RouseService.makeLiveness(configuration: configuration, pool: callPool, replica: wakeTokens, metrics: metrics, logger: logger))
         self.coordinator = coordinator
         self.pushService = pushService
         let outsideClass = configuration.outsideCallClass
@@ -142,6 +144,7 @@ public final class RouseService: @unchecked Sendable {
         replica.startPruning()
         RouseService.registerReplicaMetrics(metrics, replica: replica)
         registrar.startExpiryTimer()
+        retention = RouseService.startRetention(configuration: configuration, settings: settings, logger: logger)
         logger.info("registrar.ready", ["bindings": String(registrar.bindingCount), "replica_seq": String(replica.lastSeen)])
         self.databaseSettings = settings
         let refresher = BindingRefresher(
@@ -185,7 +188,7 @@ public final class RouseService: @unchecked Sendable {
             calls: CallAPIParts(signer: callTokens, control: coordinator, instanceID: instanceID),
             healthProblems: RouseService.healthProblems(pushService: pushService, journeys: journeyStore, pushRecords: pushStores),
             pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval,
-            outsideCallSurges: { coordinator.outsideCallSurges }, logger: logger)
+            outsideCallSurges: { coordinator.outsideCallSurges }, historyRetention: configuration.historyRetention.timeInterval, logger: logger)
         self.http = http
         logger.info("http.listening", ["listen": http.listenAddress])
     }
@@ -315,6 +318,7 @@ public final class RouseService: @unchecked Sendable {
         registrar?.stopExpiryTimer()
         listener?.stop()
         replica?.stop()
+        retention?.stop()
         locationStore?.shutdown()
         callPool?.shutdown()
         // Journeys still queued (PostgreSQL slow or away) get a last chance to be written.

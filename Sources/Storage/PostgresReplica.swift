@@ -35,6 +35,8 @@ public struct ReplicaRead: Sendable, Equatable {
     public var posted: [PushTokenID: PostedPushToken?]
     /// The dead marks that changed: whether the token is marked dead now.
     public var dead: [PushTokenID: Bool]
+    /// The stale marks that changed: the time from which the device is stale, nil when not.
+    public var stale: [PushTokenID: Date?] = [:]
 }
 
 /// This instance's replica of what every instance shares through PostgreSQL: bindings (into the
@@ -197,9 +199,10 @@ public final class PostgresReplica: @unchecked Sendable {
         }
         target.apply(read.bindings, read.everything, mark)
         if read.everything {
-            tokens.replaceAll(posted: read.posted.values.compactMap { $0 }, dead: Set(read.dead.filter(\.value).keys))
+            tokens.replaceAll(
+                posted: read.posted.values.compactMap { $0 }, dead: Set(read.dead.filter(\.value).keys), stale: read.stale.compactMapValues { $0 })
         } else {
-            tokens.update(posted: read.posted, dead: read.dead)
+            tokens.update(posted: read.posted, dead: read.dead, stale: read.stale)
         }
         return read
     }
@@ -243,19 +246,22 @@ public final class PostgresReplica: @unchecked Sendable {
             return ReplicaRead(
                 through: through, everything: true, bindings: bindings,
                 posted: Dictionary(posted.map { ($0.channel.tokenID, Optional($0)) }) { _, last in last },
-                dead: Dictionary(dead.compactMap(PushTokenID.init(key:)).map { ($0, true) }) { _, last in last })
+                dead: Dictionary(dead.compactMap(PushTokenID.init(key:)).map { ($0, true) }) { _, last in last },
+                stale: try PushTokenLiveness.staleMarks(among: nil, on: connection).mapValues { Optional($0.staleFrom) })
         }
         let changes = try connection.query(
             "SELECT kind, key, origin FROM replica_changes WHERE seq > $1 ORDER BY seq", [String(after)])
         var aors: Set<String> = []
         var postedKeys: Set<String> = []
         var deadKeys: Set<String> = []
+        var staleKeys: Set<PushTokenID> = []
         for row in changes.rows {
             guard let kind = row[0], let key = row[1] else { continue }
             switch kind {
             case "binding" where origin.isEmpty || row[2] != origin: aors.insert(key)
             case "posted": postedKeys.insert(key)
             case "dead": deadKeys.insert(key)
+            case "stale": if let id = PushTokenID(key: key) { staleKeys.insert(id) }
             default: break
             }
         }
@@ -267,9 +273,11 @@ public final class PostgresReplica: @unchecked Sendable {
         if !deadKeys.isEmpty {
             for key in try Self.deadKeys(connection, among: Array(deadKeys)).compactMap(PushTokenID.init(key:)) { dead[key] = true }
         }
+        var stale: [PushTokenID: Date?] = Dictionary(uniqueKeysWithValues: staleKeys.map { ($0, nil) })
+        for (key, mark) in try PushTokenLiveness.staleMarks(among: Array(staleKeys), on: connection) { stale[key] = mark.staleFrom }
         return ReplicaRead(
             through: through, everything: false, bindings: try BindingRecords.load(connection, aors: aors, now: now), posted: posted,
-            dead: dead)
+            dead: dead, stale: stale)
     }
 
     /// The `family:token` of every dead mark (among `keys`, when given).

@@ -128,4 +128,17 @@ final class CallTargetsTests: XCTestCase {
         XCTAssertTrue(postedOnly.isPostedOnly)
         XCTAssertTrue(postedOnly.matches(binding(contact: "sip:any@127.0.0.1:1")), "a posted-only device matches any new binding")
     }
+
+    func testAStaleTokenIsLeftOutLikeADeadOneAndNamed() {
+        let phone = binding(contact: "sip:a@127.0.0.1", transport: "udp", channels: [fcm], agent: "Android app")
+        let targets = CallTargets(
+            bindings: [phone], posted: [PostedToken(channel: voip)], deadTokens: [], staleTokens: [fcm.tokenID, voip.tokenID],
+            reach: { _ in .datagram })
+        XCTAssertEqual(targets.devices, [])
+        XCTAssertEqual(targets.staleDevices.map(\.name), ["Android app", "iPhone (posted token)"])
+        XCTAssertEqual(targets.deskPhones.map(\.id), [phone.id], "still reachable over SIP, rung at the end of the wait")
+
+        let dead = CallTargets(bindings: [phone], posted: [], deadTokens: [fcm.tokenID], staleTokens: [fcm.tokenID], reach: { _ in .datagram })
+        XCTAssertEqual(dead.staleDevices, [], "a dead token is dead, not stale")
+    }
 }

@@ -78,4 +78,17 @@ final class DeviceStalenessTests: XCTestCase {
         XCTAssertEqual(device.unansweredPushes, 1, "a late report of an old REGISTER does not answer a newer push")
         XCTAssertEqual(device.lastSignOfLife, start + 10 * day)
     }
+
+    func testTheStaleMarkIsTheSilenceDeadlineOnceEnoughPushesWentUnanswered() {
+        var device = DeviceStaleness(lastSignOfLife: start)
+        _ = ring(&device, at: start + day)
+        _ = ring(&device, at: start + 2 * day)
+        XCTAssertNil(device.staleFrom(under: policy), "two unanswered pushes of three")
+        _ = ring(&device, at: start + 3 * day)
+        XCTAssertEqual(device.staleFrom(under: policy), start + 7 * day, "stale once a week has passed since its last sign of life")
+        XCTAssertFalse(device.isStale(under: policy, now: start + 7 * day - 1))
+        XCTAssertTrue(device.isStale(under: policy, now: start + 7 * day))
+        _ = device.handle(.signOfLife, now: start + 8 * day, policy: policy)
+        XCTAssertNil(device.staleFrom(under: policy))
+    }
 }
