@@ -24,7 +24,7 @@ public struct CommandLineInterface: Sendable {
     static let version = "0.1.0"
 
     /// Every command; each area of Rouse contributes its own list from its own file.
-    static var commands: [Command] { serverCommands + directoryCommands + diversionCommands + pushCommands + routeCommands + callClassCommands + adminCommands }
+    static var commands: [Command] { serverCommands + directoryCommands + diversionCommands + pushCommands + routeCommands + callClassCommands + adminCommands + secretsCommands }
 
     static let serverCommands: [Command] = [
         Command(
@@ -107,7 +107,12 @@ public struct CommandLineInterface: Sendable {
         do {
             let connection = try PostgresConnection(
                 conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+            connection.secrets = configuration.secrets
             let applied = try Migrator.migrate(connection)
+            // With a key, what was stored before sealing is sealed now; without, at the first start.
+            if connection.secrets != nil, try SealedSecrets.sealPlainValues(on: connection).sealed > 0 {
+                print("sealed the secrets stored before sealing")
+            }
             let version = try Migrator.currentVersion(connection)
             if applied.isEmpty {
                 print("database is up to date (schema version \(version))")

@@ -187,6 +187,11 @@ public enum ConfigurationLoader {
         withCalls.declineIsBusy = reader.boolean("decline_is_busy")
         withCalls.maxDiversions = reader.integer("max_diversions", 0...20)
         do {
+            withCalls.secrets = try SecretsKeySource.load(file: reader.optionalString("secrets_key_file"), environment: environment)
+        } catch {
+            problems.append(error.description)
+        }
+        do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
             problems.append("trusted_peers: \(error.description)")
@@ -287,6 +292,12 @@ struct SettingReader {
 
     private mutating func problem(_ key: String, _ source: String, _ message: String) {
         problems.append("\(key): \(message) (from \(source))")
+    }
+
+    /// The text as given; nil when empty.
+    func optionalString(_ key: String) -> String? {
+        let value = text(key).0.trimmingCharacters(in: .whitespaces)
+        return value.isEmpty ? nil : value
     }
 
     mutating func string(_ key: String) -> String {

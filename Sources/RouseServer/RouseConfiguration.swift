@@ -109,6 +109,9 @@ public struct RouseConfiguration: Sendable {
     /// may have had already and still be diverted (the loop guard).
     public var declineIsBusy: Bool = true
     public var maxDiversions: Int = 5
+    /// The keys that seal secrets at rest (`secrets_key_file` or `ROUSE_SECRETS_KEY`); nil when
+    /// neither is given, which `rouse serve` refuses.
+    public var secrets: SecretSeal?
 }
 
 extension RouseConfiguration {
@@ -257,5 +260,7 @@ extension RouseConfiguration {
               meaning: "whether a 603 Decline counts as busy for an extension's busy forwarding (rouse extension forward --busy); false: only 486 and 600 do"),
         .init(key: "max_diversions", defaultValue: "5",
               meaning: "an INVITE already diverted this many times (its History-Info and Diversion entries) is not forwarded again and ends as it would have (the loop guard); 0 forwards no call"),
+        .init(key: "secrets_key_file", defaultValue: "",
+              meaning: "file holding the key that seals secrets in PostgreSQL (32 random bytes as 64 hex digits or base64, mode 0600; more lines: older keys that still open); or the key itself in ROUSE_SECRETS_KEY. rouse serve refuses to start without one"),
     ]
 }
