@@ -72,6 +72,11 @@ public enum SealedSecrets {
         public var sealed = 0
         /// Values left as they were (already sealed by the right key).
         public var unchanged = 0
+
+        public init(sealed: Int = 0, unchanged: Int = 0) {
+            self.sealed = sealed
+            self.unchanged = unchanged
+        }
     }
 
     /// Seals every value stored before sealing (marked `plain:` by migration 740) with the
