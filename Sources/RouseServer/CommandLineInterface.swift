@@ -99,6 +99,7 @@ public struct CommandLineInterface: Sendable {
         print("  sip_listen: \(configuration.sipListen.map(\.description).joined(separator: ","))")
         print("  http_listen: \(configuration.httpListen)")
         print("  database: \(PostgresConnection.describeEndpoint(configuration.databaseURL))")
+        print("  secrets key: \(configuration.secrets.map { "\($0.current.id)" } ?? "none (rouse serve refuses to start without one)")")
         return 0
     }
 
