@@ -34,6 +34,16 @@ if [ ! -f var/tls/cert.pem ]; then
     echo "rouse: made a self-signed TLS certificate in var/tls/ (first run)" >&2
 fi
 
+# The key that seals secrets in the database (push keys, trunk passwords, password hashes), made
+# once, readable by its owner only; without it the data in var/pg cannot be used.
+if [ -z "${ROUSE_SECRETS_KEY:-}" ] && [ -z "${ROUSE_SECRETS_KEY_FILE:-}" ]; then
+    if [ ! -f var/secrets.key ]; then
+        "$rouse" secrets new-key --key-file var/secrets.key >&2
+        echo "rouse: made the secrets key var/secrets.key (first run; keep it with backups of var/pg)" >&2
+    fi
+    export ROUSE_SECRETS_KEY_FILE="$top/var/secrets.key"
+fi
+
 stop_cluster() { bash scripts/pg.sh stop "$cluster" || true; }
 trap stop_cluster EXIT
 trap 'exit 130' INT
@@ -62,6 +72,7 @@ cat >var/env.sh <<ENV
 # in another terminal while make run serves (. var/env.sh; rouse extension list).
 export PATH='$(dirname "$rouse")':"\$PATH"
 export ROUSE_DATABASE_URL='$ROUSE_DATABASE_URL'
+export ROUSE_SECRETS_KEY_FILE='${ROUSE_SECRETS_KEY_FILE:-}'
 ENV
 
 # Where it listens, as rouse itself reads its settings (environment, flags given to make run).

@@ -1,13 +1,25 @@
 import Crypto
+import Registrar
 import Storage
 
 /// Fills a benchmark database with one domain and many extensions sharing a password, as
-/// `rouse extension add` would store them (HA1 hashes only), in a few bulk statements.
+/// `rouse extension add` would store them (sealed HA1 hashes only), in a few bulk statements.
 enum BenchDirectory {
+    /// The secrets key of every benchmark database and the `rouse` it runs (`RouseChild`): fixed,
+    /// so that runs share a database; benchmark databases hold no real secret.
+    static let secrets = SecretSeal(current: try! SecretSealKey(bytes: Digest.hash(.sha256, Array("rouse-bench secrets key".utf8))))
+
+    /// A connection that seals and opens with `secrets`.
+    static func connect(_ conninfo: String) throws -> PostgresConnection {
+        let connection = try PostgresConnection(conninfo: conninfo)
+        connection.secrets = secrets
+        return connection
+    }
+
     /// Applies the migrations, makes `domain` and `numbers` as its extensions, removes bindings an
     /// earlier run left in the domain, and gathers planner statistics.
     static func prepare(_ conninfo: String, domain: String, password: String, numbers: [String]) throws {
-        let connection = try PostgresConnection(conninfo: conninfo)
+        let connection = try connect(conninfo)
         try Migrator.migrate(connection)
         try connection.query("INSERT INTO sip_domains (domain) VALUES ($1) ON CONFLICT (domain) DO NOTHING", [domain])
         try connection.query(
@@ -15,13 +27,16 @@ enum BenchDirectory {
             DELETE FROM bindings WHERE extension_id IN
                 (SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1)
             """, [domain])
-        // HA1 = H(number:realm:password) for both algorithms; numbers and hex digits need no quoting
-        // inside an array literal.
+        // HA1 = H(number:realm:password) for both algorithms, sealed; numbers and sealed values
+        // (base64url) need no quoting inside an array literal.
         let chunk = 25_000
         for start in stride(from: 0, to: numbers.count, by: chunk) {
             let part = numbers[start..<min(start + chunk, numbers.count)]
-            let md5 = part.map { Digest.hex(.md5, "\($0):\(domain):\(password)") }
-            let sha256 = part.map { Digest.hex(.sha256, "\($0):\(domain):\(password)") }
+            let sealed = try part.map { number in
+                try ExtensionCredentials(aor: AddressOfRecord(number: number, domain: domain), password: password).sealedHA1s(on: connection)
+            }
+            let md5 = sealed.map(\.md5)
+            let sha256 = sealed.map(\.sha256)
             try connection.query(
                 """
                 INSERT INTO extensions (domain_id, number, ha1_md5, ha1_sha256)

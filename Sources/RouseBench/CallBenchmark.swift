@@ -214,7 +214,7 @@ enum CallBenchmark {
     /// Replaces any APNs app for the benchmark's topic left by an earlier run with one whose key
     /// the stand-in knows.
     private static func installPushApp(_ conninfo: String, privateKeyPEM: String) throws {
-        let connection = try PostgresConnection(conninfo: conninfo)
+        let connection = try BenchDirectory.connect(conninfo)
         let apps = PostgresPushApps(connection: connection)
         for app in try apps.all() {
             if case .apns(let credentials) = app.credentials, credentials.bundleID == topic, let id = app.id {

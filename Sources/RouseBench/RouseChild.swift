@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Glibc
 
@@ -43,6 +44,7 @@ final class RouseChild {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         var merged = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
+        merged["ROUSE_SECRETS_KEY"] = BenchDirectory.secrets.current.hexText
         merged.merge(environment) { $1 }
         process.environment = merged
         process.standardOutput = output

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import RouseLog
 import Storage
@@ -24,7 +25,7 @@ public struct CommandLineInterface: Sendable {
     static let version = "0.1.0"
 
     /// Every command; each area of Rouse contributes its own list from its own file.
-    static var commands: [Command] { serverCommands + directoryCommands + diversionCommands + pushCommands + routeCommands + callClassCommands + adminCommands }
+    static var commands: [Command] { serverCommands + directoryCommands + diversionCommands + pushCommands + routeCommands + callClassCommands + adminCommands + secretsCommands }
 
     static let serverCommands: [Command] = [
         Command(
@@ -99,6 +100,7 @@ public struct CommandLineInterface: Sendable {
         print("  sip_listen: \(configuration.sipListen.map(\.description).joined(separator: ","))")
         print("  http_listen: \(configuration.httpListen)")
         print("  database: \(PostgresConnection.describeEndpoint(configuration.databaseURL))")
+        print("  secrets key: \(configuration.secrets.map { "\($0.current.id)" } ?? "none (rouse serve refuses to start without one)")")
         return 0
     }
 
@@ -107,7 +109,12 @@ public struct CommandLineInterface: Sendable {
         do {
             let connection = try PostgresConnection(
                 conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+            connection.secrets = configuration.secrets
             let applied = try Migrator.migrate(connection)
+            // With a key, what was stored before sealing is sealed now; without, at the first start.
+            if connection.secrets != nil, try SealedSecrets.sealPlainValues(on: connection).sealed > 0 {
+                print("sealed the secrets stored before sealing")
+            }
             let version = try Migrator.currentVersion(connection)
             if applied.isEmpty {
                 print("database is up to date (schema version \(version))")

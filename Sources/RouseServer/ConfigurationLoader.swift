@@ -190,6 +190,11 @@ public enum ConfigurationLoader {
         withCalls.staleAfter = reader.duration("stale_after")
         withCalls.historyRetention = reader.duration("history_retention")
         do {
+            withCalls.secrets = try SecretsKeySource.load(file: reader.optionalString("secrets_key_file"), environment: environment)
+        } catch {
+            problems.append(error.description)
+        }
+        do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
             problems.append("trusted_peers: \(error.description)")
@@ -290,6 +295,12 @@ struct SettingReader {
 
     private mutating func problem(_ key: String, _ source: String, _ message: String) {
         problems.append("\(key): \(message) (from \(source))")
+    }
+
+    /// The text as given; nil when empty.
+    func optionalString(_ key: String) -> String? {
+        let value = text(key).0.trimmingCharacters(in: .whitespaces)
+        return value.isEmpty ? nil : value
     }
 
     mutating func string(_ key: String) -> String {

@@ -238,8 +238,7 @@ extension CommandLineInterface {
             return 1
         }
         guard let configuration = loadConfiguration(settingFlags) else { return 1 }
-        let settings = PostgresSettings(
-            conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+        let settings = configuration.databaseSettings
         let context = DirectoryCommandContext(
             positional: positional, givenPassword: password, switches: switches, settings: settings,
             directory: PostgresDirectory(settings: settings))

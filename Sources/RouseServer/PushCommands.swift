@@ -229,9 +229,7 @@ extension CommandLineInterface {
         }
         guard let configuration = loadConfiguration(settingFlags) else { return 1 }
         do {
-            let connection = try PostgresSettings(
-                conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout
-            ).connect()
+            let connection = try configuration.databaseSettings.connect()
             guard try Migrator.currentVersion(connection) >= 100 else {
                 throw CommandLineProblem("the database has no push tables yet: run rouse migrate first")
             }

@@ -114,6 +114,9 @@ public struct RouseConfiguration: Sendable {
     public var staleAfterPushes: Int = 3
     public var staleAfter: Duration = .seconds(7 * 24 * 3600)
     public var historyRetention: Duration = .seconds(90 * 24 * 3600)
+    /// The keys that seal secrets at rest (`secrets_key_file` or `ROUSE_SECRETS_KEY`); nil when
+    /// neither is given, which `rouse serve` refuses.
+    public var secrets: SecretSeal?
 }
 
 extension RouseConfiguration {
@@ -268,5 +271,7 @@ extension RouseConfiguration {
               meaning: "how long a device must also have shown no sign of life before it is stale; a stale device is not pushed until it registers or posts its token again"),
         .init(key: "history_retention", defaultValue: "90d",
               meaning: "how long push records and calls (with their journeys) are kept; older ones are deleted in small batches by one instance at a time"),
+        .init(key: "secrets_key_file", defaultValue: "",
+              meaning: "file holding the key that seals secrets in PostgreSQL (32 random bytes as 64 hex digits or base64, mode 0600; more lines: older keys that still open); or the key itself in ROUSE_SECRETS_KEY. rouse serve refuses to start without one"),
     ]
 }

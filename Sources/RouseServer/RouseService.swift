@@ -51,15 +51,21 @@ public final class RouseService: @unchecked Sendable {
     /// migrations, loads extensions and bindings, binds the SIP listen points, then starts the HTTP
     /// API on `httpListen` (its own threads; see `HTTPAPIService`).
     public func start() throws {
+        // Rouse stores secrets (its own keys at least) from the start: never without a key.
+        guard configuration.secrets != nil else { throw SealedSecrets.missingKey }
         let connection = try PostgresConnection(
             conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+        connection.secrets = configuration.secrets
         let applied = try Migrator.migrate(connection)
         let version = try Migrator.currentVersion(connection)
         logger.info(
             "database.ready",
             ["database": connection.endpoint, "schema_version": String(version), "applied": applied.map(String.init).joined(separator: ",")])
+        // Secrets stored before version 740 are sealed now, once, in one transaction.
+        let sealed = try SealedSecrets.sealPlainValues(on: connection)
+        if sealed.sealed > 0 { logger.info("secrets.sealed", ["count": String(sealed.sealed), "key": configuration.secrets?.current.id ?? ""]) }
 
-        let settings = PostgresSettings(conninfo: configuration.databaseURL, connectTimeout: configuration.databaseConnectTimeout)
+        let settings = configuration.databaseSettings
         let directory = PostgresDirectory(settings: settings)
         let instanceID = UUID().uuidString.lowercased()
         let store = PostgresLocationStore(settings: settings, origin: instanceID)
@@ -223,16 +229,9 @@ public final class RouseService: @unchecked Sendable {
     }
 
     /// A random secret shared by every instance through `rouse_settings`, made by whichever starts
-    /// first (decisions.md: nonces work across instances).
+    /// first (decisions.md: nonces work across instances), stored sealed.
     static func sharedSecret(named name: String, _ connection: PostgresConnection) throws -> [UInt8] {
-        try connection.query(
-            "INSERT INTO rouse_settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
-            [name, SecureRandom.hex(32)])
-        let rows = try connection.query("SELECT value FROM rouse_settings WHERE key = $1", [name])
-        guard let hex = rows.value(0, "value"), let bytes = Hex.decode(hex) else {
-            throw PostgresError(kind: .unexpectedResult, message: "rouse_settings holds no usable \(name)")
-        }
-        return bytes
+        try SealedSecrets.sharedSecret(named: name, on: connection)
     }
 
     /// Follows changes made elsewhere: the directory (extensions added, passwords changed), push

@@ -20,11 +20,26 @@ public enum Migrator {
     /// (`Migrations+Registrar.swift`, `Migrations+Push.swift`, `Migrations+Admin.swift`,
     /// `Migrations+Calls.swift`, `Migrations+WebPush.swift`, `Migrations+Replica.swift`,
     /// `Migrations+Routes.swift`, `Migrations+Diversion.swift`, `Migrations+Gateway.swift`,
-    /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`, `Migrations+Retention.swift`), in its own range of versions.
+    /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`, `Migrations+Retention.swift`,
+    /// `Migrations+Sealed.swift`), in its own range of versions.
     public static var all: [Migration] {
-        (coreMigrations + registrarMigrations + pushMigrations + adminMigrations + callMigrations + webPushMigrations
-            + replicaMigrations + routeMigrations + diversionMigrations + gatewayMigrations + pushPolicyMigrations + tokenMigrations
-            + retentionMigrations)
+        let lists: [[Migration]] = [
+            coreMigrations,
+            registrarMigrations,
+            pushMigrations,
+            adminMigrations,
+            callMigrations,
+            webPushMigrations,
+            replicaMigrations,
+            routeMigrations,
+            diversionMigrations,
+            gatewayMigrations,
+            pushPolicyMigrations,
+            tokenMigrations,
+            retentionMigrations,
+            sealedMigrations,
+        ]
+        return lists.joined()
             .sorted { $0.version < $1.version }
     }
 

@@ -1,4 +1,5 @@
 import CLibPQ
+public import Crypto
 import Glibc
 import Synchronization
 
@@ -15,6 +16,9 @@ public final class PostgresConnection {
     let connection: OpaquePointer
     /// `host:port` (or the socket folder and port) this connection was opened to, for messages.
     public let endpoint: String
+    /// The keys that seal and open the secret columns on this connection (`SealedSecrets`); nil:
+    /// storing or reading a secret fails with a clear error.
+    public var secrets: SecretSeal?
 
     /// Connects with a libpq conninfo string or a `postgresql://` URL.
     /// - Parameter connectTimeout: seconds libpq waits for the server (its `connect_timeout`).

@@ -1,3 +1,4 @@
+public import Crypto
 public import Foundation
 public import Registrar
 
@@ -18,7 +19,9 @@ public struct DirectoryExtension: Hashable, Sendable {
 }
 
 /// The organisations (SIP domains) and extensions in PostgreSQL: what the registrar loads, and
-/// the operator's operations on them. Passwords are kept only as `ExtensionCredentials` hashes.
+/// the operator's operations on them. Passwords are kept only as `ExtensionCredentials` hashes,
+/// stored sealed (`SealedSecrets`, bound to the extension's address) and opened only here, when the
+/// directory is loaded into memory: the REGISTER path never opens one.
 /// Every change commits together with `NOTIFY rouse_directory` (payload `<what> <name>`, e.g.
 /// `extension-added 1001@example.com`, `domain-removed example.org`) so every instance reloads.
 ///
@@ -70,7 +73,9 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                 for row in rows.rows {
                     guard let number = row[0], let domain = row[1], let md5 = row[2], let sha256 = row[3] else { continue }
                     let aor = AddressOfRecord(number: number, domain: domain)
-                    extensions[aor] = ExtensionCredentials(aor: aor, ha1MD5: md5, ha1SHA256: sha256)
+                    extensions[aor] = ExtensionCredentials(
+                        aor: aor, ha1MD5: try connection.openSecret(md5, context: Self.ha1Context(.md5, aor)),
+                        ha1SHA256: try connection.openSecret(sha256, context: Self.ha1Context(.sha256, aor)))
                 }
                 // Call forwarding travels with the directory (migration 602; absent before it).
                 let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
@@ -153,7 +158,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                         SELECT id, $2, $3, $4 FROM sip_domains WHERE domain = $1
                         RETURNING id
                         """,
-                        [aor.domain, aor.number, credentials.ha1MD5, credentials.ha1SHA256])
+                        try Self.sealedHA1s(of: credentials, on: connection))
                 } catch let error as PostgresError where error.isUniqueViolation {
                     throw DirectoryError.extensionExists(aor)
                 }
@@ -214,7 +219,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                     UPDATE extensions e SET ha1_md5 = $3, ha1_sha256 = $4, updated_at = now()
                     FROM sip_domains d WHERE d.id = e.domain_id AND d.domain = $1 AND e.number = $2
                     """,
-                    [aor.domain, aor.number, credentials.ha1MD5, credentials.ha1SHA256])
+                    try Self.sealedHA1s(of: credentials, on: connection))
                 guard updated.affectedRows > 0 else { throw try Self.missing(aor, on: connection) }
                 try Self.announce("extension-password \(aor)", on: connection)
             }
@@ -257,6 +262,17 @@ public final class PostgresDirectory: DirectorySource, Sendable {
 
     // MARK: - Helpers
 
+    /// What the sealed HA1 of `aor` is bound to.
+    static func ha1Context(_ algorithm: Digest.Algorithm, _ aor: AddressOfRecord) -> String {
+        "extensions.\(algorithm == .md5 ? "ha1_md5" : "ha1_sha256"):\(aor)"
+    }
+
+    /// `$1` domain, `$2` number, `$3` and `$4` the sealed MD5 and SHA-256 HA1s.
+    private static func sealedHA1s(of credentials: ExtensionCredentials, on connection: PostgresConnection) throws -> [String?] {
+        let sealed = try credentials.sealedHA1s(on: connection)
+        return [credentials.aor.domain, credentials.aor.number, sealed.md5, sealed.sha256]
+    }
+
     private static func check(_ aor: AddressOfRecord) throws(DirectoryError) {
         guard AddressOfRecord.isValidNumber(aor.number) else { throw .invalidNumber(aor.number) }
         guard AddressOfRecord.isValidDomain(aor.domain) else { throw .invalidDomain(aor.domain) }
@@ -274,5 +290,16 @@ public final class PostgresDirectory: DirectorySource, Sendable {
 
     private static func date(_ text: String?) -> Date {
         Date(timeIntervalSince1970: text.flatMap { Double($0) } ?? 0)
+    }
+}
+
+extension ExtensionCredentials {
+    /// The two HA1s sealed as the `extensions` table stores them (for bulk loaders such as the
+    /// benchmark's, which write rows themselves).
+    public func sealedHA1s(on connection: PostgresConnection) throws(SecretSealError) -> (md5: String, sha256: String) {
+        (
+            try connection.sealSecret(ha1MD5, context: PostgresDirectory.ha1Context(.md5, aor)),
+            try connection.sealSecret(ha1SHA256, context: PostgresDirectory.ha1Context(.sha256, aor))
+        )
     }
 }

@@ -3,8 +3,9 @@ public import Push
 import Registrar
 public import RouseVocabulary
 
-/// The operator's push apps in PostgreSQL (`push_apps`). The key text is stored in its own column
-/// and is returned only to the push service (`all()`), never listed (`summaries()`).
+/// The operator's push apps in PostgreSQL (`push_apps`). The key text is stored sealed in its own
+/// column (`SealedSecrets`, bound to the app's id) and is returned only to the push service
+/// (`all()`), never listed (`summaries()`).
 ///
 /// Threading: not thread-safe, like the `PostgresConnection` it uses; every call blocks until
 /// PostgreSQL answers, so it belongs to a command-line run or a storage worker, never the SIP path.
@@ -30,13 +31,16 @@ public struct PostgresPushApps {
     public func add(_ app: PushApp) throws -> (id: Int64, notes: [String]) {
         let notes = try app.validate()
         let (fields, key, environment) = Self.columns(of: app)
+        // The id first: the sealed key is bound to it.
+        guard let id = try connection.query("SELECT nextval(pg_get_serial_sequence('push_apps', 'id')) AS id").value(0, "id").flatMap({ Int64($0) })
+        else {
+            throw PostgresError(kind: .unexpectedResult, message: "PostgreSQL at \(connection.endpoint): push_apps has no id sequence")
+        }
+        let sealedKey = try connection.sealSecret(key, context: Self.keyContext(id))
         do {
-            let rows = try connection.query(
-                "INSERT INTO push_apps (kind, fields, key_text, param, environment, direct_boot_ok) VALUES ($1, $2::jsonb, $3, $4, $5, $6) RETURNING id",
-                [app.kind, fields, key, app.param, environment, app.directBootOK ? "true" : "false"])
-            guard let id = rows.value(0, "id").flatMap({ Int64($0) }) else {
-                throw PostgresError(kind: .unexpectedResult, message: "PostgreSQL at \(connection.endpoint): INSERT into push_apps returned no id")
-            }
+            try connection.query(
+                "INSERT INTO push_apps (id, kind, fields, key_text, param, environment, direct_boot_ok) VALUES ($1::bigint, $2, $3::jsonb, $4, $5, $6, $7)",
+                [String(id), app.kind, fields, sealedKey, app.param, environment, app.directBootOK ? "true" : "false"])
             try Self.announceChange(on: connection)
             return (id, notes)
         } catch let error as PostgresError where error.isUniqueViolation {
@@ -51,8 +55,8 @@ public struct PostgresPushApps {
     /// Every app with its key, for the push service.
     public func all() throws -> [PushApp] {
         let rows = try connection.query("SELECT id, kind, fields::text AS fields, key_text, param, environment, direct_boot_ok FROM push_apps ORDER BY id")
-        return rows.rows.indices.compactMap { index in
-            Self.app(
+        return try rows.rows.indices.compactMap { index in
+            try app(
                 id: rows.value(index, "id"), kind: rows.value(index, "kind"), fields: rows.value(index, "fields"),
                 key: rows.value(index, "key_text"), param: rows.value(index, "param"), environment: rows.value(index, "environment"),
                 directBootOK: rows.value(index, "direct_boot_ok"))
@@ -64,7 +68,7 @@ public struct PostgresPushApps {
         let rows = try connection.query(
             "SELECT id, kind, fields::text AS fields, key_text, param, environment, direct_boot_ok FROM push_apps WHERE id = $1", [String(id)])
         guard !rows.isEmpty else { return nil }
-        return Self.app(
+        return try app(
             id: rows.value(0, "id"), kind: rows.value(0, "kind"), fields: rows.value(0, "fields"),
             key: rows.value(0, "key_text"), param: rows.value(0, "param"), environment: rows.value(0, "environment"),
             directBootOK: rows.value(0, "direct_boot_ok"))
@@ -94,7 +98,8 @@ public struct PostgresPushApps {
         let notes = try app.validate()
         let (fields, key, environment) = Self.columns(of: app)
         let idText: String = String(id)
-        let parameters: [String?] = [idText, fields, key, app.param, environment, app.kind, app.directBootOK ? "true" : "false"]
+        let sealedKey = try connection.sealSecret(key, context: Self.keyContext(id))
+        let parameters: [String?] = [idText, fields, sealedKey, app.param, environment, app.kind, app.directBootOK ? "true" : "false"]
         do {
             let updated = try connection.query(
                 """
@@ -149,11 +154,16 @@ public struct PostgresPushApps {
         }
     }
 
-    static func app(
-        id: String?, kind: String?, fields: String?, key: String?, param: String?, environment: String?, directBootOK: String?
-    ) -> PushApp? {
-        guard let id = id.flatMap({ Int64($0) }), let key else { return nil }
-        let values = decode(fields)
+    /// What the sealed key of app `id` is bound to.
+    static func keyContext(_ id: Int64) -> String { "push_apps.key_text:\(id)" }
+
+    /// The app of one row, its key opened; nil for a row of an unknown kind.
+    func app(
+        id: String?, kind: String?, fields: String?, key sealedKey: String?, param: String?, environment: String?, directBootOK: String?
+    ) throws -> PushApp? {
+        guard let id = id.flatMap({ Int64($0) }), let sealedKey else { return nil }
+        let key = try connection.openSecret(sealedKey, context: Self.keyContext(id))
+        let values = Self.decode(fields)
         switch kind {
         case "apns":
             return PushApp(

@@ -84,8 +84,9 @@ public struct RouteError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(field): \(problem)" }
 }
 
-/// The outbound routes in PostgreSQL (`outbound_routes`, migration 600). Passwords go in and come
-/// out only through `credentials()`, for the digest answer to a trunk; listings never carry them.
+/// The outbound routes in PostgreSQL (`outbound_routes`, migration 600). Passwords are stored sealed
+/// (`SealedSecrets`, bound to the route's id) and come out only through `credentials()`, for the
+/// digest answer to a trunk; listings never carry them.
 /// Every change is announced on `rouse_routes` by a trigger, so each instance reloads its table.
 ///
 /// Threading: not thread-safe, like the `PostgresConnection` it uses; every call blocks until
@@ -103,19 +104,24 @@ public struct PostgresRoutes {
     /// Validates and stores a route; returns its id.
     public func add(_ draft: RouteDraft) throws -> Int {
         let route = try draft.validated()
+        // The id first: the sealed password is bound to it.
+        guard let newID = try connection.query("SELECT nextval(pg_get_serial_sequence('outbound_routes', 'id')) AS id").value(0, "id") else {
+            throw PostgresError(kind: .unexpectedResult, message: "PostgreSQL at \(connection.endpoint): outbound_routes has no id sequence")
+        }
+        let password = try draft.password.map { try connection.sealSecret($0, context: Self.passwordContext(newID)) }
         do {
             let rows = try connection.query(
                 """
                 INSERT INTO outbound_routes
-                    (domain_id, name, position, pattern, strip, prepend, hops, hop_timeout_ms, username, password, caller_identity, emergency, diversion_header)
-                SELECT d.id, $2, COALESCE($3::integer, (SELECT max(position) + 10 FROM outbound_routes WHERE domain_id = d.id), 10), $4, $5::integer, $6, $7::jsonb, $8::integer, $9, $10, $11, $12::boolean, $13::boolean
+                    (id, domain_id, name, position, pattern, strip, prepend, hops, hop_timeout_ms, username, password, caller_identity, emergency, diversion_header)
+                SELECT $14::bigint, d.id, $2, COALESCE($3::integer, (SELECT max(position) + 10 FROM outbound_routes WHERE domain_id = d.id), 10), $4, $5::integer, $6, $7::jsonb, $8::integer, $9, $10, $11, $12::boolean, $13::boolean
                 FROM sip_domains d WHERE d.domain = $1
                 RETURNING id
                 """,
                 [
                     route.organisation, route.name, draft.position.map(String.init), route.pattern.description, String(route.strip), route.prepend,
-                    JSONText.array(of: route.hops.map(\.description)), String(draft.hopTimeoutMilliseconds), draft.username, draft.password,
-                    route.callerIdentity.description, route.emergency ? "true" : "false", route.diversionHeader ? "true" : "false",
+                    JSONText.array(of: route.hops.map(\.description)), String(draft.hopTimeoutMilliseconds), draft.username, password,
+                    route.callerIdentity.description, route.emergency ? "true" : "false", route.diversionHeader ? "true" : "false", newID,
                 ])
             guard !rows.isEmpty, let id = rows.value(0, "id").flatMap({ Int($0) }) else {
                 throw RouteError(field: "organisation", problem: "there is no organisation \(route.organisation)")
@@ -146,10 +152,17 @@ public struct PostgresRoutes {
         try rows(organisation: organisation).map { Listed(route: $0.route, hasPassword: $0.password != nil) }
     }
 
-    /// Every route with its password, for the instance's route table and digest answers only.
+    /// Every route with its password (opened), for the instance's route table and digest answers only.
     public func credentials() throws -> [(route: OutboundRoute, password: String?)] {
-        try rows(organisation: nil)
+        try rows(organisation: nil).map { row in
+            (row.route, try row.password.map { try connection.openSecret($0, context: Self.passwordContext(String(row.route.id))) })
+        }
     }
+
+    /// What the sealed password of route `id` is bound to.
+    static func passwordContext(_ id: String) -> String { "outbound_routes.password:\(id)" }
+
+    /// Every route with its password as stored (sealed).
 
     private func rows(organisation: String?) throws -> [(route: OutboundRoute, password: String?)] {
         let result = try connection.query(

@@ -5,7 +5,8 @@ public import Push
 /// by any. Two instances starting at once agree: the insert does nothing when a key exists, and both
 /// read back the one stored.
 ///
-/// The private key never leaves this table except into `VAPIDKeys`; nothing here logs it.
+/// The private key is stored sealed (`SealedSecrets`) and never leaves this table except into
+/// `VAPIDKeys`; nothing here logs it.
 /// Threading: stateless; each function blocks its thread on the connection it is given.
 public enum PostgresVAPIDKeys {
     /// The stored key pair, made and stored first when there is none.
@@ -14,17 +15,21 @@ public enum PostgresVAPIDKeys {
         let made = VAPIDKeys.generate()
         try connection.query(
             "INSERT INTO webpush_vapid_keys (id, private_key_pem, public_key) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
-            [made.privateKeyPEM, made.keys.publicKeyBase64URL])
+            [try connection.sealSecret(made.privateKeyPEM, context: context), made.keys.publicKeyBase64URL])
         guard let stored = try load(on: connection) else {
             throw PostgresError(kind: .unexpectedResult, message: "webpush_vapid_keys holds no key after the insert")
         }
         return stored
     }
 
+    /// What the sealed private key is bound to.
+    static let context = "webpush_vapid_keys.private_key_pem:1"
+
     /// The stored key pair, or nil when none was made yet.
     public static func load(on connection: PostgresConnection) throws -> VAPIDKeys? {
         let rows = try connection.query("SELECT private_key_pem FROM webpush_vapid_keys WHERE id = 1")
-        guard !rows.isEmpty, let pem = rows.value(0, "private_key_pem") else { return nil }
+        guard !rows.isEmpty, let sealed = rows.value(0, "private_key_pem") else { return nil }
+        let pem = try connection.openSecret(sealed, context: context)
         do {
             return try VAPIDKeys(privateKeyPEM: pem)
         } catch {

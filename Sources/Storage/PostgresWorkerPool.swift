@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+public import Crypto
 
 /// How to reach PostgreSQL and how long any wait on it may last. A value, safe to share;
 /// `connect()` blocks the calling thread.
@@ -10,16 +11,21 @@ public struct PostgresSettings: Sendable {
     public var connectTimeout: Int
     /// Seconds one statement may run before PostgreSQL cancels it (`statement_timeout`).
     public var statementTimeout: Double
+    /// The keys that seal and open the secret columns (`SealedSecrets`); nil: a secret can be
+    /// neither stored nor read through these settings' connections.
+    public var secrets: SecretSeal?
 
-    public init(conninfo: String, connectTimeout: Int = 10, statementTimeout: Double = 10) {
+    public init(conninfo: String, connectTimeout: Int = 10, statementTimeout: Double = 10, secrets: SecretSeal? = nil) {
         self.conninfo = conninfo
         self.connectTimeout = connectTimeout
         self.statementTimeout = statementTimeout
+        self.secrets = secrets
     }
 
-    /// Opens a connection with the statement deadline set.
+    /// Opens a connection with the statement deadline and the secrets keys set.
     public func connect() throws(PostgresError) -> PostgresConnection {
         let connection = try PostgresConnection(conninfo: conninfo, connectTimeout: connectTimeout)
+        connection.secrets = secrets
         try connection.setStatementTimeout(seconds: statementTimeout)
         return connection
     }

@@ -25,7 +25,7 @@ final class AdminAPITests: XCTestCase {
         let connection = try database.connect()
         try Migrator.migrate(connection)
         try PostgresAdmins.add(name: admin.0, password: admin.1, on: connection)
-        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3))
         http = try TestHTTPClient(port: service.server.port)
     }
 
@@ -76,7 +76,7 @@ final class AdminAPITests: XCTestCase {
             }
         }
         // Extension credentials are not admin credentials.
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "sip-pw")
         XCTAssertEqual(try call("GET", "/api/v1/admin/organisations", user: "1001@example.com", password: "sip-pw").status, 401)
@@ -119,7 +119,7 @@ final class AdminAPITests: XCTestCase {
 
         let changed = try call("PUT", "/api/v1/admin/extensions/1001@example.com/password", ["password": "new-password"])
         XCTAssertEqual(changed.status, 200, text(changed))
-        let snapshot = try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory()
+        let snapshot = try PostgresDirectory(settings: database.settings()).loadDirectory()
         let credentials = snapshot.extensions[AddressOfRecord(number: "1001", domain: "example.com")]
         XCTAssertEqual(
             credentials?.ha1MD5, ExtensionCredentials.ha1(.md5, number: "1001", realm: "example.com", password: "new-password"))
@@ -137,11 +137,11 @@ final class AdminAPITests: XCTestCase {
     }
 
     func testExtensionDetailShowsAStoredBinding() throws {
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         let aor = AddressOfRecord(number: "1001", domain: "example.com")
         try directory.addExtension(aor, password: "sip-pw")
-        let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
+        let store = PostgresLocationStore(settings: database.settings())
         defer { store.shutdown() }
         let voipToken = "0123456789abcdef0123456789abcdef"
         let now = Date()

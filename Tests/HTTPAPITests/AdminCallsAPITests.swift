@@ -27,12 +27,12 @@ final class AdminCallsAPITests: XCTestCase {
         let connection = try database.connect()
         try Migrator.migrate(connection)
         try PostgresAdmins.add(name: admin.0, password: admin.1, on: connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "sip-pw-1")
         try directory.addExtension(bob, password: "sip-pw-2")
-        store = PostgresJourneyStore(settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
-        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        store = PostgresJourneyStore(settings: database.settings(connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3))
         http = try TestHTTPClient(port: service.server.port)
     }
 

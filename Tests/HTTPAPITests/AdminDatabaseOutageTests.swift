@@ -50,7 +50,7 @@ final class AdminDatabaseOutageTests: XCTestCase {
     /// The HTTP API with a 0.3 s statement deadline, so a read waiting on a lock fails quickly.
     func startService() throws -> StandaloneHTTPAPI {
         let service = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3, statementTimeout: 0.3),
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3, statementTimeout: 0.3),
             authFailureThrottle: throttle)
         cleanups.append { service.stop() }
         return service
@@ -96,7 +96,7 @@ final class AdminDatabaseOutageTests: XCTestCase {
     func testAnAdminReadThatPostgreSQLHoldsUpAnswers503AtItsDeadline() throws {
         // A statement deadline far longer than the client waits: only the admin deadline can answer.
         // 3 s: room for the sign-ins' PBKDF2 checks, which run inside a database job, on a slow run.
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3, statementTimeout: 120))
+        let pool = PostgresWorkerPool(settings: database.settings(connectTimeout: 3, statementTimeout: 120))
         cleanups.append { pool.shutdown() }
         let service = try HTTPAPIService(listen: "127.0.0.1:0", pool: pool, directory: CredentialCache(), adminDatabaseDeadline: 3)
         cleanups.append { service.stop() }

@@ -56,7 +56,7 @@ final class AdminDeviceTests: XCTestCase {
         let connection = try database.connect()
         try Migrator.migrate(connection)
         try PostgresAdmins.add(name: admin.0, password: admin.1, on: connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "alice-sip-password")
 
@@ -81,7 +81,7 @@ final class AdminDeviceTests: XCTestCase {
         pusher = PushService(settings: settings, apps: try apps.all())
         let events = self.events
         service = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), pushSettings: settings,
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3), pushSettings: settings,
             pushService: pusher, testPushInterval: 300, logger: Logger(level: .info, handler: events))
         browser = try PageBrowser(port: service.server.port)
         http = try TestHTTPClient(port: service.server.port)
@@ -106,7 +106,7 @@ final class AdminDeviceTests: XCTestCase {
             registeredAt: Date(), expiresAt: Date().addingTimeInterval(600), userAgent: userAgent,
             flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
             pushChannels: channels)
-        let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
+        let store = PostgresLocationStore(settings: database.settings())
         defer { store.shutdown() }
         let done = DispatchSemaphore(value: 0)
         store.apply([.save(binding)]) { _ in done.signal() }

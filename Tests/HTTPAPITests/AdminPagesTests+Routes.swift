@@ -70,7 +70,7 @@ extension AdminPagesTests {
     func testTheExtensionsPageWarnsOfOutsideCallsThatJumped() throws {
         let surging = AddressOfRecord(number: "1001", domain: "example.com")
         let warned = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3),
             outsideCallSurges: { [(surging, 42)] })
         defer { warned.stop() }
         let browser = try PageBrowser(port: warned.server.port)

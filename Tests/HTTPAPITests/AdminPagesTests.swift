@@ -32,7 +32,7 @@ final class AdminPagesTests: XCTestCase {
             apns: APNsEndpoints(production: "https://127.0.0.1:9", sandbox: "https://127.0.0.1:9"), fcmURL: "https://127.0.0.1:9",
             timeout: .seconds(2))
         service = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), pushSettings: pushSettings,
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3), pushSettings: pushSettings,
             adminSessionLifetime: 3600)
         browser = try PageBrowser(port: service.server.port)
     }
@@ -44,7 +44,7 @@ final class AdminPagesTests: XCTestCase {
         database?.drop()
     }
 
-    var directory: PostgresDirectory { PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)) }
+    var directory: PostgresDirectory { PostgresDirectory(settings: database.settings()) }
 
     // MARK: - Sign-in, cookies, expiry, sign-out
 
@@ -142,7 +142,7 @@ final class AdminPagesTests: XCTestCase {
     func testWrongSignInsCountTowardsTheSharedThrottle() throws {
         let throttle = AuthFailureThrottle(limit: 3, window: 60, blockFor: 300)
         let throttled = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3), authFailureThrottle: throttle)
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3), authFailureThrottle: throttle)
         defer { throttled.stop() }
         let browser = try PageBrowser(port: throttled.server.port)
         for _ in 1...3 { XCTAssertEqual(try browser.signIn(admin.0, "guess").status, 401) }
@@ -297,7 +297,7 @@ final class AdminPagesTests: XCTestCase {
         journey.finalStatus = 486
         journey.reason = hostile
         journey.endedAt = journey.startedAt.addingTimeInterval(4)
-        let store = PostgresJourneyStore(settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        let store = PostgresJourneyStore(settings: database.settings(connectTimeout: 3))
         defer { store.shutdown() }
         store.recordCall(journey)
         XCTAssertTrue(store.flush(timeout: 30), store.lastFailure ?? "")
@@ -372,7 +372,7 @@ final class AdminPagesTests: XCTestCase {
         XCTAssertEqual(apps.rows.count, 2)
         let apnsID = try XCTUnwrap(apps.value(0, "id"))
         let fcmID = try XCTUnwrap(apps.value(1, "id"))
-        let storedKey = apps.value(0, "key_text")
+        let storedKey = try TestDatabase.secrets.open(try XCTUnwrap(apps.value(0, "key_text")), context: "push_apps.key_text:\(apnsID)")
 
         // Editing without pasting a key keeps the stored one.
         let edit = try browser.get("/admin/push/\(apnsID)/edit")
@@ -464,7 +464,7 @@ final class AdminPagesTests: XCTestCase {
         other.outcome = .unanswered
         other.finalStatus = 480
         other.reason = "no device woke in time"
-        let store = PostgresJourneyStore(settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        let store = PostgresJourneyStore(settings: database.settings(connectTimeout: 3))
         defer { store.shutdown() }
         store.recordCall(journey)
         store.recordCall(other)
@@ -499,7 +499,7 @@ final class AdminPagesTests: XCTestCase {
 
     /// Stores `binding` as the registrar would.
     func save(_ binding: Binding) throws {
-        let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
+        let store = PostgresLocationStore(settings: database.settings())
         defer { store.shutdown() }
         let done = DispatchSemaphore(value: 0)
         store.apply([.save(binding)]) { _ in done.signal() }

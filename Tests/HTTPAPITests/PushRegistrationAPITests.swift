@@ -18,11 +18,11 @@ final class PushRegistrationAPITests: XCTestCase {
     override func setUpWithError() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "s3cret-1001")
         try directory.addExtension(bob, password: "s3cret-1002")
-        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3))
     }
 
     override func tearDown() {
@@ -244,7 +244,7 @@ final class PushRegistrationAPITests: XCTestCase {
 
     func testAnExtensionAddedLaterCanPostOnceTheDirectoryReloads() throws {
         let carol = AddressOfRecord(number: "1003", domain: "example.com")
-        try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).addExtension(carol, password: "s3cret-1003")
+        try PostgresDirectory(settings: database.settings()).addExtension(carol, password: "s3cret-1003")
         let deadline = Date().addingTimeInterval(15)
         var status = 0
         while Date() < deadline {

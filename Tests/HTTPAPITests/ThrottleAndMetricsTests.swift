@@ -20,12 +20,12 @@ final class ThrottleAndMetricsTests: XCTestCase {
     override func setUpWithError() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "s3cret-1001")
         throttle = AuthFailureThrottle(limit: 3, window: 60, blockFor: 300)
         service = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3),
             authFailureThrottle: throttle, metrics: MetricsRegistry())
     }
 
@@ -70,7 +70,7 @@ final class ThrottleAndMetricsTests: XCTestCase {
     func testBehindATrustedProxyTheForwardedClientIsCountedNotTheProxy() throws {
         service.stop()
         service = try StandaloneHTTPAPI(
-            listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3),
+            listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3),
             authFailureThrottle: throttle, metrics: MetricsRegistry(), trustedProxies: try TrustedPeers(parsing: ["127.0.0.1"]))
         func post(password: String, forwardedFor: String) throws -> Int {
             let body = try JSONSerialization.data(withJSONObject: ["token": "fcm-token-1", "sipUser": "1001@example.com"])

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTPAPI
 import HTTPServer
@@ -22,11 +23,11 @@ final class WebPushPostingTests: XCTestCase {
     override func setUpWithError() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(alice, password: "s3cret-1001")
         try directory.addExtension(AddressOfRecord(number: "1002", domain: "example.com"), password: "s3cret-1002")
-        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: PostgresSettings(conninfo: database.conninfo, connectTimeout: 3))
+        service = try StandaloneHTTPAPI(listen: "127.0.0.1:0", settings: database.settings(connectTimeout: 3))
         p256dh = VAPIDKeys.generate().keys.publicKeyBase64URL
         auth = Self.base64url((0..<16).map { _ in UInt8.random(in: 0...255) })
     }
@@ -69,7 +70,8 @@ final class WebPushPostingTests: XCTestCase {
         XCTAssertEqual(stored.publicKeyBase64URL, key)
         XCTAssertEqual(try PostgresVAPIDKeys.loadOrCreate(on: connection).publicKeyBase64URL, key, "made once: another instance reads the same")
         XCTAssertEqual(try connection.query("SELECT count(*) AS n FROM webpush_vapid_keys").value(0, "n"), "1")
-        let pem = try XCTUnwrap(try connection.query("SELECT private_key_pem FROM webpush_vapid_keys").value(0, "private_key_pem"))
+        let sealed = try XCTUnwrap(try connection.query("SELECT private_key_pem FROM webpush_vapid_keys").value(0, "private_key_pem"))
+        let pem = try TestDatabase.secrets.open(sealed, context: "webpush_vapid_keys.private_key_pem:1")
         XCTAssertFalse(String(decoding: first.body, as: UTF8.self).contains(pem.split(separator: "\n")[1]))
     }
 

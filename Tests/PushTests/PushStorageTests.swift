@@ -49,7 +49,7 @@ final class PushStorageTests: XCTestCase {
     }
 
     func testDeadTokensAndRecordsAreWritten() async throws {
-        let stores = PostgresPushStores(settings: PostgresSettings(conninfo: database.conninfo))
+        let stores = PostgresPushStores(settings: database.settings())
         defer { stores.shutdown() }
         try await stores.markDead(PushTokenID(family: .apns, token: "abcd"), reason: "BadDeviceToken")
         try await stores.markDead(PushTokenID(family: .apns, token: "abcd"), reason: "Unregistered")

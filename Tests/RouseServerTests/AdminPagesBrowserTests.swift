@@ -43,7 +43,7 @@ final class AdminPagesBrowserTests: XCTestCase {
         let connection = try database.connect()
         try Migrator.migrate(connection)
         try PostgresAdmins.add(name: admin.0, password: admin.1, on: connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "pw-1001")
 

@@ -149,8 +149,7 @@ extension CallProcessTests {
         XCTAssertEqual(try elsewhere.register().statusCode, 200)
         TestUserAgent.link(desk, elsewhere)
         let connection = try database.connect()
-        let secret = try XCTUnwrap(Hex.decode(try XCTUnwrap(
-            connection.query("SELECT value FROM rouse_settings WHERE key = 'instance_forward_secret'").value(0, "value"))))
+        let secret = try SealedSecrets.sharedSecret(named: "instance_forward_secret", on: connection)
         func bindingID(of phone: TestUserAgent) throws -> UUID {
             let rows = try connection.query("SELECT id FROM bindings WHERE contact = $1", [phone.contactURI])
             return try XCTUnwrap(rows.value(0, "id").flatMap(UUID.init(uuidString:)), phone.contactURI)

@@ -30,7 +30,7 @@ final class CallProcessTests: XCTestCase {
         database = try TestDatabase()
         let connection = try database.connect()
         try Migrator.migrate(connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         for number in ["1001", "1002"] {
             try directory.addExtension(AddressOfRecord(number: number, domain: "example.com"), password: "pw-\(number)")

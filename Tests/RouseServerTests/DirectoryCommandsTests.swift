@@ -84,18 +84,14 @@ final class DirectoryCommandsTests: XCTestCase {
         XCTAssertEqual(added.output, "added extension 1001@example.com\n")
         XCTAssertFalse(added.output.contains(password) || added.errors.contains(password))
 
-        let connection = try database.connect()
-        let row = try connection.query("SELECT ha1_md5, ha1_sha256 FROM extensions")
-        XCTAssertEqual(row.value(0, "ha1_md5"), ExtensionCredentials.ha1(.md5, number: "1001", realm: "example.com", password: password))
-        XCTAssertEqual(
-            row.value(0, "ha1_sha256"), ExtensionCredentials.ha1(.sha256, number: "1001", realm: "example.com", password: password))
+        let aor = AddressOfRecord(number: "1001", domain: "example.com")
+        let directory = PostgresDirectory(settings: database.settings())
+        XCTAssertEqual(try directory.loadDirectory().extensions[aor], ExtensionCredentials(aor: aor, password: password))
 
         let changed = try rouse(["extension", "passwd", "1001@example.com"], input: "new-secret\n")
         XCTAssertEqual(changed.status, 0, changed.errors)
         XCTAssertEqual(changed.output, "changed the password of 1001@example.com\n")
-        XCTAssertEqual(
-            try connection.query("SELECT ha1_md5 FROM extensions").value(0, "ha1_md5"),
-            ExtensionCredentials.ha1(.md5, number: "1001", realm: "example.com", password: "new-secret"))
+        XCTAssertEqual(try directory.loadDirectory().extensions[aor], ExtensionCredentials(aor: aor, password: "new-secret"))
         try assertRefused(
             ["extension", "passwd", "1001@example.com"], "no password given: pass --password or one line on standard input",
             input: "")
@@ -134,7 +130,7 @@ final class DirectoryCommandsTests: XCTestCase {
         XCTAssertEqual(try rouse(["extension", "add", "1002@example.com", "--password", "b"]).status, 0)
         XCTAssertEqual(try rouse(["registrations"]).output, "no registrations\n")
 
-        let settings = PostgresSettings(conninfo: database.conninfo)
+        let settings = database.settings()
         let store = PostgresLocationStore(settings: settings)
         defer { store.shutdown() }
         let aor = AddressOfRecord(number: "1001", domain: "example.com")
@@ -222,7 +218,7 @@ final class DirectoryCommandsTests: XCTestCase {
             expiresAt: Date().addingTimeInterval(600), userAgent: "Linphone/5.2",
             flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.7:5060"), connectionID: FlowConnectionID("7"), local: SocketAddress(parsing: "127.0.0.1:5060"), instanceID: "a"),
             pushChannels: [PushChannel(provider: .apns, token: voipToken, param: "TEAM.com.example.app.voip", kind: .voip)])
-        let store = PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo))
+        let store = PostgresLocationStore(settings: database.settings())
         defer { store.shutdown() }
         let done = DispatchSemaphore(value: 0)
         store.apply([.save(binding)]) { _ in done.signal() }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import RouseTestSupport
 import Storage
@@ -198,6 +199,7 @@ final class DocsExamplesTests: XCTestCase {
             "ROUSE_APNS_PRODUCTION_URL": "https://127.0.0.1:1",
             "ROUSE_FCM_URL": "https://127.0.0.1:1",
             "ROUSE_PUSH_CA_FILE": apns.caFile,
+            "ROUSE_SECRETS_KEY": TestDatabase.secrets.current.hexText,
         ]
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
         environment.merge(settings) { $1 }

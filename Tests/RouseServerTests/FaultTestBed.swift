@@ -89,9 +89,9 @@ final class CallTestBed {
     /// Migrates the database at `conninfo` and adds the extensions and the APNs app.
     init(conninfo: String) throws {
         self.conninfo = conninfo
-        let connection = try PostgresConnection(conninfo: conninfo)
+        let connection = try TestDatabase.connect(conninfo)
         try Migrator.migrate(connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: conninfo))
+        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: conninfo, secrets: TestDatabase.secrets))
         _ = try directory.addDomain("example.com")
         for number in ["1001", "1002"] {
             try directory.addExtension(AddressOfRecord(number: number, domain: "example.com"), password: "pw-\(number)")

@@ -30,7 +30,7 @@ final class HostileInputTests: XCTestCase {
         database = try TestDatabase()
         certificate = try TestCertificate.make(commonName: "rouse.test")
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "s3cret-1001")
         try directory.addExtension(AddressOfRecord(number: "1002", domain: "example.com"), password: "s3cret-1002")
@@ -163,7 +163,7 @@ final class HostileInputTests: XCTestCase {
     static let lenient = SIPParserLimits(maxMessageBytes: 1 << 20, maxHeaderCount: 100_000, maxLineBytes: 1 << 20)
 
     func storedBindings(of number: String) throws -> [Binding] {
-        try PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo)).loadBindings(now: Date())
+        try PostgresLocationStore(settings: database.settings()).loadBindings(now: Date())
             .filter { $0.aor.number == number }
     }
 

@@ -28,7 +28,7 @@ final class InteropBed {
     init() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain(Self.domain)
         for (number, password) in Self.passwords {
             try directory.addExtension(AddressOfRecord(number: number, domain: Self.domain), password: password)

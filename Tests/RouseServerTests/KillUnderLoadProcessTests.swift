@@ -26,7 +26,7 @@ final class KillUnderLoadProcessTests: XCTestCase {
     override func setUpWithError() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         for index in 0..<Self.extensions {
             let number = String(2000 + index)

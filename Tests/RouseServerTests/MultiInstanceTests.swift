@@ -16,7 +16,7 @@ final class MultiInstanceTests: XCTestCase {
     override func setUpWithError() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "pw-1001")
     }

@@ -29,7 +29,7 @@ final class OpenAPIPropertyTests: XCTestCase {
         let connection = try database.connect()
         try Migrator.migrate(connection)
         try PostgresAdmins.add(name: admin.0, password: admin.1, on: connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: extensionUser.1)
         let process = try RouseProcess(

@@ -25,8 +25,10 @@ final class PushAppCheckProcessTests: XCTestCase {
     /// Stores an app as a row, past `PushApp.validate` (as an older version, a hand edit or a
     /// restored dump could leave it); returns its id.
     func storeRow(_ connection: PostgresConnection, kind: String, fields: String, key: String, param: String) throws -> String {
+        // Stored as an upgrade finds it (marked plain), then sealed as rouse serve would at start.
         let rows = try connection.query(
-            "INSERT INTO push_apps (kind, fields, key_text, param) VALUES ($1, $2::jsonb, $3, $4) RETURNING id", [kind, fields, key, param])
+            "INSERT INTO push_apps (kind, fields, key_text, param) VALUES ($1, $2::jsonb, 'plain:' || $3, $4) RETURNING id", [kind, fields, key, param])
+        try SealedSecrets.sealPlainValues(on: connection)
         return try XCTUnwrap(rows.value(0, "id"))
     }
 
@@ -48,7 +50,7 @@ final class PushAppCheckProcessTests: XCTestCase {
 
     func testBrokenAppsAreLoggedLoudlyAndListedByHealthWhichStillAnswers200() throws {
         let conninfo = try XCTUnwrap(database).conninfo
-        let connection = try PostgresConnection(conninfo: conninfo)
+        let connection = try TestDatabase.connect(conninfo)
         try Migrator.migrate(connection)
         // A working app: no line for it.
         let goodKey = SigningKey.generateP256().privateKeyPEM()

@@ -22,7 +22,7 @@ final class RegistrationProcessTests: XCTestCase {
         // The schema, a domain and an extension, made the way `rouse migrate` and the CLI make them.
         let connection = try database.connect()
         try Migrator.migrate(connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "s3cret-1001")
         try startRouse()
@@ -101,7 +101,7 @@ final class RegistrationProcessTests: XCTestCase {
     }
 
     func storedBindings() throws -> [Binding] {
-        try PostgresLocationStore(settings: PostgresSettings(conninfo: database.conninfo)).loadBindings(now: Date())
+        try PostgresLocationStore(settings: database.settings()).loadBindings(now: Date())
     }
 
     /// The challenges of a first REGISTER, as (algorithm, nonce) pairs in their order.

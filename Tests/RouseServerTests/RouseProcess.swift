@@ -1,4 +1,6 @@
+import Crypto
 import Foundation
+import RouseTestSupport
 import XCTest
 
 /// A `rouse` process (or a third-party tool such as SIPp) started by a test, with its output
@@ -41,7 +43,10 @@ final class RouseProcess {
         process.currentDirectoryURL = workingDirectory
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
+        // The test run's secrets key, unless the test gives its own (or a key file).
+        env["ROUSE_SECRETS_KEY"] = TestDatabase.secrets.current.hexText
         env.merge(environment) { $1 }
+        if env["ROUSE_SECRETS_KEY_FILE"] != nil { env["ROUSE_SECRETS_KEY"] = nil }
         // A served HTTP API binds any free port unless the test asks for one, so that instances
         // started side by side (and by parallel test runs) never compete for 8080.
         if arguments.first == "serve", env["ROUSE_HTTP_LISTEN"] == nil { env["ROUSE_HTTP_LISTEN"] = "127.0.0.1:0" }

@@ -42,7 +42,7 @@ final class SecretsScanTests: XCTestCase {
         database = try TestDatabase()
         let connection = try database.connect()
         try Migrator.migrate(connection)
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: Self.sipPasswords[0])
         try directory.addExtension(AddressOfRecord(number: "1002", domain: "example.com"), password: Self.sipPasswords[1])

@@ -18,7 +18,7 @@ final class ThrottleProcessTests: XCTestCase {
     override func setUpWithError() throws {
         database = try TestDatabase()
         try Migrator.migrate(try database.connect())
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "s3cret-1001")
         let process = try RouseProcess(

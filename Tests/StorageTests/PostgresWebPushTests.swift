@@ -31,7 +31,7 @@ final class PostgresWebPushTests: XCTestCase {
             Thread {
                 defer { group.leave() }
                 do {
-                    keys.add(try PostgresVAPIDKeys.loadOrCreate(on: try PostgresConnection(conninfo: conninfo)).publicKeyBase64URL)
+                    keys.add(try PostgresVAPIDKeys.loadOrCreate(on: try TestDatabase.connect(conninfo)).publicKeyBase64URL)
                 } catch {
                     keys.add("error: \(error)")
                 }
@@ -45,7 +45,7 @@ final class PostgresWebPushTests: XCTestCase {
 
     func testSubscriptionKeysNeedTheirPostedTokenAndGoWithIt() throws {
         let connection = try database.connect()
-        let directory = PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo))
+        let directory = PostgresDirectory(settings: database.settings())
         _ = try directory.addDomain("example.com")
         let aor = AddressOfRecord(number: "1001", domain: "example.com")
         try directory.addExtension(aor, password: "pw-1001")

@@ -17,7 +17,7 @@ final class PostgresWorkerPoolTests: XCTestCase {
     }
 
     func testJobsRunOnWorkersAndReturnTheirValues() throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 2)
+        let pool = PostgresWorkerPool(settings: database.settings(), threads: 2)
         defer { pool.shutdown() }
         let results = Collector<Int>()
         for index in 0..<50 {
@@ -32,7 +32,7 @@ final class PostgresWorkerPoolTests: XCTestCase {
     }
 
     func testAsyncCallersAreResumedWithTheValue() async throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let pool = PostgresWorkerPool(settings: database.settings(), threads: 1)
         let value = try await pool.perform { try $0.query("SELECT 41 + 1 AS v").value(0, "v") }
         XCTAssertEqual(value, "42")
         pool.shutdown()
@@ -40,7 +40,7 @@ final class PostgresWorkerPoolTests: XCTestCase {
 
     func testAStatementPastItsDeadlineIsCancelled() throws {
         let pool = PostgresWorkerPool(
-            settings: PostgresSettings(conninfo: database.conninfo, statementTimeout: 0.2), threads: 1)
+            settings: database.settings(statementTimeout: 0.2), threads: 1)
         defer { pool.shutdown() }
         XCTAssertThrowsError(try pool.run { try $0.query("SELECT pg_sleep(5)") }) { error in
             XCTAssertEqual((error as? PostgresError)?.sqlState, "57014", "\(error)")
@@ -79,7 +79,7 @@ final class PostgresWorkerPoolTests: XCTestCase {
 
     /// A pool of one worker, busy until the test signals the semaphore.
     func poolWithItsOneWorkerBusy() throws -> (PostgresWorkerPool, DispatchSemaphore) {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let pool = PostgresWorkerPool(settings: database.settings(), threads: 1)
         let busy = DispatchSemaphore(value: 0)
         let started = DispatchSemaphore(value: 0)
         pool.submit({ _ in
@@ -91,7 +91,7 @@ final class PostgresWorkerPoolTests: XCTestCase {
     }
 
     func testABrokenConnectionIsReplacedBeforeTheNextJob() throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let pool = PostgresWorkerPool(settings: database.settings(), threads: 1)
         defer { pool.shutdown() }
         let firstPID = try pool.run { try $0.query("SELECT pg_backend_pid() AS pid").value(0, "pid") }
         let admin = try database.connect()
@@ -115,7 +115,7 @@ final class PostgresWorkerPoolTests: XCTestCase {
     }
 
     func testShutdownFinishesQueuedJobsThenRefusesNewOnes() throws {
-        let pool = PostgresWorkerPool(settings: PostgresSettings(conninfo: database.conninfo), threads: 1)
+        let pool = PostgresWorkerPool(settings: database.settings(), threads: 1)
         let done = Collector<Bool>()
         for _ in 0..<5 {
             pool.submit({ try $0.query("SELECT pg_sleep(0.02)") }) { done.append((try? $0.get()) != nil) }

@@ -13,7 +13,7 @@ final class MigratedDatabase {
 
     init(domain: String = "example.com", extensions: Int = 0) throws {
         database = try TestDatabase()
-        settings = PostgresSettings(conninfo: database.conninfo, connectTimeout: 5, statementTimeout: 10)
+        settings = database.settings(connectTimeout: 5, statementTimeout: 10)
         try Migrator.migrate(try database.connect())
         directory = PostgresDirectory(settings: settings)
         if extensions > 0 {
