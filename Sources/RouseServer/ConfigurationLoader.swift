@@ -186,6 +186,7 @@ public enum ConfigurationLoader {
         }
         withCalls.declineIsBusy = reader.boolean("decline_is_busy")
         withCalls.maxDiversions = reader.integer("max_diversions", 0...20)
+        withCalls.wakeCredentials = reader.boolean("wake_credentials")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

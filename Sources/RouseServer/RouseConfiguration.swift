@@ -109,6 +109,9 @@ public struct RouseConfiguration: Sendable {
     /// may have had already and still be diverted (the loop guard).
     public var declineIsBusy: Bool = true
     public var maxDiversions: Int = 5
+    /// Ring pushes carry a one-time wake credential the woken app's REGISTER may present instead
+    /// of answering a challenge (docs/app-builders.md "Wake in one round trip").
+    public var wakeCredentials: Bool = false
 }
 
 extension RouseConfiguration {
@@ -257,5 +260,7 @@ extension RouseConfiguration {
               meaning: "whether a 603 Decline counts as busy for an extension's busy forwarding (rouse extension forward --busy); false: only 486 and 600 do"),
         .init(key: "max_diversions", defaultValue: "5",
               meaning: "an INVITE already diverted this many times (its History-Info and Diversion entries) is not forwarded again and ends as it would have (the loop guard); 0 forwards no call"),
+        .init(key: "wake_credentials", defaultValue: "false",
+              meaning: "whether each ring push carries a one-time wake credential (wake_credential) that the woken app's REGISTER presents in X-Rouse-Wake to be answered 200 without the digest challenge; good once, for that device, until the wake wait ends"),
     ]
 }
