@@ -318,7 +318,7 @@ public struct RegistrarCore: Sendable {
             events.append(BindingEvent(kind: .removed, binding: oldest))
         }
 
-        if let woken, !woken.admits(changes) {
+        if let woken, !woken.admits(changes, before: previous[target] ?? []) {
             // Beyond the device the credential names: undone, and the ordinary challenge.
             for (aor, list) in previousAll { replace(aor, with: list) }
             return .respond(challenge(request, realm: domain, stale: false, now: now))

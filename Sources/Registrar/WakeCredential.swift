@@ -57,13 +57,17 @@ public struct WakeCredentialClaims: Sendable, Equatable {
 
     /// Whether a REGISTER's changes stay within what the credential admits: at least one binding
     /// of the named device saved, and nothing else changed (no other device's binding removed to
-    /// make room or stripped of a token, no binding of another extension).
-    public func admits(_ changes: [BindingChange]) -> Bool {
+    /// make room or stripped of a token, no binding of another extension). `before`: the
+    /// extension's bindings before the REGISTER. A saved binding of the named instance replaces
+    /// that instance's flow, never adds one beside it (RFC 5626 reg-ids): a copy of the credential
+    /// can then leave no flow behind that the device's own next REGISTER would not replace.
+    public func admits(_ changes: [BindingChange], before: [Binding]) -> Bool {
         var saved = false
         for change in changes {
             switch change {
             case .save(let binding):
                 guard names(binding) else { return false }
+                if instance != nil, before.contains(where: { $0.instance == binding.instance && $0.regID != binding.regID }) { return false }
                 saved = true
             case .delete(let binding, _):
                 guard isSameDevice(binding) else { return false }

@@ -144,6 +144,24 @@ final class WakeCredentialTests: XCTestCase {
         XCTAssertEqual(fixture.core.bindings(for: F.alice), before)
     }
 
+    func testACredentialNeverAddsAFlowBesideTheDevicesOwn() throws {
+        var fixture = fixture()
+        let flow1 = contact(port: 5060) + ";reg-id=1"
+        _ = try fixture.registerAuthenticated(contacts: [flow1], callID: "before", extra: ["Supported: outbound"])
+        XCTAssertEqual(fixture.core.bindings(for: F.alice).map(\.regID), [1])
+        // A copy of the credential registering a second flow of that instance would outlive the
+        // device's own next REGISTER (which replaces flow 1 only): refused.
+        let second = F.response(try fixture.send(F.register(
+            contacts: [contact(port: 6000) + ";reg-id=2"], callID: "copy", extra: ["Supported: outbound", "X-Rouse-Wake: \(credential())"])))
+        XCTAssertEqual(challengeShape(second), try ordinaryChallenge())
+        XCTAssertEqual(fixture.core.bindings(for: F.alice).map(\.regID), [1])
+        // The same flow, from the woken app's new connection, replaces it.
+        let same = try fixture.send(F.register(
+            contacts: [contact(port: 5070) + ";reg-id=1"], callID: "woken", extra: ["Supported: outbound", "X-Rouse-Wake: \(credential())"]))
+        XCTAssertEqual(F.response(same).statusCode, 200)
+        XCTAssertEqual(fixture.core.bindings(for: F.alice).map(\.contact).first?.contains(":5070"), true)
+    }
+
     func testTheWokenDeviceReplacesItsOwnOlderBinding() throws {
         var fixture = fixture()
         // Registered with digest before it slept, without an instance id, from another port.
