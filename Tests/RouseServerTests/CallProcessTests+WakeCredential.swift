@@ -3,6 +3,7 @@ import Foundation
 import RouseVocabulary
 import RouseTestSupport
 import SIPMessage
+import SIPTransport
 import XCTest
 
 /// Wake in one round trip through `rouse serve` (issue 20 item 6): with `wake_credentials` on, a
@@ -74,6 +75,30 @@ extension CallProcessTests {
         // The refusal spent it: not even the device it names may use it now (once means once).
         try phone.reopen()
         XCTAssertEqual(try phone.registerOnce(headers: [(Self.wakeHeader, credential)]).statusCode, 401)
+        XCTAssertEqual(try phone.register().statusCode, 200, "digest as usual")
+        let invite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        try answerAndHangUp(phone, invite, call, caller)
+    }
+
+    func testACredentialPresentedToAnotherInstanceIsChallengedAndDigestStillWakesTheCall() throws {
+        let other = try startTwoInstances(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try TestUserAgent(
+            transport: .tcp, serverPort: try XCTUnwrap(other.first { $0.transport == .tcp }).port, user: "1002", domain: "example.com",
+            password: "pw-1002", instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
+            contactURIParameters: "pn-provider=apns;pn-prid=\(Self.apnsToken);pn-param=\(Self.voipParam)", userAgent: "RouseTestApp/1 (iPhone)")
+        agents.append(phone)
+        try registerAndSleep(phone)
+        try waitUntilKnown(phone)
+        let caller = try caller()
+        let call = try place(caller)  // on the first instance, which pushes and holds the call
+        let credential = try wakeCredential(callID: call.callID)
+
+        // The woken app comes back on the other instance: only the one that pushed accepts it.
+        try phone.reopen()
+        let elsewhere = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(elsewhere.statusCode, 401)
+        XCTAssertFalse(elsewhere.headers.lines(.wwwAuthenticate).isEmpty)
         XCTAssertEqual(try phone.register().statusCode, 200, "digest as usual")
         let invite = try phone.waitForRequest(.invite)
         XCTAssertEqual(invite.callID, call.callID)
