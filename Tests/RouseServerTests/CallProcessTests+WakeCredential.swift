@@ -59,6 +59,24 @@ extension CallProcessTests {
         XCTAssertFalse(late.headers.lines(.wwwAuthenticate).isEmpty)
     }
 
+    func testACredentialOfACallThatEndedWithinItsWaitIsChallenged() throws {
+        try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let credential = try wakeCredential(callID: call.callID)
+        // The caller gives up long before the 8 s wait ends: the credential goes with the call.
+        XCTAssertEqual(try call.cancel().statusCode, 200)
+        XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 487)
+        _ = try journey(callID: call.callID, outcome: .canceled)
+
+        try phone.reopen()
+        let after = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(after.statusCode, 401)
+        XCTAssertFalse(after.headers.lines(.wwwAuthenticate).isEmpty)
+    }
+
     func testACredentialPresentedWithAnotherDevicesTokenIsChallenged() throws {
         try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
         let phone = try iPhoneApp()
