@@ -42,6 +42,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     let instanceID: String
     private let metrics: CallMetrics?
     private let callTokens: CallTokenSigner?
+    let wakeCredentials: WakeCredentialMinting?
     let scheduler: any TimerScheduler
     let clock: @Sendable () -> Date
     let logger: Logger
@@ -74,11 +75,12 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         directory: any CalleeDirectory, tokens: (any WakeTokenSource)?, pusher: any CallPushing, journeys: (any JourneyStore)?,
         authenticator: DigestAuthenticator, throttle: AuthFailureThrottle? = nil, settings: CallSettings, ownNames: Set<String>,
         serverName: String, instanceID: String, metrics: MetricsRegistry? = nil, callTokens: CallTokenSigner? = nil,
-        scheduler: (any TimerScheduler)? = nil, clock: @escaping @Sendable () -> Date = { Date() },
+        wakeCredentials: WakeCredentialMinting? = nil, scheduler: (any TimerScheduler)? = nil, clock: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = .discarding, liveness: (any DeviceLiveness)? = nil
     ) {
         self.liveness = liveness
         self.callTokens = callTokens
+        self.wakeCredentials = wakeCredentials
         self.directory = directory
         self.tokens = tokens
         self.pusher = pusher
@@ -528,6 +530,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             content.callToken = callTokens.issue(CallTokenClaims(
                 callID: id, callUUID: content.uuid, aor: callee, device: order.tag, instanceID: instanceID, expiresAt: order.callTokenExpiresAt))
         }
+        content.wakeCredential = wakeCredential(for: order, of: entry, now: clock())
         let ready = content
         Task { [self] in
             let (outcome, appID) = await pusher.ring(ready, to: order.channel, expiresAt: order.expiresAt, aor: callee.description)
@@ -585,6 +588,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         liveCalls -= 1
         metrics?.live.set(Double(liveCalls))
         metrics?.calls.increment(["outcome": ending.outcome.rawValue])
+        retireWakeCredentials(of: entry, now: now)
         logger.info("call.ended", ["call": entry.recorder.journey.callID, "outcome": ending.outcome.rawValue, "status": String(ending.finalStatus),
                            "reason": ending.reason])
         // How it ended, while its call tokens may still ask; a call that pushed nobody issued none.

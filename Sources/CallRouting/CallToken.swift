@@ -1,4 +1,4 @@
-import Crypto
+public import Crypto
 public import Foundation
 import Push
 public import Registrar
@@ -41,65 +41,44 @@ public struct CallTokenClaims: Sendable, Equatable {
 /// meaning anything elsewhere. A value; thread-safe.
 public struct CallTokenSigner: Sendable {
     public static let audience = "rouse:call"
-    private let key: [UInt8]
+    private let key: HS256TokenKey
 
     /// `secret` is the shared `call_token_secret`; the signing key is derived from it so the same
     /// bytes never sign two kinds of thing.
     public init(secret: [UInt8]) {
-        key = Digest.hmacSHA256(key: secret, message: Array("rouse call token v1".utf8))
+        key = HS256TokenKey(secret: secret, purpose: "rouse call token v1", audience: Self.audience)
     }
 
     /// The device part of a token: a digest of the device's push identity.
     public static func deviceTag(_ device: PushTokenID) -> String {
-        String(Hex.encode(Digest.hash(.sha256, Array(device.key.utf8))).prefix(24))
+        device.tag
     }
 
     public func issue(_ claims: CallTokenClaims, now: Date = Date()) -> String {
-        let header = #"{"alg":"HS256","typ":"JWT"}"#
-        let body = "{" + [
-            "\"aud\":" + JSONString.quoted(Self.audience),
-            "\"sub\":" + JSONString.quoted(claims.aor.description),
-            "\"call\":" + JSONString.quoted(claims.callID.uuidString.lowercased()),
-            "\"uuid\":" + JSONString.quoted(claims.callUUID),
-            "\"dev\":" + JSONString.quoted(claims.device),
-            "\"ins\":" + JSONString.quoted(claims.instanceID),
-            "\"iat\":" + String(Int64(now.timeIntervalSince1970)),
-            "\"exp\":" + String(Int64(claims.expiresAt.timeIntervalSince1970.rounded(.up))),
-        ].joined(separator: ",") + "}"
-        let input = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(body.utf8))
-        return input + "." + Base64URL.encode(Digest.hmacSHA256(key: key, message: Array(input.utf8)))
+        key.sign([
+            ("sub", JSONString.quoted(claims.aor.description)),
+            ("call", JSONString.quoted(claims.callID.uuidString.lowercased())),
+            ("uuid", JSONString.quoted(claims.callUUID)),
+            ("dev", JSONString.quoted(claims.device)),
+            ("ins", JSONString.quoted(claims.instanceID)),
+            ("iat", String(Int64(now.timeIntervalSince1970))),
+            ("exp", String(Int64(claims.expiresAt.timeIntervalSince1970.rounded(.up)))),
+        ])
     }
 
     /// Why a token is refused (the HTTP answer is the same 401 for each; the log may say which).
-    public enum Refusal: String, Error, Sendable {
-        case malformed, badSignature = "bad signature", wrongAudience = "wrong audience", expired
-    }
+    public typealias Refusal = HS256TokenKey.Refusal
 
     /// The claims of a token this key signed, still valid at `now`.
     public func verify(_ token: String, now: Date = Date()) -> Result<CallTokenClaims, Refusal> {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard token.utf8.count <= 2048, parts.count == 3, let signature = Self.decode(parts[2]) else { return .failure(.malformed) }
-        let input = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
-        guard Digest.constantTimeEquals(Digest.hmacSHA256(key: key, message: input), signature) else { return .failure(.badSignature) }
-        guard let body = Self.decode(parts[1]),
-            let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let audience = object["aud"] as? String
-        else { return .failure(.malformed) }
-        guard audience == Self.audience else { return .failure(.wrongAudience) }
-        guard let subject = object["sub"] as? String, let aor = AddressOfRecord(parsing: subject),
-            let callText = object["call"] as? String, let callID = UUID(uuidString: callText),
-            let uuid = object["uuid"] as? String, let device = object["dev"] as? String, let instance = object["ins"] as? String,
-            let expiry = (object["exp"] as? NSNumber)?.int64Value
-        else { return .failure(.malformed) }
-        let expiresAt = Date(timeIntervalSince1970: TimeInterval(expiry))
-        guard expiresAt > now else { return .failure(.expired) }
-        return .success(CallTokenClaims(callID: callID, callUUID: uuid, aor: aor, device: device, instanceID: instance, expiresAt: expiresAt))
-    }
-
-    private static func decode(_ part: Substring) -> [UInt8]? {
-        var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !text.contains("=") else { return nil }
-        text += String(repeating: "=", count: (4 - text.count % 4) % 4)
-        return Data(base64Encoded: text).map(Array.init)
+        key.verify(token, now: now).flatMap { object in
+            guard let subject = object["sub"] as? String, let aor = AddressOfRecord(parsing: subject),
+                let callText = object["call"] as? String, let callID = UUID(uuidString: callText),
+                let uuid = object["uuid"] as? String, let device = object["dev"] as? String, let instance = object["ins"] as? String,
+                let expiry = object["exp"] as? Double
+            else { return .failure(.malformed) }
+            let expiresAt = Date(timeIntervalSince1970: TimeInterval(expiry))
+            return .success(CallTokenClaims(callID: callID, callUUID: uuid, aor: aor, device: device, instanceID: instance, expiresAt: expiresAt))
+        }
     }
 }

@@ -30,6 +30,9 @@ public struct CallPushContent: Sendable, Equatable {
     public var timestamp: Date
     /// The call token of the device the ring push goes to (decline, call state); nil for a test push.
     public var callToken: String?
+    /// The one-time wake credential of the device the ring push goes to (`wake_credentials`), for
+    /// its REGISTER's `X-Rouse-Wake`; nil when the setting is off.
+    public var wakeCredential: String?
 
     public init(
         callID: String, callerNumber: String, callerName: String? = nil, calleeNumber: String, calleeName: String? = nil,
@@ -79,6 +82,7 @@ public struct PushPayload: Sendable, Equatable {
             ("timestamp", iso8601(call.timestamp)),
         ]
         if let token = call.callToken { data.append(("call_token", token)) }
+        if let credential = call.wakeCredential { data.append(("wake_credential", credential)) }
         if test { data.append(("test", "true")) }
         return PushPayload(event: .ring, data: data)
     }

@@ -195,6 +195,11 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         queue.async { [self] in core.directory = snapshot }
     }
 
+    /// Wake credentials that must no longer admit a REGISTER (their call ended before its wait).
+    public func retireWakeCredentials(_ ids: [String], until: Date) {
+        queue.async { [self] in core.wakeCredentials?.retire(ids, until: until) }
+    }
+
     /// Sets which push providers have a push app (RFC 8599 §5.2).
     public func updateSupportedPushProviders(_ providers: Set<PushProviderFamily>) {
         queue.async { [self] in core.supportedPushProviders = providers }

@@ -27,6 +27,9 @@ public struct RegistrarCore: Sendable {
     /// Counts rejected credentials per source IP and refuses blocked sources before any digest
     /// work (503 with Retry-After: decisions.md, SIP's 429 means something else). Nil: no throttling.
     public var authFailureThrottle: AuthFailureThrottle?
+    /// Wake credentials (`wake_credentials`): a woken app's first REGISTER may present the one its
+    /// ring push carried instead of answering a challenge. Nil: the header is ignored.
+    public var wakeCredentials: WakeCredentialGate?
     /// The reason phrase of the 503 a blocked source gets, which tells it apart from the 503 of a
     /// failed write in `SIPService`'s `rouse_register_total` (both carry a Retry-After).
     public static let throttledReasonPhrase = "Service Unavailable (too many failed attempts)"
@@ -134,17 +137,24 @@ public struct RegistrarCore: Sendable {
         // RFC 3261 §22: challenge, then check the answer.
         let credentials = request.headers.lines(.authorization).compactMap(DigestCredentials.init)
             .first { $0.realm?.lowercased() == domain }
-        guard let credentials else { return .respond(challenge(request, realm: domain, stale: false, now: now)) }
-        switch authenticator.verify(credentials, method: request.method.rawValue, realm: domain, now: now, lookup: { directory.extensions[$0] }) {
-        case .rejected:
-            authFailureThrottle?.recordFailure(sourceAddress, now: now)  // only a present, wrong answer counts
-            return .respond(challenge(request, realm: domain, stale: false, now: now))
-        case .stale:
-            return .respond(challenge(request, realm: domain, stale: true, now: now))
-        case .authenticated(let authenticated):
-            guard authenticated == target else {
-                return .respond(reply(request, 403, "Forbidden"))  // an extension registers only its own AOR
+        // A woken app's wake credential stands in for digest, for its device's binding alone; a
+        // wrong, used or expired one is no answer at all (docs/app-builders.md "Wake in one round trip").
+        let woken = credentials == nil ? wakeCredentials?.spend(request, for: target, now: now) : nil
+        if woken == nil {
+            guard let credentials else { return .respond(challenge(request, realm: domain, stale: false, now: now)) }
+            switch authenticator.verify(credentials, method: request.method.rawValue, realm: domain, now: now, lookup: { directory.extensions[$0] }) {
+            case .rejected:
+                authFailureThrottle?.recordFailure(sourceAddress, now: now)  // only a present, wrong answer counts
+                return .respond(challenge(request, realm: domain, stale: false, now: now))
+            case .stale:
+                return .respond(challenge(request, realm: domain, stale: true, now: now))
+            case .authenticated(let authenticated):
+                guard authenticated == target else {
+                    return .respond(reply(request, 403, "Forbidden"))  // an extension registers only its own AOR
+                }
             }
+        } else if !request.headers.contains(.contact) || request.contacts?.contains(.wildcard) != false {
+            return .respond(challenge(request, realm: domain, stale: false, now: now))  // a credential registers, never lists or removes
         }
 
         guard request.headers.contains(.contact) else {
@@ -306,6 +316,12 @@ public struct RegistrarCore: Sendable {
             removeFromIndex(oldest)
             changes.append(.delete(oldest, .removed))
             events.append(BindingEvent(kind: .removed, binding: oldest))
+        }
+
+        if let woken, !woken.admits(changes, before: previous[target] ?? []) {
+            // Beyond the device the credential names: undone, and the ordinary challenge.
+            for (aor, list) in previousAll { replace(aor, with: list) }
+            return .respond(challenge(request, realm: domain, stale: false, now: now))
         }
 
         let flowUse = planned.contains { $0.regID != nil } ? OutboundAnswer(isEdge: outbound.isFirstHop, transport: flow.transport) : nil

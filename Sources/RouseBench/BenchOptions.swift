@@ -55,7 +55,7 @@ struct BenchOptions {
     var callsCount = 20_000
     var callsSeconds = 8.0
     var callsPushSamples = 300
-    var callsWakeSamples = 100
+    var callsWakeSamples = 200
 
     static let phaseNames: Set<String> = ["parser", "options", "register", "posting", "push", "calls", "profile"]
 
@@ -115,8 +115,9 @@ struct BenchOptions {
           --calls-seconds N         most seconds each proxy run places calls (default 8)
           --calls-push-samples N    calls, one at a time, timed INVITE → push at the APNs
                                     stand-in (default 300, at most 10 s)
-          --calls-wake-samples N    calls, one at a time, timed woken REGISTER → INVITE
-                                    (default 100, at most 15 s)
+          --calls-wake-samples N    calls, one at a time, timed woken REGISTER → INVITE,
+                                    every other one with its wake credential (default 200,
+                                    at most 25 s)
 
         profile phase (valgrind's callgrind on rouse serve; needs --database-url and valgrind):
           --profile-registers N     authenticated REGISTERs counted (default 1000)

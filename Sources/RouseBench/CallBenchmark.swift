@@ -35,7 +35,11 @@ import Storage
 ///    authenticated REGISTER to receiving the INVITE on that connection. The REGISTER's own round
 ///    trip (to its 200) is reported beside it: Rouse answers 200 only after the binding is
 ///    committed in PostgreSQL (fsync on under `make bench`) and the wait ends after that commit,
-///    so the difference is Rouse's own hand-off from registrar to call.
+///    so the difference is Rouse's own hand-off from registrar to call. Every other call the app
+///    instead presents the push's wake credential (`wake_credentials` is on for the phase,
+///    docs/app-builders.md "Wake in one round trip"): one REGISTER, no 401. Both are timed from
+///    the first REGISTER sent to the INVITE received (`first_register_to_invite`,
+///    `credential.register_to_invite`): the round trip the credential saves, on loopback.
 ///
 /// Blocks the calling thread throughout; every client here is single-threaded, sharing the
 /// machine's cores with `rouse`, PostgreSQL and the stand-in.
@@ -56,8 +60,8 @@ enum CallBenchmark {
         /// Measured samples of the push pass and the wake pass, and their time limits.
         var pushSamples = 300
         var pushSeconds = 10.0
-        var wakeSamples = 100
-        var wakeSeconds = 15.0
+        var wakeSamples = 200
+        var wakeSeconds = 25.0
         /// Kamailio as the proxy pass's rival (nil: Rouse alone), and runs per server (R, K, R, K).
         var kamailio: KamailioChild.Settings?
         var rounds = 2
@@ -92,6 +96,11 @@ enum CallBenchmark {
         var registerToOK: [Double] = []
         var registerToInvite: [Double] = []
         var overhead: [Double] = []
+        /// Digest calls: the first (unauthenticated) REGISTER sent → INVITE, the 401 round trip in.
+        var firstRegisterToInvite: [Double] = []
+        /// Calls whose app presented its wake credential: its one REGISTER sent → 200, → INVITE.
+        var credentialRegisterToOK: [Double] = []
+        var credentialRegisterToInvite: [Double] = []
     }
 
     /// What the phase measured: figures for the table, and the structured results the report uses.
@@ -171,6 +180,8 @@ enum CallBenchmark {
             "ROUSE_TRUSTED_PEERS": "127.0.0.1",
             // A parked call waits for its woken app as long as the benchmark may take.
             "ROUSE_WAKE_WAIT": "30",
+            // Every other woken app of the wake pass presents its push's wake credential.
+            "ROUSE_WAKE_CREDENTIALS": "true",
             "ROUSE_RING_TIMEOUT": "60",
         ]
         if let standIn, let tap {
@@ -464,11 +475,16 @@ enum CallBenchmark {
         let first = 1_000_000
         for (index, number) in extensions.enumerated() where Date() < deadline {
             let call = first + index
+            let withCredential = index % 2 == 1
             do {
                 let sample = try wakeOne(
                     caller: caller, call: call, number: number, token: token(family: 1, index), instance: instance(family: 1, index),
-                    tcp: tcp, log: log, tap: tap)
-                if index >= warmUpCalls {
+                    tcp: tcp, log: log, tap: tap, withCredential: withCredential)
+                if index >= warmUpCalls, withCredential {
+                    timings.credentialRegisterToInvite.append(sample.toInvite)
+                    timings.credentialRegisterToOK.append(sample.toOK)
+                } else if index >= warmUpCalls {
+                    timings.firstRegisterToInvite.append(sample.fromFirst)
                     toInvite.append(sample.toInvite)
                     toOK.append(sample.toOK)
                     timings.registerToInvite.append(sample.toInvite)
@@ -500,7 +516,18 @@ enum CallBenchmark {
                 + "\(format(percentile(handOff, 0.5))) µs; \(toInvite.count) calls one at a time"
                 + (inviteFirst > 0 ? ", \(inviteFirst) INVITEs before the 200" : "")
                 + (failures.isEmpty ? "" : "; \(failures.count) failed, the first: \(failures[0])"))
+        progress(
+            "\(name): first REGISTER sent → INVITE, with digest (401 round trip in) p50 \(format(percentile(timings.firstRegisterToInvite, 0.5))) µs, "
+                + "p99 \(format(percentile(timings.firstRegisterToInvite, 0.99))) µs; with the wake credential (one REGISTER) p50 "
+                + "\(format(percentile(timings.credentialRegisterToInvite, 0.5))) µs, p99 \(format(percentile(timings.credentialRegisterToInvite, 0.99))) µs"
+                + " (\(timings.firstRegisterToInvite.count) and \(timings.credentialRegisterToInvite.count) calls)")
         outcome.figures += [
+            BenchFigure(name: name + ".first_register_to_invite_p50", value: percentile(timings.firstRegisterToInvite, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".first_register_to_invite_p99", value: percentile(timings.firstRegisterToInvite, 0.99), unit: "µs"),
+            BenchFigure(name: name + ".credential.register_to_invite_p50", value: percentile(timings.credentialRegisterToInvite, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".credential.register_to_invite_p99", value: percentile(timings.credentialRegisterToInvite, 0.99), unit: "µs"),
+            BenchFigure(name: name + ".credential.register_to_200_p50", value: percentile(timings.credentialRegisterToOK, 0.5), unit: "µs"),
+            BenchFigure(name: name + ".credential.calls", value: Double(timings.credentialRegisterToInvite.count), unit: "calls"),
             BenchFigure(name: name + ".overhead_p50", value: percentile(timings.overhead, 0.5), unit: "µs"),
             BenchFigure(name: name + ".overhead_p99", value: percentile(timings.overhead, 0.99), unit: "µs"),
             BenchFigure(name: name + ".invite_to_push_wire_p50", value: percentile(timings.inviteToPushWire, 0.5), unit: "µs"),
@@ -518,13 +545,14 @@ enum CallBenchmark {
     }
 
     /// One woken call: INVITE, its 180 (the call waits), the push at the stand-in, the app back over
-    /// a new connection, answered, ACKed and hung up. Returns microseconds from sending the
-    /// authenticated REGISTER to its 200 and to the INVITE, and from sending the INVITE to the
-    /// push leaving Rouse (nil when the tap saw none).
+    /// a new connection, answered, ACKed and hung up. Returns microseconds from sending the timed
+    /// REGISTER (the authenticated one, or `withCredential` the one carrying the push's wake
+    /// credential) to its 200 and to the INVITE, from the first REGISTER to the INVITE, and from
+    /// sending the INVITE to the push leaving Rouse (nil when the tap saw none).
     private static func wakeOne(
         caller: SequentialCaller, call: Int, number: String, token: String, instance: String, tcp: ListenPoint, log: StandInLog,
-        tap: PushWireTap
-    ) throws -> (toInvite: Double, toOK: Double, toPushWire: Double?, toRinging: Double) {
+        tap: PushWireTap, withCredential: Bool
+    ) throws -> (toInvite: Double, toOK: Double, fromFirst: Double, toPushWire: Double?, toRinging: Double) {
         let callID = caller.callID(call)
         let inviteSent = MonotonicClock.now()
         try caller.send(caller.script.invite(call, to: number))
@@ -534,7 +562,7 @@ enum CallBenchmark {
             if ringing.statusCode >= 300 { try caller.send(caller.script.ackFailure(call, to: number, toHeader: ringing.headers[.to] ?? "")) }
             throw Failure(description: "the call got \(ringing.statusCode) \(ringing.reasonPhrase) instead of 180")
         }
-        guard log.waitForRequest(containing: callID, timeout: 5) != nil else {
+        guard let push = log.waitForRequest(containing: callID, timeout: 5) else {
             _ = try caller.cancel(call, to: number)
             throw Failure(description: "no push within 5 s")
         }
@@ -542,9 +570,19 @@ enum CallBenchmark {
 
         let app = try AppPhone(host: tcp.host, port: tcp.port, number: number, token: token, instance: instance)
         defer { app.close() }
-        let authenticated = try app.challengedRegister()
-        let start = MonotonicClock.now()
-        try app.send(authenticated)
+        let first = MonotonicClock.now()
+        let start: UInt64
+        if withCredential {
+            guard let credential = push.jsonBody?["wake_credential"]?.stringValue else {
+                throw Failure(description: "the ring push carries no wake_credential")
+            }
+            start = first
+            try app.send(app.wakeRegister(credential: credential))
+        } else {
+            let authenticated = try app.challengedRegister()
+            start = MonotonicClock.now()
+            try app.send(authenticated)
+        }
         var okAt: UInt64?
         var invite: SIPRequest?
         var inviteAt: UInt64?
@@ -578,7 +616,7 @@ enum CallBenchmark {
         let byeAnswer = try caller.waitForResponse(timeout: 5) { $0.callID == callID && $0.cseq?.method == .bye && $0.statusCode >= 200 }
         guard byeAnswer.statusCode == 200 else { throw Failure(description: "BYE got \(byeAnswer.statusCode)") }
         return (
-            Double(inviteAt - start) / 1_000, Double(okAt - start) / 1_000, wire.map { Double($0.at &- inviteSent) / 1_000 },
+            Double(inviteAt - start) / 1_000, Double(okAt - start) / 1_000, Double(inviteAt - first) / 1_000, wire.map { Double($0.at &- inviteSent) / 1_000 },
             Double(ringingAt &- inviteSent) / 1_000
         )
     }
@@ -1213,7 +1251,12 @@ final class AppPhone {
         throw CallBenchmark.Failure(description: "no 401 to the REGISTER of \(number)")
     }
 
-    private func register(authorization: String?) -> [UInt8] {
+    /// The woken app's one REGISTER, carrying its push's wake credential instead of digest.
+    func wakeRegister(credential: String) -> [UInt8] {
+        register(authorization: nil, wakeCredential: credential)
+    }
+
+    private func register(authorization: String?, wakeCredential: String? = nil) -> [UInt8] {
         cseq += 1
         let domain = CallBenchmark.domain
         let local = "127.0.0.1:\(client.localPort)"
@@ -1225,6 +1268,7 @@ final class AppPhone {
         text += ";+sip.instance=\"<\(instance)>\";reg-id=1\r\n"
         text += "Supported: outbound\r\nExpires: 3600\r\nUser-Agent: RouseBenchApp/1 (iPhone)\r\n"
         if let authorization { text += "Authorization: \(authorization)\r\n" }
+        if let wakeCredential { text += "X-Rouse-Wake: \(wakeCredential)\r\n" }
         text += "Content-Length: 0\r\n\r\n"
         return Array(text.utf8)
     }

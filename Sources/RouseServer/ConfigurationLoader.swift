@@ -194,6 +194,7 @@ public enum ConfigurationLoader {
         } catch {
             problems.append(error.description)
         }
+        withCalls.wakeCredentials = reader.boolean("wake_credentials")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

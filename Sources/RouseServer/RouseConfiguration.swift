@@ -117,6 +117,9 @@ public struct RouseConfiguration: Sendable {
     /// The keys that seal secrets at rest (`secrets_key_file` or `ROUSE_SECRETS_KEY`); nil when
     /// neither is given, which `rouse serve` refuses.
     public var secrets: SecretSeal?
+    /// Ring pushes carry a one-time wake credential the woken app's REGISTER may present instead
+    /// of answering a challenge (docs/app-builders.md "Wake in one round trip").
+    public var wakeCredentials: Bool = false
 }
 
 extension RouseConfiguration {
@@ -273,5 +276,7 @@ extension RouseConfiguration {
               meaning: "how long push records and calls (with their journeys) are kept; older ones are deleted in small batches by one instance at a time"),
         .init(key: "secrets_key_file", defaultValue: "",
               meaning: "file holding the key that seals secrets in PostgreSQL (32 random bytes as 64 hex digits or base64, mode 0600; more lines: older keys that still open); or the key itself in ROUSE_SECRETS_KEY. rouse serve refuses to start without one"),
+        .init(key: "wake_credentials", defaultValue: "false",
+              meaning: "whether each ring push carries a one-time wake credential (wake_credential) that the woken app's REGISTER presents in X-Rouse-Wake to be answered 200 without the digest challenge; good once, for that device, until the wake wait ends"),
     ]
 }

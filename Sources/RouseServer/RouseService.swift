@@ -88,6 +88,10 @@ public final class RouseService: @unchecked Sendable {
         let authFailureThrottle = AuthFailureThrottle(
             limit: configuration.authFailureLimit, window: configuration.authFailureWindow / .seconds(1),
             blockFor: configuration.authBlockDuration / .seconds(1))
+        // Wake credentials share the call tokens' secret, under a key and audience of their own.
+        let callTokenSecret = try RouseService.sharedSecret(named: "call_token_secret", connection)
+        let wakeSigner = configuration.wakeCredentials ? WakeCredentialSigner(secret: callTokenSecret) : nil
+        core.wakeCredentials = wakeSigner.map { WakeCredentialGate(signer: $0, instanceID: instanceID) }
         let metrics = MetricsRegistry()
         let registrar = Registrar(core: core, store: store, authFailureThrottle: authFailureThrottle)
         metrics.gauge("rouse_bindings", help: "Live bindings (registered contacts) held by this instance.") {
@@ -116,7 +120,7 @@ public final class RouseService: @unchecked Sendable {
         // Posted tokens and dead marks are held in memory (the replica), so a call reads no
         // PostgreSQL before its pushes.
         let wakeTokens = RouseService.makeWakeTokenReplica(logger)
-        let callTokens = CallTokenSigner(secret: try RouseService.sharedSecret(named: "call_token_secret", connection))
+        let callTokens = CallTokenSigner(secret: callTokenSecret)
         let coordinator = CallCoordinator<SIPService>(
             directory: registrar, tokens: wakeTokens, pusher: pushService, journeys: journeyStore,
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds),
@@ -130,6 +134,7 @@ public final class RouseService: @unchecked Sendable {
                 outsideCallLimits: configuration.outsideCallLimits),
             ownNames: SIPService.ownNames(listen: configuration.sipListen, aliases: configuration.sipAliases),
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,
+            wakeCredentials: wakeSigner.map { signer in WakeCredentialMinting(signer: signer, retire: { registrar.retireWakeCredentials($0, until: $1) }) },
             logger: logger,
             liveness: RouseService.makeLiveness(configuration: configuration, pool: callPool, replica: wakeTokens, metrics: metrics, logger: logger))
         self.coordinator = coordinator

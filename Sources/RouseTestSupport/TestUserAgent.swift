@@ -196,7 +196,15 @@ public final class TestUserAgent {
         return response
     }
 
-    private func makeRegister(expires: Int, credentials: (SIPHeaderName, String)?) throws -> SIPRequest {
+    /// One REGISTER carrying `headers` (a woken app's `X-Rouse-Wake`), a challenge left
+    /// unanswered: the final response as it came.
+    public func registerOnce(headers extra: [(SIPHeaderName, String)], expires: Int = 600, timeout: Duration = .seconds(10)) throws -> SIPResponse {
+        let request = try makeRegister(expires: expires, credentials: nil, extra: extra)
+        try send(request)
+        return try waitForFinalResponse(to: request, timeout: timeout)
+    }
+
+    private func makeRegister(expires: Int, credentials: (SIPHeaderName, String)?, extra: [(SIPHeaderName, String)] = []) throws -> SIPRequest {
         registrationCSeq += 1
         var headers = SIPHeaders()
         headers.add(.via, newVia())
@@ -210,6 +218,7 @@ public final class TestUserAgent {
         if instanceID != nil { headers.add(.supported, "outbound") }
         headers.add(.userAgent, userAgent)
         if let credentials { headers.add(credentials.0, credentials.1) }
+        for (name, value) in extra { headers.add(name, value) }
         return SIPRequest(method: .register, uri: try SIPURI(parsing: "sip:\(domain)"), headers: headers)
     }
 

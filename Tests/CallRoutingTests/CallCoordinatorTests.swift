@@ -151,7 +151,7 @@ final class Harness: @unchecked Sendable {
 
     init(
         bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil,
-        manualClock: Bool = false, liveness: (any DeviceLiveness)? = nil
+        manualClock: Bool = false, liveness: (any DeviceLiveness)? = nil, wakeCredentials: WakeCredentialMinting? = nil
     ) {
         directory.set(bindings)
         let clock = manualClock ? ManualTimerScheduler() : nil
@@ -171,7 +171,8 @@ final class Harness: @unchecked Sendable {
                 cancelGrace: settings.cancelGrace, trustedPeers: try! TrustedPeers(parsing: ["192.0.2.1"]),
                 tokenReadTimeout: settings.tokenReadTimeout, endedCallKeep: settings.endedCallKeep, maxCallDuration: settings.maxCallDuration,
                 deadTokenMemory: settings.deadTokenMemory, timerC: settings.timerC),
-            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens, scheduler: clock,
+            ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens,
+            wakeCredentials: wakeCredentials, scheduler: clock,
             clock: { clock.map { startedAt.addingTimeInterval($0.now.timeInterval) } ?? Date() }, liveness: liveness)
         coordinator.attach(signaling)
         box.harness = self

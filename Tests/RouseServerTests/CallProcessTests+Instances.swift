@@ -15,12 +15,12 @@ import XCTest
 /// the callee's phone on the other over UDP, TCP and TLS, and an app woken by push.
 extension CallProcessTests {
     /// Starts two instances listening on UDP, TCP and TLS; the first is the test's `rouse`.
-    func startTwoInstances(wakeWait: Int = 3) throws -> [ListenPoint] {
+    func startTwoInstances(wakeWait: Int = 3, extra: [String: String] = [:]) throws -> [ListenPoint] {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
         let tls = [
             "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0,tls:127.0.0.1:0",
             "ROUSE_TLS_CERT": certificate.certificatePath, "ROUSE_TLS_KEY": certificate.keyPath,
-        ]
+        ].merging(extra) { $1 }
         try startRouse(wakeWait: wakeWait, extra: tls)
         let (_, other) = try startInstance(wakeWait: wakeWait, extra: tls)
         return other

@@ -1,0 +1,137 @@
+import CallRouting
+import Foundation
+import RouseVocabulary
+import RouseTestSupport
+import SIPMessage
+import SIPTransport
+import XCTest
+
+/// Wake in one round trip through `rouse serve` (issue 20 item 6): with `wake_credentials` on, a
+/// call to a sleeping app pushes a credential; the woken app's REGISTER carrying it in
+/// `X-Rouse-Wake` is answered 200 with no 401 before it, and the INVITE follows. A replayed,
+/// expired or another device's credential gets the ordinary challenge.
+extension CallProcessTests {
+    static let wakeHeader = SIPHeaderName("X-Rouse-Wake")
+
+    /// The wake credential of the ring push of `call` to `token`.
+    func wakeCredential(token: String = CallProcessTests.apnsToken, callID: String) throws -> String {
+        let push = try XCTUnwrap(try pushes(apns, token: token).first { $0.jsonBody?["call_id"]?.stringValue == callID })
+        return try XCTUnwrap(push.jsonBody?["wake_credential"]?.stringValue, "the ring push carries wake_credential")
+    }
+
+    func testTheWokenAppsRegisterWithItsCredentialIsAnsweredAtOnceAndTheInviteFollowsButAReplayIsChallenged() throws {
+        try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let credential = try wakeCredential(callID: call.callID)
+
+        try phone.reopen()
+        let woken = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(woken.statusCode, 200, "answered without the 401 round trip")
+        let invite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        try answerAndHangUp(phone, invite, call, caller)
+        let journey = try journey(callID: call.callID, outcome: .answered)
+        guard case .woke = journey.pushes.first?.wake else { return XCTFail("wake: \(String(describing: journey.pushes.first?.wake))") }
+
+        // Used once: the same credential again is no answer at all.
+        let replay = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(replay.statusCode, 401)
+        XCTAssertFalse(replay.headers.lines(.wwwAuthenticate).isEmpty, "the ordinary challenge")
+        // The next refresh registers with digest as usual.
+        XCTAssertEqual(try phone.register().statusCode, 200)
+    }
+
+    func testAnExpiredCredentialIsChallenged() throws {
+        try startRouse(wakeWait: 2, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let credential = try wakeCredential(callID: call.callID)
+        XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 480, "the wait ended with nobody back")
+
+        try phone.reopen()
+        let late = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(late.statusCode, 401)
+        XCTAssertFalse(late.headers.lines(.wwwAuthenticate).isEmpty)
+    }
+
+    func testACredentialOfACallThatEndedWithinItsWaitIsChallenged() throws {
+        try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let credential = try wakeCredential(callID: call.callID)
+        // The caller gives up long before the 8 s wait ends: the credential goes with the call.
+        XCTAssertEqual(try call.cancel().statusCode, 200)
+        XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 487)
+        _ = try journey(callID: call.callID, outcome: .canceled)
+
+        try phone.reopen()
+        let after = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(after.statusCode, 401)
+        XCTAssertFalse(after.headers.lines(.wwwAuthenticate).isEmpty)
+    }
+
+    func testACredentialPresentedWithAnotherDevicesTokenIsChallenged() throws {
+        try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let caller = try caller()
+        let call = try place(caller)
+        let credential = try wakeCredential(callID: call.callID)
+
+        // Another phone of the extension (its own token and instance id) with this device's credential.
+        let other = try iPhoneApp(token: String(repeating: "ef", count: 32))
+        let refused = try other.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(refused.statusCode, 401)
+        XCTAssertFalse(refused.headers.lines(.wwwAuthenticate).isEmpty)
+        // The refusal spent it: not even the device it names may use it now (once means once).
+        try phone.reopen()
+        XCTAssertEqual(try phone.registerOnce(headers: [(Self.wakeHeader, credential)]).statusCode, 401)
+        XCTAssertEqual(try phone.register().statusCode, 200, "digest as usual")
+        let invite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        try answerAndHangUp(phone, invite, call, caller)
+    }
+
+    func testACredentialPresentedToAnotherInstanceIsChallengedAndDigestStillWakesTheCall() throws {
+        let other = try startTwoInstances(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let phone = try TestUserAgent(
+            transport: .tcp, serverPort: try XCTUnwrap(other.first { $0.transport == .tcp }).port, user: "1002", domain: "example.com",
+            password: "pw-1002", instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
+            contactURIParameters: "pn-provider=apns;pn-prid=\(Self.apnsToken);pn-param=\(Self.voipParam)", userAgent: "RouseTestApp/1 (iPhone)")
+        agents.append(phone)
+        try registerAndSleep(phone)
+        try waitUntilKnown(phone)
+        let caller = try caller()
+        let call = try place(caller)  // on the first instance, which pushes and holds the call
+        let credential = try wakeCredential(callID: call.callID)
+
+        // The woken app comes back on the other instance: only the one that pushed accepts it.
+        try phone.reopen()
+        let elsewhere = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
+        XCTAssertEqual(elsewhere.statusCode, 401)
+        XCTAssertFalse(elsewhere.headers.lines(.wwwAuthenticate).isEmpty)
+        XCTAssertEqual(try phone.register().statusCode, 200, "digest as usual")
+        let invite = try phone.waitForRequest(.invite)
+        XCTAssertEqual(invite.callID, call.callID)
+        try answerAndHangUp(phone, invite, call, caller)
+    }
+
+    func testWithTheSettingOffThePushCarriesNoCredential() throws {
+        try startRouse(wakeWait: 1)
+        let phone = try iPhoneApp()
+        try registerAndSleep(phone)
+        let call = try place(try caller())
+        let push = try XCTUnwrap(try pushes(apns, token: Self.apnsToken).first)
+        XCTAssertEqual(push.jsonBody?["call_id"]?.stringValue, call.callID)
+        XCTAssertNotNil(push.jsonBody?["call_token"])
+        XCTAssertNil(push.jsonBody?["wake_credential"], "off by default")
+        XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 480)
+    }
+}
