@@ -19,13 +19,25 @@ extension CallProcessTests {
         return try XCTUnwrap(push.jsonBody?["wake_credential"]?.stringValue, "the ring push carries wake_credential")
     }
 
-    func testTheWokenAppsRegisterWithItsCredentialIsAnsweredAtOnceAndTheInviteFollowsButAReplayIsChallenged() throws {
-        try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+    /// A sleeping iPhone app of 1002 (registered, then its flow closed), a caller's call to it,
+    /// and the wake credential its ring push carries.
+    func callTheSleepingApp() throws -> (phone: TestUserAgent, caller: TestUserAgent, call: TestOutgoingCall, credential: String) {
         let phone = try iPhoneApp()
         try registerAndSleep(phone)
         let caller = try caller()
         let call = try place(caller)
-        let credential = try wakeCredential(callID: call.callID)
+        return (phone, caller, call, try wakeCredential(callID: call.callID))
+    }
+
+    /// The answer is the ordinary digest challenge, as for a REGISTER with no credential at all.
+    func assertChallenged(_ response: SIPResponse, file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(response.statusCode, 401, file: file, line: line)
+        XCTAssertFalse(response.headers.lines(.wwwAuthenticate).isEmpty, "the ordinary challenge", file: file, line: line)
+    }
+
+    func testTheWokenAppsRegisterWithItsCredentialIsAnsweredAtOnceAndTheInviteFollowsButAReplayIsChallenged() throws {
+        try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
+        let (phone, caller, call, credential) = try callTheSleepingApp()
 
         try phone.reopen()
         let woken = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
@@ -38,34 +50,24 @@ extension CallProcessTests {
 
         // Used once: the same credential again is no answer at all.
         let replay = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
-        XCTAssertEqual(replay.statusCode, 401)
-        XCTAssertFalse(replay.headers.lines(.wwwAuthenticate).isEmpty, "the ordinary challenge")
+        assertChallenged(replay)
         // The next refresh registers with digest as usual.
         XCTAssertEqual(try phone.register().statusCode, 200)
     }
 
     func testAnExpiredCredentialIsChallenged() throws {
         try startRouse(wakeWait: 2, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
-        let phone = try iPhoneApp()
-        try registerAndSleep(phone)
-        let caller = try caller()
-        let call = try place(caller)
-        let credential = try wakeCredential(callID: call.callID)
+        let (phone, caller, call, credential) = try callTheSleepingApp()
         XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 480, "the wait ended with nobody back")
 
         try phone.reopen()
         let late = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
-        XCTAssertEqual(late.statusCode, 401)
-        XCTAssertFalse(late.headers.lines(.wwwAuthenticate).isEmpty)
+        assertChallenged(late)
     }
 
     func testACredentialOfACallThatEndedWithinItsWaitIsChallenged() throws {
         try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
-        let phone = try iPhoneApp()
-        try registerAndSleep(phone)
-        let caller = try caller()
-        let call = try place(caller)
-        let credential = try wakeCredential(callID: call.callID)
+        let (phone, caller, call, credential) = try callTheSleepingApp()
         // The caller gives up long before the 8 s wait ends: the credential goes with the call.
         XCTAssertEqual(try call.cancel().statusCode, 200)
         XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 487)
@@ -73,23 +75,17 @@ extension CallProcessTests {
 
         try phone.reopen()
         let after = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
-        XCTAssertEqual(after.statusCode, 401)
-        XCTAssertFalse(after.headers.lines(.wwwAuthenticate).isEmpty)
+        assertChallenged(after)
     }
 
     func testACredentialPresentedWithAnotherDevicesTokenIsChallenged() throws {
         try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
-        let phone = try iPhoneApp()
-        try registerAndSleep(phone)
-        let caller = try caller()
-        let call = try place(caller)
-        let credential = try wakeCredential(callID: call.callID)
+        let (phone, caller, call, credential) = try callTheSleepingApp()
 
         // Another phone of the extension (its own token and instance id) with this device's credential.
         let other = try iPhoneApp(token: String(repeating: "ef", count: 32))
         let refused = try other.registerOnce(headers: [(Self.wakeHeader, credential)])
-        XCTAssertEqual(refused.statusCode, 401)
-        XCTAssertFalse(refused.headers.lines(.wwwAuthenticate).isEmpty)
+        assertChallenged(refused)
         // The refusal spent it: not even the device it names may use it now (once means once).
         try phone.reopen()
         XCTAssertEqual(try phone.registerOnce(headers: [(Self.wakeHeader, credential)]).statusCode, 401)
@@ -115,8 +111,7 @@ extension CallProcessTests {
         // The woken app comes back on the other instance: only the one that pushed accepts it.
         try phone.reopen()
         let elsewhere = try phone.registerOnce(headers: [(Self.wakeHeader, credential)])
-        XCTAssertEqual(elsewhere.statusCode, 401)
-        XCTAssertFalse(elsewhere.headers.lines(.wwwAuthenticate).isEmpty)
+        assertChallenged(elsewhere)
         XCTAssertEqual(try phone.register().statusCode, 200, "digest as usual")
         let invite = try phone.waitForRequest(.invite)
         XCTAssertEqual(invite.callID, call.callID)
