@@ -261,7 +261,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         let rules = usableDiversion(snapshot.diversions[callee], of: callee, in: snapshot, recorder: &recorder, at: arrivedAt)
         let machine = CallStateMachine<Flow>(.init(
             id: id, invite: invite, callee: callee, arrivedAt: arrivedAt, toTag: diverted?.toTag ?? Self.makeTag(), serverName: serverName,
-            settings: settings, diversion: rules))
+            settings: settings, diversion: rules, calleeName: snapshot.displayNames[callee],
+            callerExtensionName: caller.flatMap { snapshot.displayNames[$0] }))
         let entry = CallEntry(machine: machine, recorder: recorder, handle: handle, callerFlow: callerFlow, caller: caller)
         callees[callee, default: CalleeCalls()].calls[id] = entry
         callees[callee]?.live += 1

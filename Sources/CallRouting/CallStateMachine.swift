@@ -42,11 +42,18 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         /// How many times the INVITE was diverted before it came here (its History-Info and
         /// Diversion entries): the loop guard's count.
         public var diversionsSoFar: Int
+        /// The callee extension's display name: the ring push's `callee_name`.
+        public var calleeName: String?
+        /// The display name of the extension that authenticated the INVITE: the ring push's
+        /// `caller_name` when the From has none (a trusted peer's From is never looked up).
+        public var callerExtensionName: String?
 
         public init(
             id: UUID = UUID(), invite: SIPRequest, callee: AddressOfRecord, arrivedAt: Date, toTag: String, serverName: String, settings: CallSettings,
-            diversion: DiversionRules? = nil
+            diversion: DiversionRules? = nil, calleeName: String? = nil, callerExtensionName: String? = nil
         ) {
+            self.calleeName = calleeName
+            self.callerExtensionName = callerExtensionName
             self.id = id
             self.invite = invite
             self.callee = callee
@@ -310,12 +317,14 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     }
 
     /// What the ring and cancel pushes of a call carry; `ring_timeout_secs` says how long the
-    /// push may still ring.
+    /// push may still ring. `caller_name` is the From's display name, else (a call from an
+    /// extension) that extension's; `callee_name` the callee extension's.
     private func pushContent(expiresAt: Date, now: Date) -> CallPushContent {
         let from = setup.invite.from
+        let fromName = from?.displayName.flatMap { $0.isEmpty ? nil : $0 }
         return CallPushContent(
-            callID: setup.invite.callID ?? "", callerNumber: from?.uri.user ?? from?.uri.description ?? "", callerName: from?.displayName,
-            calleeNumber: setup.callee.number, ringTimeoutSeconds: max(1, Int(expiresAt.timeIntervalSince(now).rounded(.up))),
+            callID: setup.invite.callID ?? "", callerNumber: from?.uri.user ?? from?.uri.description ?? "",
+            callerName: fromName ?? setup.callerExtensionName, calleeNumber: setup.callee.number, calleeName: setup.calleeName, ringTimeoutSeconds: max(1, Int(expiresAt.timeIntervalSince(now).rounded(.up))),
             isVideo: Self.isVideo(setup.invite), timestamp: now)
     }
 

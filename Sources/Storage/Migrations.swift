@@ -20,10 +20,11 @@ public enum Migrator {
     /// (`Migrations+Registrar.swift`, `Migrations+Push.swift`, `Migrations+Admin.swift`,
     /// `Migrations+Calls.swift`, `Migrations+WebPush.swift`, `Migrations+Replica.swift`,
     /// `Migrations+Routes.swift`, `Migrations+Diversion.swift`, `Migrations+Gateway.swift`,
-    /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`), in its own range of versions.
+    /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`, `Migrations+DisplayNames.swift`), in its own range of versions.
     public static var all: [Migration] {
         (coreMigrations + registrarMigrations + pushMigrations + adminMigrations + callMigrations + webPushMigrations
-            + replicaMigrations + routeMigrations + diversionMigrations + gatewayMigrations + pushPolicyMigrations + tokenMigrations)
+            + replicaMigrations + routeMigrations + diversionMigrations + gatewayMigrations + pushPolicyMigrations + tokenMigrations
+            + displayNameMigrations)
             .sorted { $0.version < $1.version }
     }
 
