@@ -30,7 +30,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     weak var signaling: Signaling?
     private let directory: any CalleeDirectory
     private let tokens: (any WakeTokenSource)?
-    private let pusher: any CallPushing
+    let pusher: any CallPushing
     let journeys: (any JourneyStore)?
     private let authenticator: DigestAuthenticator
     private let throttle: AuthFailureThrottle?
@@ -56,6 +56,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
     /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
     var talking: ExpiringTable<String, CallJourney>
+    /// Answered calls whose answering device can be told by push that the call ended
+    /// (`AnsweredCall`), by SIP Call-ID; as many and as long as `talking`.
+    var answeredCalls: ExpiringTable<String, AnsweredCall>
     /// A prune of `talking` is scheduled.
     private var talkingPruneArmed = false
     /// Outside calls (issue 19): their machines, the routes, the toll-fraud guard.
@@ -92,6 +95,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         self.logger = logger
         deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
         talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
+        answeredCalls = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
         outside = OutsideCalls(limits: settings.outsideCallLimits, metrics: metrics)
     }
 
@@ -214,6 +218,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// `fromCallee` says which side hung up, when known.
     public func dialogEnded(callID: String, fromCallee: Bool?) {
         queue.async { [self] in
+            answeredCallEvent(.byeForwarded(fromCallee: fromCallee), callID: callID)
             guard let journey = talking.removeValue(forKey: callID), let answeredAt = journey.answeredAt else { return }
             let now = clock()
             endedCalls[journey.id]?.ending.hungUp = true
@@ -589,6 +594,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         if ending.outcome == .answered {
             talking.insert(entry.recorder.journey, for: entry.recorder.journey.callID, at: now)
             armTalkingPrune(now: now)
+            if let device = ending.answeredDevice { rememberAnswered(device, callID: entry.recorder.journey.callID, now: now) }
         }
         // Kept for late responses (2xx retransmissions, CANCEL answers), then forgotten.
         let handle = entry.handle

@@ -163,6 +163,8 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private var tokenTimerArmed = false
     private var waitTimerArmed = false
     private var answeredByTag: String?
+    /// The pushed device that answered, when it has a regular channel.
+    private var answeredDevice: AnsweredDevice?
     private var noAnswerTimerArmed = false
     /// The loop guard kept a diversion from happening (said once in the journey).
     private var loopGuardNoted = false
@@ -560,7 +562,12 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func answered(by index: Int, _ now: Date) {
         answered = true
         let binding = branches[index].binding
-        answeredByTag = devices.first { belongs(binding, to: $0) }?.tag
+        let answering = devices.first { belongs(binding, to: $0) }
+        answeredByTag = answering?.tag
+        // Its regular channel (never a VoIP token), for `call.ended` if the BYE cannot reach it.
+        answeredDevice = answering.flatMap { device in
+            device.device.cancelChannel.map { AnsweredDevice(device: device.device.name, callee: setup.callee, channel: $0, content: content) }
+        }
         let device = branches[index].deviceName
         out.append(.record(.answered(device: device, after: now.timeIntervalSince(setup.arrivedAt))))
         for other in branches.indices where other != index && branches[other].final == nil {
@@ -773,7 +780,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         out.append(.ended(CallEnding(
             outcome: outcome, finalStatus: finalStatus, reason: reason, answeredByTag: answeredByTag, missed: missed,
             declinedTags: Set(devices.filter { $0.declined != nil }.map(\.tag)), pushedAnyDevice: !devices.isEmpty,
-            tokensExpireAt: ringDeadline.addingTimeInterval(Self.callTokenMargin))))
+            tokensExpireAt: ringDeadline.addingTimeInterval(Self.callTokenMargin), answeredDevice: answeredDevice)))
     }
 
     private mutating func stopWaitTimer() {
@@ -794,9 +801,9 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             }
             if reachedOverSIP {
                 // Its SIP CANCEL stops the ring (or it answered); a missed call is still told.
-                pushEndOfCall(index, cancelReason: nil, endedBecause: reason, until: until)
+                pushEndOfCall(index, cancelReason: nil, endedBecause: reason, until: until, now)
             } else if device.device.cancelChannel != nil {
-                pushEndOfCall(index, cancelReason: reason, endedBecause: reason, until: until)
+                pushEndOfCall(index, cancelReason: reason, endedBecause: reason, until: until, now)
             } else if device.device.ringChannel.family == .apns {
                 // An iPhone with only its VoIP token: never a second VoIP push. If it registers
                 // within the grace period, it gets the INVITE and at once a CANCEL.
@@ -816,14 +823,17 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     /// iPhone get none.
     /// The missed notice gives the call's own reason (`caller_hangup` when the caller gave up),
     /// whether or not the device rang over SIP.
-    private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, endedBecause reason: CallEndReason, until: Date) {
+    /// Its `timestamp` is when the call ended (when Rouse made the push, not the ring's).
+    private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, endedBecause reason: CallEndReason, until: Date, _ now: Date) {
         let device = devices[index]
         guard let channel = device.device.cancelChannel else { return }
         let wantsMissed = missed && (device.accepted || !device.answered) && device.declined == nil
         let missedReason = wantsMissed ? reason.missedReason : nil
         guard cancelReason != nil || missedReason != nil else { return }
+        var stamped = content
+        stamped.timestamp = now
         out.append(.endOfCallPush(EndOfCallPush(
-            device: device.device.name, channel: channel, content: content, cancelReason: cancelReason, missedReason: missedReason, until: until)))
+            device: device.device.name, channel: channel, content: stamped, cancelReason: cancelReason, missedReason: missedReason, until: until)))
     }
 
     private mutating func cancel(_ branch: Int, reason: String, because why: String) {
@@ -986,6 +996,8 @@ public struct CallEnding: Sendable, Equatable {
     public var tokensExpireAt: Date
     /// The answered call's BYE has passed.
     public var hungUp = false
+    /// The pushed device that answered, with its regular channel (for `call.ended`).
+    public var answeredDevice: AnsweredDevice?
 
     /// The call's status as the device whose call token carries `tag` sees it.
     public func status(forDevice tag: String) -> CallStatus {
