@@ -46,14 +46,7 @@ extension CallStateMachineTests {
     }
 
     func testAnAndroidThatAnsweredIsToldTheCallEndedWhenTheCallersBYECannotReachIt() throws {
-        bindings = [android()]
-        var call = machine()
-        _ = step(&call, .admitted(targets(), tokensPending: false), at: 0)
-        _ = step(&call, .pushAnswered(device: 0, accepted, appID: 2), at: 0.2)
-        bindings = [android(), android(backAt: 1)]
-        _ = step(&call, .bindingsChanged, at: 1)
-        _ = step(&call, .branchSent(0, sent(0)), at: 1)
-        let answer = step(&call, .branchResponse(0, response(200, on: 0)), at: 3)
+        let answer = answeredByItsOnlyDevice(android)
         let device = try XCTUnwrap(ending(answer)?.answeredDevice)
         XCTAssertEqual(device.channel, fcm("pixel-fcm"))
         XCTAssertEqual(device.callee, callee)
@@ -92,14 +85,7 @@ extension CallStateMachineTests {
     }
 
     func testAVoIPOnlyiPhoneThatAnsweredIsNeverSentCallEnded() {
-        bindings = [iPhone()]
-        var call = machine()
-        _ = step(&call, .admitted(targets(), tokensPending: false), at: 0)
-        _ = step(&call, .pushAnswered(device: 0, accepted, appID: 1), at: 0.2)
-        bindings = [iPhone(), iPhone(backAt: 1.5)]
-        _ = step(&call, .bindingsChanged, at: 1.5)
-        _ = step(&call, .branchSent(0, sent(0)), at: 1.5)
-        let answer = step(&call, .branchResponse(0, response(200, on: 0)), at: 3)
+        let answer = answeredByItsOnlyDevice(iPhone)
         XCTAssertEqual(ending(answer)?.outcome, .answered)
         XCTAssertNil(ending(answer)?.answeredDevice, "its only token is VoIP, and a second VoIP push shows a new call")
     }
@@ -117,6 +103,19 @@ extension CallStateMachineTests {
     }
 
     // MARK: - Helpers
+
+    /// A call to the callee whose one app (`app(nil)` asleep, `app(1)` back 1 s in) is pushed,
+    /// comes back and answers 3 s in: the actions of its 200.
+    func answeredByItsOnlyDevice(_ app: (TimeInterval?) -> Binding) -> [CallAction<Int>] {
+        bindings = [app(nil)]
+        var call = machine()
+        _ = step(&call, .admitted(targets(), tokensPending: false), at: 0)
+        _ = step(&call, .pushAnswered(device: 0, accepted, appID: 1), at: 0.2)
+        bindings = [app(nil), app(1)]
+        _ = step(&call, .bindingsChanged, at: 1)
+        _ = step(&call, .branchSent(0, sent(0)), at: 1)
+        return step(&call, .branchResponse(0, response(200, on: 0)), at: 3)
+    }
 
     func ringPush(_ actions: [CallAction<Int>]) -> CallPushContent? {
         actions.lazy.compactMap { action -> CallPushContent? in
