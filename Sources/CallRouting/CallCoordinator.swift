@@ -58,7 +58,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     var talking: ExpiringTable<String, CallJourney>
     /// Answered calls whose answering device can be told by push that the call ended
     /// (`AnsweredCall`), by SIP Call-ID; as many and as long as `talking`.
-    var answeredCalls: ExpiringTable<String, AnsweredCall>
+    var answeredCalls: ExpiringTable<String, AnsweredEntry>
     /// A prune of `talking` is scheduled.
     private var talkingPruneArmed = false
     /// Outside calls (issue 19): their machines, the routes, the toll-fraud guard.
@@ -226,6 +226,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             _ = recorder.apply(.hungUp(fromCallee: fromCallee, afterTalk: now.timeIntervalSince(answeredAt)), at: now)
             callees[journey.callee]?.calls[journey.id]?.recorder = recorder
             journeys?.recordCall(recorder.journey)
+            keepForEndedPush(recorder.journey, callID: callID)
         }
     }
 

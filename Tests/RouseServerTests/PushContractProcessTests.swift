@@ -1,3 +1,4 @@
+import CallRouting
 import Foundation
 import RouseTestSupport
 import SIPMessage
@@ -161,6 +162,10 @@ extension CallProcessTests {
         XCTAssertEqual(ended.data["uuid"] as? String, ringKeys.data["uuid"] as? String)
         keys.check(ended.keys, event: "call.ended", "the Pixel's call.ended push")
         XCTAssertEqual(try pushes(fcm, token: tokenB, count: 2).count, 2, "the tablet is not told again")
+        let told = try journey(callID: call.callID, outcome: .answered) { $0.events.contains { $0.text.contains("call.ended push") } }
+        XCTAssertTrue(told.events.contains { $0.text.hasPrefix("the BYE could not reach RouseTestApp/1 (Android") && $0.text.hasSuffix("call.ended push accepted") },
+                      "\(told.events.map(\.text))")
+        XCTAssertNotNil(told.endedAt, "the hang-up is kept in the rewritten journey")
 
         // Call 2: nobody wakes, the caller gives up.
         let missedCall = try place(caller)
