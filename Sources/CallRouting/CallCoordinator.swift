@@ -32,7 +32,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     private let tokens: (any WakeTokenSource)?
     /// The stale-device record: which tokens not to push, where ring-push ends go.
     let liveness: (any DeviceLiveness)?
-    private let pusher: any CallPushing
+    let pusher: any CallPushing
     let journeys: (any JourneyStore)?
     private let authenticator: DigestAuthenticator
     private let throttle: AuthFailureThrottle?
@@ -59,6 +59,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
     /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
     var talking: ExpiringTable<String, CallJourney>
+    /// Answered calls whose answering device can be told by push that the call ended
+    /// (`AnsweredCall`), by SIP Call-ID; as many and as long as `talking`.
+    var answeredCalls: ExpiringTable<String, AnsweredEntry>
     /// A prune of `talking` is scheduled.
     private var talkingPruneArmed = false
     /// Outside calls (issue 19): their machines, the routes, the toll-fraud guard.
@@ -97,6 +100,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         self.logger = logger
         deadTokens = ExpiringTable(limit: 100_000, maxAge: settings.deadTokenMemory.timeInterval)
         talking = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
+        answeredCalls = ExpiringTable(limit: 100_000, maxAge: settings.maxCallDuration.timeInterval)
         outside = OutsideCalls(limits: settings.outsideCallLimits, metrics: metrics)
     }
 
@@ -219,6 +223,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
     /// `fromCallee` says which side hung up, when known.
     public func dialogEnded(callID: String, fromCallee: Bool?) {
         queue.async { [self] in
+            answeredCallEvent(.byeForwarded(fromCallee: fromCallee), callID: callID)
             guard let journey = talking.removeValue(forKey: callID), let answeredAt = journey.answeredAt else { return }
             let now = clock()
             endedCalls[journey.id]?.ending.hungUp = true
@@ -226,6 +231,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
             _ = recorder.apply(.hungUp(fromCallee: fromCallee, afterTalk: now.timeIntervalSince(answeredAt)), at: now)
             callees[journey.callee]?.calls[journey.id]?.recorder = recorder
             journeys?.recordCall(recorder.journey)
+            keepForEndedPush(recorder.journey, callID: callID)
         }
     }
 
@@ -266,7 +272,8 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         let rules = usableDiversion(snapshot.diversions[callee], of: callee, in: snapshot, recorder: &recorder, at: arrivedAt)
         let machine = CallStateMachine<Flow>(.init(
             id: id, invite: invite, callee: callee, arrivedAt: arrivedAt, toTag: diverted?.toTag ?? Self.makeTag(), serverName: serverName,
-            settings: settings, diversion: rules))
+            settings: settings, diversion: rules, calleeName: snapshot.displayNames[callee],
+            callerExtensionName: caller.flatMap { snapshot.displayNames[$0] }))
         let entry = CallEntry(machine: machine, recorder: recorder, handle: handle, callerFlow: callerFlow, caller: caller)
         callees[callee, default: CalleeCalls()].calls[id] = entry
         callees[callee]?.live += 1
@@ -599,6 +606,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: @unchecked Sendabl
         if ending.outcome == .answered {
             talking.insert(entry.recorder.journey, for: entry.recorder.journey.callID, at: now)
             armTalkingPrune(now: now)
+            if let device = ending.answeredDevice { rememberAnswered(device, callID: entry.recorder.journey.callID, now: now) }
         }
         // Kept for late responses (2xx retransmissions, CANCEL answers), then forgotten.
         let handle = entry.handle

@@ -77,6 +77,9 @@ public protocol CallPushing: Sendable {
     func ring(_ call: CallPushContent, to channel: PushChannel, expiresAt: Date, aor: String) async -> (PushOutcome, Int64?)
     /// The cancel push (`call.canceled` with a reason).
     func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome
+    /// The `call.ended` push (with a reason) to the regular channel of the device that answered;
+    /// never a VoIP push.
+    func ended(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome
     /// The missed-call notice (`call.missed`) to a channel that can show one; never a VoIP push.
     func missed(_ call: CallPushContent, reason: String, to channel: PushChannel, aor: String) async -> PushOutcome
 }
@@ -90,6 +93,10 @@ extension PushService: CallPushing {
 
     public func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
         await sendCancel(call, event: .canceled, reason: reason, to: channel, expiresAt: expiresAt, aor: aor)
+    }
+
+    public func ended(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
+        await sendCancel(call, event: .ended, reason: reason, to: channel, expiresAt: expiresAt, aor: aor)
     }
 
     public func missed(_ call: CallPushContent, reason: String, to channel: PushChannel, aor: String) async -> PushOutcome {

@@ -42,11 +42,18 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         /// How many times the INVITE was diverted before it came here (its History-Info and
         /// Diversion entries): the loop guard's count.
         public var diversionsSoFar: Int
+        /// The callee extension's display name: the ring push's `callee_name`.
+        public var calleeName: String?
+        /// The display name of the extension that authenticated the INVITE: the ring push's
+        /// `caller_name` when the From has none (a trusted peer's From is never looked up).
+        public var callerExtensionName: String?
 
         public init(
             id: UUID = UUID(), invite: SIPRequest, callee: AddressOfRecord, arrivedAt: Date, toTag: String, serverName: String, settings: CallSettings,
-            diversion: DiversionRules? = nil
+            diversion: DiversionRules? = nil, calleeName: String? = nil, callerExtensionName: String? = nil
         ) {
+            self.calleeName = calleeName
+            self.callerExtensionName = callerExtensionName
             self.id = id
             self.invite = invite
             self.callee = callee
@@ -156,6 +163,8 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private var tokenTimerArmed = false
     private var waitTimerArmed = false
     private var answeredByTag: String?
+    /// The pushed device that answered, when it has a regular channel.
+    private var answeredDevice: AnsweredDevice?
     private var noAnswerTimerArmed = false
     /// The loop guard kept a diversion from happening (said once in the journey).
     private var loopGuardNoted = false
@@ -310,12 +319,14 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     }
 
     /// What the ring and cancel pushes of a call carry; `ring_timeout_secs` says how long the
-    /// push may still ring.
+    /// push may still ring. `caller_name` is the From's display name, else (a call from an
+    /// extension) that extension's; `callee_name` the callee extension's.
     private func pushContent(expiresAt: Date, now: Date) -> CallPushContent {
         let from = setup.invite.from
+        let fromName = from?.displayName.flatMap { $0.isEmpty ? nil : $0 }
         return CallPushContent(
-            callID: setup.invite.callID ?? "", callerNumber: from?.uri.user ?? from?.uri.description ?? "", callerName: from?.displayName,
-            calleeNumber: setup.callee.number, ringTimeoutSeconds: max(1, Int(expiresAt.timeIntervalSince(now).rounded(.up))),
+            callID: setup.invite.callID ?? "", callerNumber: from?.uri.user ?? from?.uri.description ?? "",
+            callerName: fromName ?? setup.callerExtensionName, calleeNumber: setup.callee.number, calleeName: setup.calleeName, ringTimeoutSeconds: max(1, Int(expiresAt.timeIntervalSince(now).rounded(.up))),
             isVideo: Self.isVideo(setup.invite), timestamp: now)
     }
 
@@ -551,7 +562,12 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     private mutating func answered(by index: Int, _ now: Date) {
         answered = true
         let binding = branches[index].binding
-        answeredByTag = devices.first { belongs(binding, to: $0) }?.tag
+        let answering = devices.first { belongs(binding, to: $0) }
+        answeredByTag = answering?.tag
+        // Its regular channel (never a VoIP token), for `call.ended` if the BYE cannot reach it.
+        answeredDevice = answering.flatMap { device in
+            device.device.cancelChannel.map { AnsweredDevice(device: device.device.name, callee: setup.callee, channel: $0, content: content) }
+        }
         let device = branches[index].deviceName
         out.append(.record(.answered(device: device, after: now.timeIntervalSince(setup.arrivedAt))))
         for other in branches.indices where other != index && branches[other].final == nil {
@@ -764,7 +780,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         out.append(.ended(CallEnding(
             outcome: outcome, finalStatus: finalStatus, reason: reason, answeredByTag: answeredByTag, missed: missed,
             declinedTags: Set(devices.filter { $0.declined != nil }.map(\.tag)), pushedAnyDevice: !devices.isEmpty,
-            tokensExpireAt: ringDeadline.addingTimeInterval(Self.callTokenMargin))))
+            tokensExpireAt: ringDeadline.addingTimeInterval(Self.callTokenMargin), answeredDevice: answeredDevice)))
     }
 
     private mutating func stopWaitTimer() {
@@ -785,9 +801,9 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             }
             if reachedOverSIP {
                 // Its SIP CANCEL stops the ring (or it answered); a missed call is still told.
-                pushEndOfCall(index, cancelReason: nil, endedBecause: reason, until: until)
+                pushEndOfCall(index, cancelReason: nil, endedBecause: reason, until: until, now)
             } else if device.device.cancelChannel != nil {
-                pushEndOfCall(index, cancelReason: reason, endedBecause: reason, until: until)
+                pushEndOfCall(index, cancelReason: reason, endedBecause: reason, until: until, now)
             } else if device.device.ringChannel.family == .apns {
                 // An iPhone with only its VoIP token: never a second VoIP push. If it registers
                 // within the grace period, it gets the INVITE and at once a CANCEL.
@@ -807,14 +823,17 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     /// iPhone get none.
     /// The missed notice gives the call's own reason (`caller_hangup` when the caller gave up),
     /// whether or not the device rang over SIP.
-    private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, endedBecause reason: CallEndReason, until: Date) {
+    /// Its `timestamp` is when the call ended (when Rouse made the push, not the ring's).
+    private mutating func pushEndOfCall(_ index: Int, cancelReason: CallEndReason?, endedBecause reason: CallEndReason, until: Date, _ now: Date) {
         let device = devices[index]
         guard let channel = device.device.cancelChannel else { return }
         let wantsMissed = missed && (device.accepted || !device.answered) && device.declined == nil
         let missedReason = wantsMissed ? reason.missedReason : nil
         guard cancelReason != nil || missedReason != nil else { return }
+        var stamped = content
+        stamped.timestamp = now
         out.append(.endOfCallPush(EndOfCallPush(
-            device: device.device.name, channel: channel, content: content, cancelReason: cancelReason, missedReason: missedReason, until: until)))
+            device: device.device.name, channel: channel, content: stamped, cancelReason: cancelReason, missedReason: missedReason, until: until)))
     }
 
     private mutating func cancel(_ branch: Int, reason: String, because why: String) {
@@ -977,6 +996,8 @@ public struct CallEnding: Sendable, Equatable {
     public var tokensExpireAt: Date
     /// The answered call's BYE has passed.
     public var hungUp = false
+    /// The pushed device that answered, with its regular channel (for `call.ended`).
+    public var answeredDevice: AnsweredDevice?
 
     /// The call's status as the device whose call token carries `tag` sees it.
     public func status(forDevice tag: String) -> CallStatus {

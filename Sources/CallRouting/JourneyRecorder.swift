@@ -49,6 +49,9 @@ public enum CallFact: Sendable, Equatable {
     case stoppedRinging(device: String, reason: CallEndReason, PushOutcome)
     /// The outcome of a missed-call notice.
     case missedNotice(device: String, PushOutcome)
+    /// The answered call's BYE could not reach the device that answered (`byeStatus`): the
+    /// outcome of the `call.ended` push that told it.
+    case endedPushed(device: String, byeStatus: Int, PushOutcome)
     /// The BYE of an answered call passed (`fromCallee`: who sent it, when known).
     case hungUp(fromCallee: Bool?, afterTalk: TimeInterval)
     /// A step of a call to the outside: its route, each hop and what it answered.
@@ -167,6 +170,8 @@ public struct JourneyRecorder: Sendable {
             line(now, "stopped ringing on \(device): call.canceled (\(reason.rawValue)) push \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
         case .missedNotice(let device, let outcome):
             line(now, "missed-call notice to \(device): \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
+        case .endedPushed(let device, let status, let outcome):
+            line(now, "the BYE could not reach \(device) (\(status)): call.ended push \(outcome.word)" + (outcome.isAccepted ? "" : ": \(outcome.explanation)"))
         case .diverted(let target, let cause, let reason):
             line(now, "forwarded to \(target) (\(cause.words), History-Info cause \(cause.rawValue)): \(reason)")
         case .diversionRefused(let target, let reason):

@@ -86,6 +86,7 @@ public struct AdminAPI: Sendable {
             case .invalidDomain: return .error(400, code: "invalid_field", message: refusal.description, field: "domain")
             case .invalidNumber, .invalidAddress: return .error(400, code: "invalid_field", message: refusal.description, field: "address")
             case .invalidPassword: return .error(400, code: "invalid_field", message: refusal.description, field: "password")
+            case .invalidDisplayName: return .error(400, code: "invalid_field", message: refusal.description, field: "displayName")
             case .noSuchDomain, .noSuchExtension: return .error(404, code: "not_found", message: refusal.description)
             case .domainExists, .extensionExists, .domainHasExtensions: return .error(409, code: "conflict", message: refusal.description)
             }
@@ -140,6 +141,12 @@ public struct AdminAPI: Sendable {
     struct ExtensionBody: Decodable {
         let address: JSONField
         let password: JSONField
+        let displayName: JSONField
+    }
+
+    /// A `PUT /extensions/{address}/display-name` body.
+    struct DisplayNameBody: Decodable {
+        let displayName: JSONField
     }
 
     /// A `PUT /extensions/{address}/password` body.
@@ -233,9 +240,18 @@ public struct AdminAPI: Sendable {
     }
 
     @Sendable func addExtension(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
-        let (aor, password) = try Self.parseExtensionBody(request.body)
-        try await context.store().directory { try $0.addExtension(aor, password: password) }
-        return .json(201, ["address": aor.description])
+        let (aor, password, displayName) = try Self.parseExtensionBody(request.body)
+        try await context.store().directory { try $0.addExtension(aor, password: password, displayName: displayName) }
+        return .json(201, AdminAnswer.DisplayNameSet(address: aor.description, displayName: displayName))
+    }
+
+    /// `PUT /extensions/{address}/display-name`: `{"displayName": "Alice Example"}`; null or ""
+    /// removes it.
+    @Sendable func setDisplayName(_ request: HTTPRequest, _ context: APIContext) async throws -> HTTPResponse {
+        let aor = try DirectoryError.parseAddress(context.parameter("address"))
+        let displayName = try Self.parseDisplayNameBody(request.body)
+        try await context.store().directory { try $0.setDisplayName(aor, displayName) }
+        return .json(200, AdminAnswer.DisplayNameSet(address: aor.description, displayName: displayName))
     }
 
     /// `GET /extensions/{address}`: tokens shortened; with `tokens=true`, whole (answered
@@ -252,7 +268,7 @@ public struct AdminAPI: Sendable {
         let now = detail.now
         let isDead = detail.isDead
         let answer = AdminAnswer.ExtensionDetail(
-            address: aor.description,
+            address: aor.description, displayName: detail.displayName,
             bindings: detail.bindings.map { AdminAnswer.BindingItem($0, now: now, isDead: isDead, wholeTokens: whole) },
             postedTokens: detail.postedTokens.map { AdminAnswer.PostedTokenItem($0, isDead: isDead, wholeTokens: whole) },
             recentPushes: detail.recentPushes.map(AdminAnswer.RecentPush.init), recentCalls: detail.recentCalls.map(AdminAnswer.CallSummary.init),
@@ -383,12 +399,28 @@ public struct AdminAPI: Sendable {
         try string(try fields(OrganisationBody.self, data).domain, "domain")
     }
 
-    /// Reads a `POST /extensions` body: the address, checked, and the password as given (the
-    /// directory checks it). Pure.
-    public static func parseExtensionBody(_ data: Data) throws -> (AddressOfRecord, String) {
+    /// Reads a `POST /extensions` body: the address, checked, the password as given (the
+    /// directory checks it) and the optional display name, checked (nil: none). Pure.
+    public static func parseExtensionBody(_ data: Data) throws -> (AddressOfRecord, String, String?) {
         let body = try fields(ExtensionBody.self, data)
         let aor = try DirectoryError.parseAddress(try string(body.address, "address"))
-        return (aor, try string(body.password, "password"))
+        return (aor, try string(body.password, "password"), try displayName(body.displayName))
+    }
+
+    /// Reads a `PUT /extensions/{address}/display-name` body: the name, checked; nil (null or
+    /// blank) removes it. The field is required. Pure.
+    public static func parseDisplayNameBody(_ data: Data) throws -> String? {
+        let body = try fields(DisplayNameBody.self, data)
+        guard body.displayName.isPresent else { throw FieldProblem(field: "displayName", message: "displayName is required (null removes it)") }
+        return try displayName(body.displayName)
+    }
+
+    /// A `displayName` field: a string (checked by `DirectoryError.parseDisplayName`), or
+    /// absent or null for none.
+    static func displayName(_ value: JSONField) throws -> String? {
+        guard value.hasValue else { return nil }
+        guard let text = value.string else { throw FieldProblem(field: "displayName", message: "displayName must be a string or null") }
+        return try DirectoryError.parseDisplayName(text)
     }
 
     /// Reads a `PUT /extensions/{address}/password` body: the new password as given. Pure.

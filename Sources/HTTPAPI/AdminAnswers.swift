@@ -40,16 +40,24 @@ enum AdminAnswer {
     /// An extension in a list.
     struct Extension: Encodable, Sendable {
         let address: String
+        @NullWhenAbsent var displayName: String?
         let liveBindings: Int
         let createdAt: String
         let updatedAt: String
 
         init(_ item: DirectoryExtension) {
             address = item.aor.description
+            displayName = item.displayName
             liveBindings = item.liveBindingCount
             createdAt = AdminAPI.iso(item.createdAt)
             updatedAt = AdminAPI.iso(item.updatedAt)
         }
+    }
+
+    /// An extension's address and display name, once added or changed (null: none).
+    struct DisplayNameSet: Encodable, Sendable {
+        let address: String
+        @NullWhenAbsent var displayName: String?
     }
 
     /// A push app in a list: what it is, never its key.
@@ -187,6 +195,8 @@ enum AdminAnswer {
     /// An extension with its devices, posted tokens, recent pushes and calls.
     struct ExtensionDetail: Encodable, Sendable {
         let address: String
+        /// What ring pushes call it (`callee_name`); null when it has none.
+        @NullWhenAbsent var displayName: String?
         let bindings: [BindingItem]
         let postedTokens: [PostedTokenItem]
         let recentPushes: [RecentPush]

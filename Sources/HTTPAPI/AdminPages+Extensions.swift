@@ -6,8 +6,8 @@ import Registrar
 import RouseVocabulary
 import Storage
 
-/// Organisations and extensions (list with search, add, change password, remove) and an
-/// extension's page: its devices with their pn-* values, what can wake it by push, its recent
+/// Organisations and extensions (list with search, add, change display name or password, remove)
+/// and an extension's page: its devices with their pn-* values, what can wake it by push, its recent
 /// pushes and its recent calls.
 extension AdminPages {
     /// Extensions listed per page.
@@ -22,6 +22,7 @@ extension AdminPages {
         case "extension-added": return "Extension \(subject) added. Phones register with its number, domain and password."
         case "extension-removed": return "Extension \(subject) removed, with its registrations and posted tokens."
         case "password-changed": return "Password changed. Phones must register with the new one."
+        case "name-saved": return "Display name saved. The next call's ring push carries it."
         case "push-app-added": return "Push app #\(subject) added."
         case "push-app-saved": return "Push app #\(subject) saved."
         case "push-app-removed": return "Push app #\(subject) removed."
@@ -85,7 +86,7 @@ extension AdminPages {
         let extensionRows = shown.map { item -> HTML in
             """
             <tr><td><a href="\(Self.extensionPath(item.aor))">\(item.aor.description)</a></td>
-            <td class="num">\(item.liveBindingCount)</td><td>\(Self.time(item.createdAt))</td><td>\(Self.time(item.updatedAt))</td></tr>
+            <td>\(item.displayName ?? "")</td><td class="num">\(item.liveBindingCount)</td><td>\(Self.time(item.createdAt))</td><td>\(Self.time(item.updatedAt))</td></tr>
             """
         }
         var pager: [HTML] = []
@@ -119,11 +120,12 @@ extension AdminPages {
             <button type="submit" class="secondary" id="search-button">Search</button>
             </form>
             <p class="muted">\(range)</p>
-            \(Self.table(["Extension", "Devices registered", "Added", "Changed"], extensionRows, empty: "", id: "extension-list"))
+            \(Self.table(["Extension", "Name", "Devices registered", "Added", "Changed"], extensionRows, empty: "", id: "extension-list"))
             <p class="pager">\(pager)</p>
             <h2>Add an extension</h2>
             <form method="post" action="\(Self.base)/extensions" id="add-extension">\(csrf)
             \(Self.field("address", label: "Address (number@domain)", form: extensionForm, id: "new-address", required: true, extra: " placeholder=\"1001@example.com\" autocomplete=\"off\""))
+            \(Self.field("displayName", label: "Display name (optional)", form: extensionForm, id: "new-display-name", hint: Self.displayNameHint, extra: " placeholder=\"Alice Example\" maxlength=\"\(DirectoryError.displayNameLimit)\""))
             \(Self.field("password", label: "SIP password", form: extensionForm, type: "password", id: "new-password", hint: "The phone authenticates with it; it is stored only as digest hashes and never shown again.", keepValue: false, required: true, extra: " autocomplete=\"new-password\""))
             <button type="submit" id="add-extension-button">Add extension</button>
             </form>
@@ -131,6 +133,9 @@ extension AdminPages {
             """
         return Self.html(status, Self.layout(page.session, title: "Extensions", section: .extensions, body: body))
     }
+
+    /// What the display name fields say it is for.
+    static let displayNameHint: HTML = "What the phones it calls show, and the ring push's <code>callee_name</code>; at most 64 characters."
 
     /// The path of an extension's page.
     static func extensionPath(_ aor: AddressOfRecord) -> String {
@@ -163,14 +168,16 @@ extension AdminPages {
     /// `POST /admin/extensions`.
     func addExtension(_ page: SignedIn) async throws -> HTTPResponse {
         let address = page.field("address").trimmingCharacters(in: .whitespaces)
-        var form = FormState(values: ["address": address])
+        let name = page.field("displayName")
+        var form = FormState(values: ["address": address, "displayName": name])
         do {
             let aor = try DirectoryError.parseAddress(address)
-            try await page.store.directory { try $0.addExtension(aor, password: page.field("password")) }
+            try await page.store.directory { try $0.addExtension(aor, password: page.field("password"), displayName: name) }
             return Self.done("/extensions", "extension-added", subject: aor.description)
         } catch let refusal as DirectoryError {
             switch refusal {
             case .invalidPassword: form.errors["password"] = refusal.description
+            case .invalidDisplayName: form.errors["displayName"] = refusal.description
             case .noSuchDomain(let domain): form.errors["address"] = "there is no organisation \(domain); add it above first"
             default: form.errors["address"] = refusal.description
             }
@@ -183,8 +190,8 @@ extension AdminPages {
     /// `GET /admin/extensions/{address}`.
     /// - Parameter deviceResults: a device's Test push answer, by device id, shown beside it.
     func extensionPage(
-        _ page: SignedIn, address: String, passwordForm: FormState = .blank, problem: String? = nil, status: Int = 200,
-        deviceResults: [String: HTML] = [:]
+        _ page: SignedIn, address: String, passwordForm: FormState = .blank, nameForm: FormState? = nil, problem: String? = nil,
+        status: Int = 200, deviceResults: [String: HTML] = [:]
     ) async throws -> HTTPResponse {
         guard let aor = try? DirectoryError.parseAddress(address) else { return Self.notFoundPage(page, message: "There is no extension \(address).") }
         let detail = try await reads.extensionDetail(aor, page.store)
@@ -210,7 +217,7 @@ extension AdminPages {
         let calls = detail.recentCalls.map { Self.callRow($0, showCallee: false) }
 
         let body: HTML = """
-            <h1>\(aor.description)</h1>
+            <h1>\(aor.description)\(detail.displayName.map { HTML(" <span class=\"muted\" id=\"display-name\">\($0)</span>") } ?? .empty)</h1>
             \(Self.banner(notice: Self.notice(page), problem: problem))
             <p><a href="\(Self.base)/calls?extension=\(HTML.urlComponent(aor.description))" id="calls-of-extension">Every call of this extension</a></p>
             <section id="devices">
@@ -233,6 +240,11 @@ extension AdminPages {
             </section>
             \(Self.classOfServiceSection(detail, path: path, csrf: csrf))
             <section id="manage">
+            <h2>Display name</h2>
+            <form method="post" action="\(path)/display-name" id="change-display-name">\(csrf)
+            \(Self.field("displayName", label: "Display name", form: nameForm ?? FormState(values: ["displayName": detail.displayName ?? ""]), id: "changed-display-name", hint: "\(Self.displayNameHint) Empty: none.", extra: " maxlength=\"\(DirectoryError.displayNameLimit)\""))
+            <button type="submit" id="change-display-name-button">Save display name</button>
+            </form>
             <h2>Change password</h2>
             <form method="post" action="\(path)/password" id="change-password">\(csrf)
             \(Self.field("password", label: "New SIP password", form: passwordForm, type: "password", id: "changed-password", keepValue: false, required: true, extra: " autocomplete=\"new-password\""))
@@ -321,6 +333,21 @@ extension AdminPages {
             return try await extensionPage(page, address: address, passwordForm: form, status: 400)
         }
         return Self.redirect(Self.extensionPath(aor) + "?done=password-changed")
+    }
+
+    /// `POST /admin/extensions/{address}/display-name`: empty removes it.
+    @Sendable func saveDisplayName(_ page: SignedIn) async throws -> HTTPResponse {
+        let address = page.parameter("address")
+        guard let aor = try? DirectoryError.parseAddress(address) else { return Self.notFoundPage(page) }
+        let name = page.field("displayName")
+        do {
+            try await page.store.directory { try $0.setDisplayName(aor, name) }
+        } catch let refusal as DirectoryError {
+            guard case .invalidDisplayName = refusal else { throw refusal }
+            let form = FormState(values: ["displayName": name], errors: ["displayName": refusal.description])
+            return try await extensionPage(page, address: address, nameForm: form, status: 400)
+        }
+        return Self.redirect(Self.extensionPath(aor) + "?done=name-saved")
     }
 
     /// `POST /admin/extensions/{address}/remove`.

@@ -94,6 +94,8 @@ struct AdminReads: Sendable {
     /// 20 pushes and the last 20 calls, read at `now`.
     struct ExtensionDetail: Sendable {
         let aor: AddressOfRecord
+        /// What ring pushes call it; nil when it has none.
+        let displayName: String?
         let now: Date
         let bindings: [Binding]
         let postedTokens: [PostedPushToken]
@@ -128,8 +130,8 @@ struct AdminReads: Sendable {
             let calls = try PostgresCalls.recent(on: connection, aor: aor, limit: 20)
             let callClass = try PostgresCallClasses(connection: connection).callClass(number: aor.number, organisation: aor.domain)
             return ExtensionDetail(
-                aor: aor, now: now, bindings: bindings, postedTokens: posted, recentPushes: pushes, recentCalls: calls,
-                deadTokens: Set(dead.map(\.id)), classOfService: callClass,
+                aor: aor, displayName: try PostgresDirectory.displayName(of: aor, on: connection), now: now, bindings: bindings,
+                postedTokens: posted, recentPushes: pushes, recentCalls: calls, deadTokens: Set(dead.map(\.id)), classOfService: callClass,
                 staleMarks: try PushTokenLiveness.staleMarks(among: channels.map(\.tokenID), on: connection))
         }
     }

@@ -157,6 +157,7 @@ public final class HTTPAPIService: Sendable {
             HTTPRoute("POST", a + "/extensions", middleware: admin, api.addExtension),
             HTTPRoute("GET", a + "/extensions/{address}", middleware: admin, api.extensionDetail),
             HTTPRoute("PUT", a + "/extensions/{address}/password", middleware: admin, api.changePassword),
+            HTTPRoute("PUT", a + "/extensions/{address}/display-name", middleware: admin, api.setDisplayName),
             HTTPRoute("PUT", a + "/extensions/{address}/class-of-service", middleware: admin, api.setClassOfService),
             HTTPRoute("DELETE", a + "/extensions/{address}", middleware: admin, api.removeExtension),
             HTTPRoute("POST", a + "/extensions/{address}/devices/{id}/test", middleware: admin, api.testDevice),
@@ -190,6 +191,7 @@ public final class HTTPAPIService: Sendable {
                 try await pages.extensionPage($0, address: $0.parameter("address"))
             }),
             HTTPRoute("POST", p + "/extensions/{address}/password", documented: false, middleware: form, page(pages.changePassword)),
+            HTTPRoute("POST", p + "/extensions/{address}/display-name", documented: false, middleware: form, page(pages.saveDisplayName)),
             HTTPRoute("POST", p + "/extensions/{address}/remove", documented: false, middleware: form, page(pages.removeExtension)),
             HTTPRoute("POST", p + "/extensions/{address}/class-of-service", documented: false, middleware: form, page(pages.saveClassOfService)),
             HTTPRoute("POST", p + "/extensions/{address}/devices/{id}/test", documented: false, middleware: form, page(pages.testDevice)),

@@ -41,6 +41,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     admin { _ = try AdminAPI.parseOrganisationBody(body) }
     admin { _ = try AdminAPI.parseExtensionBody(body) }
     admin { _ = try AdminAPI.parsePasswordBody(body) }
+    admin { _ = try AdminAPI.parseDisplayNameBody(body) }
     admin { _ = try AdminAPI.parseTestPushBody(body) }
     admin { _ = try AdminAPI.parseRouteBody(body, organisation: "example.com") }
     admin { _ = try AdminAPI.parseNationalPatternsBody(body) }

@@ -38,13 +38,17 @@ public struct DirectorySnapshot: Sendable {
     public var extensions: [AddressOfRecord: ExtensionCredentials]
     /// The call forwarding of the extensions that have any.
     public var diversions: [AddressOfRecord: DiversionRules]
+    /// The display names of the extensions that have one (what a ring push calls them).
+    public var displayNames: [AddressOfRecord: String]
 
     public init(
-        domains: Set<String> = [], extensions: [AddressOfRecord: ExtensionCredentials] = [:], diversions: [AddressOfRecord: DiversionRules] = [:]
+        domains: Set<String> = [], extensions: [AddressOfRecord: ExtensionCredentials] = [:], diversions: [AddressOfRecord: DiversionRules] = [:],
+        displayNames: [AddressOfRecord: String] = [:]
     ) {
         self.domains = Set(domains.map { $0.lowercased() })
         self.extensions = extensions
         self.diversions = diversions
+        self.displayNames = displayNames
     }
 }
 

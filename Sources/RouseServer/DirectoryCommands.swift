@@ -45,18 +45,35 @@ extension CommandLineInterface {
             }),
         Command(
             name: "extension add",
-            summary: "add an extension; the password comes from --password or one line on standard input",
-            usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--json] [--database-url URL]",
+            summary: "add an extension (--name: its display name); the password comes from --password or one line on standard input",
+            usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--name NAME] [--json] [--database-url URL]",
             run: { cli, arguments in
                 cli.runDirectoryCommand(
-                    arguments, usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--json]", positional: 1...1,
-                    acceptsPassword: true, switches: ["--json"]
+                    arguments, usage: "rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--name NAME] [--json]", positional: 1...1,
+                    acceptsPassword: true, options: ["--name"], switches: ["--json"]
                 ) { context in
                     let aor = try DirectoryError.parseAddress(context.positional[0])
+                    let name = try context.options["--name"].flatMap { text throws(DirectoryError) in try DirectoryError.parseDisplayName(text) }
                     let password = try context.password(for: aor)
-                    try context.directory.addExtension(aor, password: password)
-                    if context.json { return printJSON(["address": aor.description]) }
-                    print("added extension \(aor)")
+                    try context.directory.addExtension(aor, password: password, displayName: name)
+                    if context.json { return printJSON(["address": aor.description, "displayName": name ?? NSNull()]) }
+                    print("added extension \(aor)\(name.map { " (\($0))" } ?? "")")
+                }
+            }),
+        Command(
+            name: "extension update", summary: "change an extension's display name (--name ''  removes it)",
+            usage: "rouse extension update NUMBER@DOMAIN --name NAME [--database-url URL]",
+            run: { cli, arguments in
+                cli.runDirectoryCommand(
+                    arguments, usage: "rouse extension update NUMBER@DOMAIN --name NAME", positional: 1...1, options: ["--name"]
+                ) { context in
+                    let aor = try DirectoryError.parseAddress(context.positional[0])
+                    guard let given = context.options["--name"] else {
+                        throw CommandLineProblem("nothing to change: pass --name NAME (--name '' removes the display name)")
+                    }
+                    let name = try DirectoryError.parseDisplayName(given)
+                    try context.directory.setDisplayName(aor, name)
+                    print(name.map { "\(aor) is now called \($0)" } ?? "\(aor) has no display name now")
                 }
             }),
         Command(
@@ -69,7 +86,7 @@ extension CommandLineInterface {
                     if extensions.isEmpty { print("no extensions") }
                     for item in extensions {
                         let count = item.liveBindingCount
-                        print("\(item.aor)  \(count) registration\(count == 1 ? "" : "s")")
+                        print("\(item.aor)  \(item.displayName.map { "\($0)  " } ?? "")\(count) registration\(count == 1 ? "" : "s")")
                     }
                 }
             }),
@@ -114,6 +131,8 @@ extension CommandLineInterface {
     struct DirectoryCommandContext {
         let positional: [String]
         let givenPassword: String?
+        /// The command's own options with a value that were given (`--name`), by name.
+        let options: [String: String]
         /// The command's own on/off options that were given (`--generate-password`).
         let switches: Set<String>
         let settings: PostgresSettings
@@ -187,16 +206,17 @@ extension CommandLineInterface {
         init(_ description: String) { self.description = description }
     }
 
-    /// Splits this command's own arguments (positional ones, `--password`, the on/off options in
-    /// `switches`) from the setting flags, reads the settings, and runs `body`; any error is one
-    /// line on standard error and status 1.
+    /// Splits this command's own arguments (positional ones, `--password`, the options with a
+    /// value in `options`, the on/off options in `switches`) from the setting flags, reads the
+    /// settings, and runs `body`; any error is one line on standard error and status 1.
     func runDirectoryCommand(
         _ arguments: [String], usage: String, positional allowed: ClosedRange<Int>, acceptsPassword: Bool = false,
-        switches allowedSwitches: Set<String> = [], _ body: (DirectoryCommandContext) throws -> Void
+        options allowedOptions: Set<String> = [], switches allowedSwitches: Set<String> = [], _ body: (DirectoryCommandContext) throws -> Void
     ) -> Int32 {
         var positional: [String] = []
-        var password: String? = nil
+        var values: [String: String] = [:]
         var switches: Set<String> = []
+        let valued = allowedOptions.union(acceptsPassword ? ["--password"] : [])
         var settingFlags: [String] = []
         var index = 0
         while index < arguments.count {
@@ -204,16 +224,16 @@ extension CommandLineInterface {
             if allowedSwitches.contains(argument) {
                 switches.insert(argument)
                 index += 1
-            } else if acceptsPassword, argument == "--password" || argument.hasPrefix("--password=") {
-                if argument == "--password" {
+            } else if let name = valued.first(where: { argument == $0 || argument.hasPrefix($0 + "=") }) {
+                if argument == name {
                     guard index + 1 < arguments.count else {
-                        printError("rouse: option '--password' needs a value")
+                        printError("rouse: option '\(name)' needs a value")
                         return 1
                     }
-                    password = arguments[index + 1]
+                    values[name] = arguments[index + 1]
                     index += 2
                 } else {
-                    password = String(argument.dropFirst("--password=".count))
+                    values[name] = String(argument.dropFirst(name.count + 1))
                     index += 1
                 }
             } else if argument.hasPrefix("--") {
@@ -240,7 +260,7 @@ extension CommandLineInterface {
         guard let configuration = loadConfiguration(settingFlags) else { return 1 }
         let settings = configuration.databaseSettings
         let context = DirectoryCommandContext(
-            positional: positional, givenPassword: password, switches: switches, settings: settings,
+            positional: positional, givenPassword: values["--password"], options: values, switches: switches, settings: settings,
             directory: PostgresDirectory(settings: settings))
         do {
             let connection = try settings.connect()

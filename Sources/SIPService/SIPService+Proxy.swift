@@ -116,10 +116,13 @@ extension SIPService: CallSignaling {
             reply(request, handle, status, reason)
             return true
         case .forward(let request, let target, let fromCallee):
-            if request.method == .bye, let callID = request.callID {
-                coordinator?.dialogEnded(callID: callID, fromCallee: fromCallee)
+            var unreachable: (@Sendable (Int) -> Void)?
+            if request.method == .bye, let callID = request.callID, let coordinator {
+                coordinator.dialogEnded(callID: callID, fromCallee: fromCallee)
+                // A BYE toward the device that answered, which cannot reach it: `call.ended`.
+                if fromCallee != true { unreachable = { [weak coordinator] in coordinator?.dialogUnreachable(callID: callID, status: $0) } }
             }
-            forward(request, handle, to: target, recordRouteFrom: nil)
+            forward(request, handle, to: target, recordRouteFrom: nil, unreachable: unreachable)
             return true
         case .outsideDialog(let request, let tokens):
             let inDialog = request.to?.tag != nil
@@ -170,7 +173,12 @@ extension SIPService: CallSignaling {
     /// Forwards statefully over `target` (§16.6), record-routing when `recordRouteFrom` (the flow
     /// the request arrived on) is given: responses go back through the server transaction without
     /// Rouse's Via; an INVITE is remembered for the caller's CANCEL until its final response.
-    func forward(_ request: SIPRequest, _ handle: ServerTransactionHandle, to target: FlowID, recordRouteFrom callerFlow: FlowID?) {
+    /// `unreachable` is told when the request cannot reach `target`: 430 (the flow is gone), 503
+    /// (the send failed, or the transport did later), 408 (no answer).
+    func forward(
+        _ request: SIPRequest, _ handle: ServerTransactionHandle, to target: FlowID, recordRouteFrom callerFlow: FlowID?,
+        unreachable: (@Sendable (Int) -> Void)? = nil
+    ) {
         let outgoing: SIPRequest
         switch proxy.forwarded(request, over: target, recordRouteFrom: callerFlow, listening: listeningPoints, branch: Self.makeBranch()) {
         case .failure(let refusal):
@@ -181,6 +189,7 @@ extension SIPService: CallSignaling {
         }
         guard transport.flowIsOpen(target) else {
             reply(request, handle, 430, "Flow Failed")
+            unreachable?(430)
             return
         }
         let isInvite = request.method == .invite
@@ -189,6 +198,12 @@ extension SIPService: CallSignaling {
             try transactions.sendRequest(outgoing, over: target, isReliable: target.isReliable) { [weak self] event in
                 guard let self else { return }
                 let response = event.response
+                switch event {
+                case .timedOut, .transportError: unreachable?(response.statusCode)
+                // An edge proxy (another instance holding the flow, RFC 5626 §5.3) found it gone.
+                case .response where response.statusCode == 430: unreachable?(430)
+                case .response: break
+                }
                 guard response.statusCode != 100 else { return }
                 if isInvite, response.statusCode >= 200 { self.forwardedInvites.withLock { $0.remove(handle) } }
                 self.transactions.respond(ProxyRules.upstream(response), to: handle)
@@ -196,6 +211,7 @@ extension SIPService: CallSignaling {
         } catch {
             if isInvite { forwardedInvites.withLock { $0.remove(handle) } }
             reply(request, handle, 503, "Service Unavailable")
+            unreachable?(503)
         }
     }
 

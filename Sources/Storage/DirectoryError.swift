@@ -1,3 +1,4 @@
+import Foundation
 public import Registrar
 
 /// Why a directory operation was refused. Its description is one line for a person; it never
@@ -8,6 +9,8 @@ public enum DirectoryError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Text that is not `number@domain` at all.
     case invalidAddress(String)
     case invalidPassword(reason: String)
+    /// An extension's display name that cannot be shown on a phone (too long, a control character).
+    case invalidDisplayName(reason: String)
     case noSuchDomain(String)
     case domainExists(String)
     case domainHasExtensions(String, count: Int)
@@ -20,6 +23,7 @@ public enum DirectoryError: Error, Sendable, Hashable, CustomStringConvertible {
         case .invalidNumber(let text): return "'\(Self.shown(text))' is not a valid extension number"
         case .invalidAddress(let text): return "'\(Self.shown(text))' is not an extension address (NUMBER@DOMAIN)"
         case .invalidPassword(let reason): return "unusable password: \(reason)"
+        case .invalidDisplayName(let reason): return "unusable display name: \(reason)"
         case .noSuchDomain(let domain): return "no such domain \(domain)"
         case .domainExists(let domain): return "domain \(domain) already exists"
         case .domainHasExtensions(let domain, let count):
@@ -67,5 +71,28 @@ public enum DirectoryError: Error, Sendable, Hashable, CustomStringConvertible {
         guard !password.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
             throw .invalidPassword(reason: "it holds a control character")
         }
+    }
+
+    /// The most Unicode scalars a display name may have (migration 730 checks the same).
+    public static let displayNameLimit = 64
+
+    /// An extension's display name as stored: trimmed; nil when empty (no name). Refused when
+    /// longer than `displayNameLimit` characters (Unicode scalars), or when it holds a control
+    /// character, a line or paragraph separator, or a bidirectional override (which could make a
+    /// lock screen show another name than the one stored).
+    public static func parseDisplayName(_ text: String) throws(DirectoryError) -> String? {
+        let name = text.trimmingCharacters(in: .whitespaces)
+        guard !name.isEmpty else { return nil }
+        guard name.unicodeScalars.count <= displayNameLimit else {
+            throw .invalidDisplayName(reason: "it is longer than \(displayNameLimit) characters")
+        }
+        let refused: (Unicode.Scalar) -> Bool = { scalar in
+            scalar.properties.generalCategory == .control || (0x2028...0x2029).contains(scalar.value)
+                || (0x202A...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value)
+        }
+        guard !name.unicodeScalars.contains(where: refused) else {
+            throw .invalidDisplayName(reason: "it holds a control character")
+        }
+        return name
     }
 }

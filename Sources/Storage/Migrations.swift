@@ -21,7 +21,7 @@ public enum Migrator {
     /// `Migrations+Calls.swift`, `Migrations+WebPush.swift`, `Migrations+Replica.swift`,
     /// `Migrations+Routes.swift`, `Migrations+Diversion.swift`, `Migrations+Gateway.swift`,
     /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`, `Migrations+Retention.swift`,
-    /// `Migrations+Sealed.swift`), in its own range of versions.
+    /// `Migrations+Sealed.swift`, `Migrations+DisplayNames.swift`), in its own range of versions.
     public static var all: [Migration] {
         let lists: [[Migration]] = [
             coreMigrations,
@@ -38,6 +38,7 @@ public enum Migrator {
             tokenMigrations,
             retentionMigrations,
             sealedMigrations,
+            displayNameMigrations,
         ]
         return lists.joined()
             .sorted { $0.version < $1.version }

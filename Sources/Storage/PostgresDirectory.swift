@@ -14,6 +14,8 @@ public struct DirectoryExtension: Hashable, Sendable {
     public let aor: AddressOfRecord
     /// Bindings stored for it that had not expired when listed.
     public let liveBindingCount: Int
+    /// What phones and ring pushes call it (`callee_name`); nil when it has none.
+    public let displayName: String?
     public let createdAt: Date
     public let updatedAt: Date
 }
@@ -80,7 +82,8 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                 // Call forwarding travels with the directory (migration 602; absent before it).
                 let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
                 let diversions = hasDiversions ? try PostgresDiversions.all(on: connection) : [:]
-                return DirectorySnapshot(domains: Set(domains), extensions: extensions, diversions: diversions)
+                return DirectorySnapshot(
+                    domains: Set(domains), extensions: extensions, diversions: diversions, displayNames: try Self.displayNames(on: connection))
             }
         }
     }
@@ -143,10 +146,12 @@ public final class PostgresDirectory: DirectorySource, Sendable {
 
     // MARK: - Extensions
 
-    /// Adds an extension with its password (stored only as HA1 hashes). The domain must exist.
-    public func addExtension(_ aor: AddressOfRecord, password: String) throws {
+    /// Adds an extension with its password (stored only as HA1 hashes) and display name (checked
+    /// by `DirectoryError.parseDisplayName`; nil or blank: none). The domain must exist.
+    public func addExtension(_ aor: AddressOfRecord, password: String, displayName: String? = nil) throws {
         try Self.check(aor)
         try DirectoryError.checkPassword(password)
+        let name = try displayName.flatMap { text throws(DirectoryError) in try DirectoryError.parseDisplayName(text) }
         let credentials = ExtensionCredentials(aor: aor, password: password)
         try run { connection in
             try connection.transaction { connection in
@@ -163,6 +168,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                     throw DirectoryError.extensionExists(aor)
                 }
                 guard !inserted.isEmpty else { throw DirectoryError.noSuchDomain(aor.domain) }
+                if let name { try connection.query("UPDATE extensions SET display_name = $2 WHERE id = $1", [inserted.rows.first?[0], name]) }
                 try Self.announce("extension-added \(aor)", on: connection)
             }
         }
@@ -179,7 +185,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                 """
                 SELECT e.number, d.domain,
                     (SELECT count(*) FROM bindings b WHERE b.extension_id = e.id AND b.expires_at > now()),
-                    extract(epoch FROM e.created_at), extract(epoch FROM e.updated_at)
+                    extract(epoch FROM e.created_at), extract(epoch FROM e.updated_at), e.display_name
                 FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
                 WHERE $1::text IS NULL OR d.domain = $1
                 ORDER BY d.domain, e.number
@@ -189,7 +195,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                 guard let number = row[0], let domain = row[1] else { return nil }
                 return DirectoryExtension(
                     aor: AddressOfRecord(number: number, domain: domain), liveBindingCount: row[2].flatMap { Int($0) } ?? 0,
-                    createdAt: Self.date(row[3]), updatedAt: Self.date(row[4]))
+                    displayName: row[5], createdAt: Self.date(row[3]), updatedAt: Self.date(row[4]))
             }
         }
     }
@@ -224,6 +230,54 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                 try Self.announce("extension-password \(aor)", on: connection)
             }
         }
+    }
+
+    /// Sets an extension's display name (checked by `DirectoryError.parseDisplayName`); nil or
+    /// blank removes it. Every instance's ring pushes use it from the next call.
+    public func setDisplayName(_ aor: AddressOfRecord, _ displayName: String?) throws {
+        try Self.check(aor)
+        let name = try displayName.flatMap { text throws(DirectoryError) in try DirectoryError.parseDisplayName(text) }
+        try run { connection in
+            try connection.transaction { connection in
+                let updated = try connection.query(
+                    """
+                    UPDATE extensions e SET display_name = $3, updated_at = now()
+                    FROM sip_domains d WHERE d.id = e.domain_id AND d.domain = $1 AND e.number = $2
+                    """,
+                    [aor.domain, aor.number, name])
+                guard updated.affectedRows > 0 else { throw try Self.missing(aor, on: connection) }
+                try Self.announce("extension-name \(aor)", on: connection)
+            }
+        }
+    }
+
+    /// An extension's display name, read on `connection` (nil: none, or no such extension).
+    public static func displayName(of aor: AddressOfRecord, on connection: PostgresConnection) throws -> String? {
+        try connection.query(
+            """
+            SELECT e.display_name FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+            WHERE d.domain = $1 AND e.number = $2
+            """,
+            [aor.domain, aor.number]
+        ).rows.first?[0] ?? nil
+    }
+
+    /// Every extension's display name (those that have one); none before migration 730.
+    private static func displayNames(on connection: PostgresConnection) throws -> [AddressOfRecord: String] {
+        let hasColumn = try !connection.query(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'extensions' AND column_name = 'display_name'").isEmpty
+        guard hasColumn else { return [:] }
+        let rows = try connection.query(
+            """
+            SELECT e.number, d.domain, e.display_name FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
+            WHERE e.display_name IS NOT NULL
+            """)
+        var names: [AddressOfRecord: String] = [:]
+        for row in rows.rows {
+            guard let number = row[0], let domain = row[1], let name = row[2] else { continue }
+            names[AddressOfRecord(number: number, domain: domain)] = name
+        }
+        return names
     }
 
     /// Removes an extension and its bindings (each announced on `rouse_bindings` as `removed`).

@@ -412,11 +412,13 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
     private var sentRings: [PushChannel] = []
     private var sentCancels: [(channel: PushChannel, reason: String)] = []
     private var sentMissed: [(channel: PushChannel, reason: String)] = []
+    private var sentEnded: [(channel: PushChannel, reason: String)] = []
     private var ringContents: [CallPushContent] = []
 
     var rings: [PushChannel] { lock.withLock { sentRings } }
     var cancels: [(channel: PushChannel, reason: String)] { lock.withLock { sentCancels } }
     var missedNotices: [(channel: PushChannel, reason: String)] { lock.withLock { sentMissed } }
+    var endedPushes: [(channel: PushChannel, reason: String)] { lock.withLock { sentEnded } }
     private var holding = false
     private var heldRings: [CheckedContinuation<Void, Never>] = []
 
@@ -464,6 +466,11 @@ final class MemoryPusher: CallPushing, @unchecked Sendable {
 
     func cancel(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
         lock.withLock { sentCancels.append((channel, reason)) }
+        return PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3))
+    }
+
+    func ended(_ call: CallPushContent, reason: String, to channel: PushChannel, expiresAt: Date, aor: String) async -> PushOutcome {
+        lock.withLock { sentEnded.append((channel, reason)) }
         return PushOutcome(result: .accepted(providerID: nil), latency: .milliseconds(3))
     }
 

@@ -61,7 +61,7 @@ final class AdminAPITests: XCTestCase {
     }
 
     func testEveryAdminRouteRequiresAdminCredentials() throws {
-        XCTAssertEqual(adminRoutes.count, 23)
+        XCTAssertEqual(adminRoutes.count, 24)
         for (method, template) in adminRoutes {
             let path = template.replacingOccurrences(of: "{domain}", with: "example.com")
                 .replacingOccurrences(of: "{address}", with: "1001@example.com").replacingOccurrences(of: "{id}", with: "1")

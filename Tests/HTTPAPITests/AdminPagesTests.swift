@@ -180,6 +180,7 @@ final class AdminPagesTests: XCTestCase {
             ("/admin/organisations/remove", ["domain": "example.com"]),
             ("/admin/extensions", ["address": "1009@example.com", "password": "pw-1009"]),
             ("/admin/extensions/1001@example.com/password", ["password": "changed-pw"]),
+            ("/admin/extensions/1001@example.com/display-name", ["displayName": "Changed"]),
             ("/admin/extensions/1001@example.com/remove", ["confirm": "yes"]),
             ("/admin/push/new", ["kind": "fcm", "serviceAccount": "{}"]),
             ("/admin/push/1/remove", ["confirm": "yes"]),

@@ -48,7 +48,7 @@ final class DirectoryCommandsTests: XCTestCase {
         let outcome = try rouse(["--help"])
         XCTAssertEqual(outcome.status, 0)
         for name in ["domain add", "domain list", "domain remove", "extension add", "extension list", "extension passwd",
-            "extension remove", "registrations"] {
+            "extension update", "extension remove", "registrations"] {
             XCTAssertTrue(outcome.output.contains(name), "--help lacks \(name)")
         }
     }
@@ -109,7 +109,7 @@ final class DirectoryCommandsTests: XCTestCase {
         try assertRefused(["extension", "add", "1002@example.com", "--password"], "option '--password' needs a value")
         try assertRefused(
             ["extension", "add", "1002@example.com", "--pasword", "a"],
-            "unknown option '--pasword'; usage: rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--json]")
+            "unknown option '--pasword'; usage: rouse extension add NUMBER@DOMAIN [--password PASSWORD] [--name NAME] [--json]")
 
         XCTAssertEqual(
             try rouse(["extension", "list"]).output, "1001@example.com  0 registrations\n2001@example.org  0 registrations\n")
@@ -189,11 +189,40 @@ final class DirectoryCommandsTests: XCTestCase {
         return try XCTUnwrap(object, outcome.output, file: file, line: line)
     }
 
+    func testADisplayNameIsGivenAtAddChangedWithUpdateAndRefusedInOneLine() throws {
+        XCTAssertEqual(try rouse(["domain", "add", "example.com"]).status, 0)
+        let added = try rouse(["extension", "add", "1001@example.com", "--password", "pw-1", "--name", "Alice Example"])
+        XCTAssertEqual(added.status, 0, added.errors)
+        XCTAssertEqual(added.output, "added extension 1001@example.com (Alice Example)\n")
+        XCTAssertEqual(try rouse(["extension", "add", "1002@example.com", "--password", "pw-2"]).status, 0)
+        XCTAssertEqual(try rouse(["extension", "list"]).output, "1001@example.com  Alice Example  0 registrations\n1002@example.com  0 registrations\n")
+        XCTAssertEqual(try json(["extension", "list"])["items"].flatMap { $0 as? [[String: Any]] }?.map { $0["displayName"] as? String }, ["Alice Example", nil])
+
+        let renamed = try rouse(["extension", "update", "1002@example.com", "--name=Bob Example"])
+        XCTAssertEqual(renamed.status, 0, renamed.errors)
+        XCTAssertEqual(renamed.output, "1002@example.com is now called Bob Example\n")
+        let aor = AddressOfRecord(number: "1002", domain: "example.com")
+        XCTAssertEqual(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames[aor], "Bob Example")
+
+        try assertRefused(["extension", "update", "1002@example.com", "--name", String(repeating: "b", count: 65)],
+                          "unusable display name: it is longer than 64 characters")
+        try assertRefused(["extension", "update", "1002@example.com", "--name", "Bob\u{7}"], "unusable display name: it holds a control character")
+        try assertRefused(["extension", "add", "1003@example.com", "--password", "pw-3", "--name", "Eve\nExample"],
+                          "unusable display name: it holds a control character")
+        try assertRefused(["extension", "update", "1002@example.com"], "nothing to change: pass --name NAME (--name '' removes the display name)")
+        try assertRefused(["extension", "update", "1009@example.com", "--name", "Nobody"], "no such extension 1009@example.com")
+        XCTAssertEqual(try rouse(["extension", "list"]).output.split(separator: "\n").count, 2, "the refused add added nothing")
+
+        let cleared = try rouse(["extension", "update", "1001@example.com", "--name", ""])
+        XCTAssertEqual(cleared.output, "1001@example.com has no display name now\n")
+        XCTAssertTrue(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames[AddressOfRecord(number: "1001", domain: "example.com")] == nil)
+    }
+
     func testListAndAddCommandsPrintOneJSONDocumentWithJSON() throws {
         XCTAssertEqual(try json(["domain", "add", "Example.COM"])["domain"] as? String, "example.com")
         XCTAssertEqual(try json(["domain", "add", "example.org"])["domain"] as? String, "example.org")
         let added = try json(["extension", "add", "1001@example.com"], input: "sip-secret-1001\n")
-        XCTAssertEqual(added as NSDictionary, ["address": "1001@example.com"] as NSDictionary, "the address, never the password")
+        XCTAssertEqual(added as NSDictionary, ["address": "1001@example.com", "displayName": NSNull()] as NSDictionary, "the address, never the password")
         XCTAssertEqual(try json(["extension", "add", "2001@example.org", "--password", "sip-secret-2001"])["address"] as? String, "2001@example.org")
 
         let domains = try json(["domain", "list"])
@@ -208,7 +237,7 @@ final class DirectoryCommandsTests: XCTestCase {
         let item = try XCTUnwrap((extensions["items"] as? [[String: Any]])?.first)
         XCTAssertEqual(item["address"] as? String, "2001@example.org")
         XCTAssertEqual(item["liveBindings"] as? Int, 0)
-        XCTAssertEqual(Set(item.keys), ["address", "liveBindings", "createdAt", "updatedAt"])
+        XCTAssertEqual(Set(item.keys), ["address", "displayName", "liveBindings", "createdAt", "updatedAt"])
 
         // Registrations: bindings and posted tokens, tokens shortened unless --tokens.
         let aor = AddressOfRecord(number: "1001", domain: "example.com")
