@@ -24,7 +24,7 @@ extension AdminAPITests {
         let renamed = try call("PUT", "/api/v1/admin/extensions/1002@example.com/display-name", ["displayName": "Bob Example ✓"])
         XCTAssertEqual(renamed.status, 200, text(renamed))
         let aor = AddressOfRecord(number: "1002", domain: "example.com")
-        XCTAssertEqual(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames[aor], "Bob Example ✓")
+        XCTAssertEqual(try PostgresDirectory(settings: database.settings()).loadDirectory().displayNames[aor], "Bob Example ✓")
 
         for bad: Any in [String(repeating: "x", count: 65), "Alice\nExample", "Eve\u{202E}elpmaxE", "tab\there", 42] {
             for (method, path, body) in [
@@ -43,9 +43,9 @@ extension AdminAPITests {
 
         let removed = try call("PUT", "/api/v1/admin/extensions/1002@example.com/display-name", ["displayName": NSNull()])
         XCTAssertEqual(removed.status, 200, text(removed))
-        XCTAssertNil(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames[aor])
+        XCTAssertNil(try PostgresDirectory(settings: database.settings()).loadDirectory().displayNames[aor])
         XCTAssertEqual(try call("PUT", "/api/v1/admin/extensions/1001@example.com/display-name", ["displayName": ""]).status, 200)
-        XCTAssertTrue(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames.isEmpty)
+        XCTAssertTrue(try PostgresDirectory(settings: database.settings()).loadDirectory().displayNames.isEmpty)
     }
 }
 

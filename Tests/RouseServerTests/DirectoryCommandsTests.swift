@@ -202,7 +202,7 @@ final class DirectoryCommandsTests: XCTestCase {
         XCTAssertEqual(renamed.status, 0, renamed.errors)
         XCTAssertEqual(renamed.output, "1002@example.com is now called Bob Example\n")
         let aor = AddressOfRecord(number: "1002", domain: "example.com")
-        XCTAssertEqual(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames[aor], "Bob Example")
+        XCTAssertEqual(try PostgresDirectory(settings: database.settings()).loadDirectory().displayNames[aor], "Bob Example")
 
         try assertRefused(["extension", "update", "1002@example.com", "--name", String(repeating: "b", count: 65)],
                           "unusable display name: it is longer than 64 characters")
@@ -215,7 +215,7 @@ final class DirectoryCommandsTests: XCTestCase {
 
         let cleared = try rouse(["extension", "update", "1001@example.com", "--name", ""])
         XCTAssertEqual(cleared.output, "1001@example.com has no display name now\n")
-        XCTAssertTrue(try PostgresDirectory(settings: PostgresSettings(conninfo: database.conninfo)).loadDirectory().displayNames[AddressOfRecord(number: "1001", domain: "example.com")] == nil)
+        XCTAssertTrue(try PostgresDirectory(settings: database.settings()).loadDirectory().displayNames[AddressOfRecord(number: "1001", domain: "example.com")] == nil)
     }
 
     func testListAndAddCommandsPrintOneJSONDocumentWithJSON() throws {
