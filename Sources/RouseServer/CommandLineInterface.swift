@@ -99,6 +99,7 @@ public struct CommandLineInterface: Sendable {
         print("  sip_listen: \(configuration.sipListen.map(\.description).joined(separator: ","))")
         print("  http_listen: \(configuration.httpListen)")
         print("  database: \(PostgresConnection.describeEndpoint(configuration.databaseURL))")
+        if let proxy = configuration.pushProxy { print("  push_proxy: \(proxy)") }
         return 0
     }
 

@@ -1,6 +1,7 @@
 import CallRouting
 import Crypto
 import Foundation
+import Push
 import SIPDNS
 import SIPProxy
 import Registrar
@@ -186,6 +187,7 @@ public enum ConfigurationLoader {
         }
         withCalls.declineIsBusy = reader.boolean("decline_is_busy")
         withCalls.maxDiversions = reader.integer("max_diversions", 0...20)
+        withCalls.pushProxy = reader.proxy("push_proxy")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
@@ -314,6 +316,18 @@ struct SettingReader {
             return value
         }
         return value
+    }
+
+    /// Empty (nil), or an HTTP(S) proxy URL; a problem never quotes it (it may hold a password).
+    mutating func proxy(_ key: String) -> PushProxy? {
+        let (value, source) = text(key)
+        guard !value.trimmingCharacters(in: .whitespaces).isEmpty else { return nil }
+        do {
+            return try PushProxy(parsing: value)
+        } catch {
+            problem(key, source, error.description)
+            return nil
+        }
     }
 
     /// Empty, or a `mailto:` or `https:` URI (RFC 8292 §2.1's `sub`).

@@ -1,7 +1,7 @@
 public import CallRouting
 public import Crypto
 import Foundation
-import Push
+public import Push
 public import Registrar
 public import RouseLog
 public import SIPMessage
@@ -109,6 +109,8 @@ public struct RouseConfiguration: Sendable {
     /// may have had already and still be diverted (the loop guard).
     public var declineIsBusy: Bool = true
     public var maxDiversions: Int = 5
+    /// The HTTP(S) proxy every push goes through (`push_proxy`); nil: none.
+    public var pushProxy: PushProxy?
 }
 
 extension RouseConfiguration {
@@ -257,5 +259,7 @@ extension RouseConfiguration {
               meaning: "whether a 603 Decline counts as busy for an extension's busy forwarding (rouse extension forward --busy); false: only 486 and 600 do"),
         .init(key: "max_diversions", defaultValue: "5",
               meaning: "an INVITE already diverted this many times (its History-Info and Diversion entries) is not forwarded again and ends as it would have (the loop guard); 0 forwards no call"),
+        .init(key: "push_proxy", defaultValue: "",
+              meaning: "HTTP proxy every push goes through (APNs, FCM and its token fetch, web push), tunnelled with CONNECT: http://[user:password@]host:port or https://…; the password is never shown; empty means none"),
     ]
 }
