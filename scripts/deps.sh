@@ -8,7 +8,9 @@
 # docs' examples (DocsExamplesTests runs them), and headless Chromium with its WebDriver for the
 # admin pages' browser test (AdminPagesBrowserTests), and dnsmasq, the DNS server the RFC 3263
 # resolver is tested against (DNSResolverTests), and Kamailio, the PBX of the gateway-mode tests
-# (Tests/Interop/kamailio, GatewayKamailioTests and GatewayProcessTests).
+# (Tests/Interop/kamailio, GatewayKamailioTests and GatewayProcessTests), and tinyproxy, the HTTP
+# CONNECT proxy the push_proxy tests put between Rouse and the push stand-ins (PushProxyTests,
+# WebPushProcessTests).
 set -euo pipefail
 
 packages=(
@@ -30,6 +32,7 @@ packages=(
     curl
     dnsmasq-base
     kamailio
+    tinyproxy
 )
 
 missing=()

@@ -122,12 +122,13 @@ public final class APNsClient: @unchecked Sendable {
     ///   - timeout: the deadline of one attempt (connect included).
     ///   - retry: how transient failures are tried again.
     ///   - breaker: when a host that keeps failing is backed off.
+    ///   - proxy: the HTTP(S) proxy pushes go through (`push_proxy`); nil: none.
     ///   - tokenLifetime: how long one JWT is reused; clamped to 20–50 minutes.
     ///   - now: the clock JWTs are dated by (tests move it).
     public init(
         credentials: APNsCredentials, endpoints: APNsEndpoints, caFile: String?, timeout: Duration,
         retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings(),
-        tokenLifetime: Duration = .seconds(40 * 60), now: @escaping @Sendable () -> Date = { Date() }
+        proxy: PushProxy? = nil, tokenLifetime: Duration = .seconds(40 * 60), now: @escaping @Sendable () -> Date = { Date() }
     ) throws(PushAppError) {
         do {
             key = try SigningKey.p256(pem: credentials.privateKeyPEM)
@@ -141,7 +142,7 @@ public final class APNsClient: @unchecked Sendable {
         self.now = now
         let seconds = Double(tokenLifetime.components.seconds)
         self.tokenLifetime = min(max(seconds, 20 * 60), 50 * 60)
-        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout))
+        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout, proxy: proxy))
         circuits = [
             .production: ProviderCircuit(provider: PushProvider.apns.rawValue, app: credentials.bundleID, settings: breaker),
             .sandbox: ProviderCircuit(provider: PushProvider.apnsSandbox.rawValue, app: credentials.bundleID, settings: breaker),
@@ -160,16 +161,10 @@ public final class APNsClient: @unchecked Sendable {
     /// on a transient failure sends again as `retry` allows, never past `deadline` (by default one
     /// push timeout from now).
     public func send(_ request: APNsRequest, environment: APNsEnvironment, deadline: Date? = nil) async -> PushOutcome {
-        let circuit = circuits[environment]!
-        if let backedOff = circuit.admit() { return backedOff }
-        let outcome = await attempt(request, environment: environment, deadline: deadline)
-        circuit.record(outcome)
-        return outcome
+        await circuits[environment]!.guarding { await attempt(request, environment: environment, deadline: deadline) }
     }
 
     private func attempt(_ request: APNsRequest, environment: APNsEnvironment, deadline: Date?) async -> PushOutcome {
-        let started = ContinuousClock.now
-        let end = started + (deadline.map { .milliseconds(Int64($0.timeIntervalSinceNow * 1000)) } ?? timeout)
         var jwt: String
         do {
             jwt = try providerToken(replacing: nil)
@@ -177,53 +172,35 @@ public final class APNsClient: @unchecked Sendable {
             return PushOutcome(result: .failed(.credentials, message: "cannot sign the provider token: \(error)"), latency: .zero)
         }
         var retriedToken = false
-        var attempts = 0
-        while true {
-            attempts += 1
-            let remaining = end - ContinuousClock.now
+        return await retry.run(timeout: timeout, deadline: deadline) { attemptTimeout in
+            let started = ContinuousClock.now
             let answer = await http.send(HTTP2Request(
                 url: endpoints.url(environment) + "/3/device/" + request.token, headers: request.headers(jwt: jwt),
-                body: request.body, timeout: min(timeout, max(remaining, retry.minimumAttemptTime))))
-            let outcome: PushOutcome
-            let retryAfter: Duration?
+                body: request.body, timeout: attemptTimeout))
+            let response: HTTP2Response
             switch answer {
-            case .failure(let error):
-                outcome = PushOutcome.failure(error)
-                guard error.kind == .connect || error.kind == .connectionLost else {
-                    return retry.finished(outcome, attempts: attempts, since: started)
-                }
-                retryAfter = nil
-            case .success(let response):
-                if response.status == 200 {
-                    return PushOutcome(result: .accepted(providerID: response.header("apns-id")), latency: ContinuousClock.now - started)
-                }
-                let reason = Self.reason(in: response)
-                if response.status == 403, reason == "ExpiredProviderToken", !retriedToken {
-                    retriedToken = true
-                    if let fresh = try? providerToken(replacing: jwt) {
-                        jwt = fresh
-                        attempts -= 1
-                        continue
-                    }
-                }
-                outcome = PushOutcome(
-                    result: .refused(
-                        status: response.status, reason: reason,
-                        explanation: APNsReason.explanation(
-                            status: response.status, reason: reason, environment: environment,
-                            appRestricted: credentials.environment != nil)),
-                    latency: ContinuousClock.now - started,
-                    isDeadToken: APNsReason.isDead(status: response.status, reason: reason))
-                retryAfter = PushRetryPolicy.retryAfter(response.header("retry-after"))
-                guard PushRetryPolicy.isTransient(status: response.status, retryAfter: retryAfter) else {
-                    return retry.finished(outcome, attempts: attempts, since: started)
+            case .failure(let error): return PushRetryPolicy.Attempt(error)
+            case .success(let answered): response = answered
+            }
+            if response.status == 200 {
+                return .final(PushOutcome(result: .accepted(providerID: response.header("apns-id")), latency: ContinuousClock.now - started))
+            }
+            let reason = Self.reason(in: response)
+            if response.status == 403, reason == "ExpiredProviderToken", !retriedToken {
+                retriedToken = true
+                if let fresh = try? providerToken(replacing: jwt) {
+                    jwt = fresh
+                    return .again
                 }
             }
-            if let final = await retry.nextAttempt(
-                after: outcome, attempts: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now, since: started
-            ) {
-                return final
-            }
+            let outcome = PushOutcome(
+                result: .refused(
+                    status: response.status, reason: reason,
+                    explanation: APNsReason.explanation(
+                        status: response.status, reason: reason, environment: environment, appRestricted: credentials.environment != nil)),
+                latency: ContinuousClock.now - started,
+                isDeadToken: APNsReason.isDead(status: response.status, reason: reason))
+            return PushRetryPolicy.Attempt(outcome, answering: response)
         }
     }
 

@@ -38,10 +38,11 @@ public actor FCMClient {
     ///   - timeout: the deadline of one attempt (connect included).
     ///   - retry: how transient failures are tried again.
     ///   - breaker: when FCM, failing again and again, is backed off.
+    ///   - proxy: the HTTP(S) proxy pushes and token fetches go through (`push_proxy`); nil: none.
     public init(
         account: FCMServiceAccount, baseURL: String, caFile: String?, timeout: Duration,
         retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings(),
-        now: @escaping @Sendable () -> Date = { Date() }
+        proxy: PushProxy? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws(PushAppError) {
         do {
             key = try SigningKey.rsa(pem: account.privateKeyPEM)
@@ -53,7 +54,7 @@ public actor FCMClient {
         self.timeout = timeout
         self.retry = retry
         self.now = now
-        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout))
+        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout, proxy: proxy))
         circuit = ProviderCircuit(provider: PushProvider.fcm.rawValue, app: account.projectID, settings: breaker)
     }
 
@@ -64,66 +65,40 @@ public actor FCMClient {
     /// push fails at once, saying so); transient failures are sent again as `retry` allows, never
     /// past `deadline` (by default one push timeout from now).
     public func send(_ body: [UInt8], deadline: Date? = nil) async -> PushOutcome {
-        if let backedOff = circuit.admit() { return backedOff }
-        let outcome = await attempt(body, deadline: deadline)
-        circuit.record(outcome)
-        return outcome
+        await circuit.guarding { await attempt(body, deadline: deadline) }
     }
 
     private func attempt(_ body: [UInt8], deadline: Date?) async -> PushOutcome {
-        let started = ContinuousClock.now
-        let end = started + (deadline.map { .milliseconds(Int64($0.timeIntervalSinceNow * 1000)) } ?? timeout)
         var refreshed = false
-        var attempts = 0
-        while true {
-            attempts += 1
-            let outcome: PushOutcome
-            var retryAfter: Duration? = nil
+        return await retry.run(timeout: timeout, deadline: deadline) { attemptTimeout in
+            let token: String
             switch await currentAccessToken() {
-            case .failure(let failure):
-                outcome = failure.outcome
-                guard case .failed(let kind, _) = outcome.result, kind == .connect || kind == .connectionLost else {
-                    return retry.finished(outcome, attempts: attempts, since: started)
-                }
-            case .success(let token):
-                let remaining = end - ContinuousClock.now
-                let answer = await http.send(HTTP2Request(
-                    url: sendURL,
-                    headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json; charset=utf-8")],
-                    body: body, timeout: min(timeout, max(remaining, retry.minimumAttemptTime))))
-                switch answer {
-                case .failure(let error):
-                    outcome = PushOutcome.failure(error)
-                    guard error.kind == .connect || error.kind == .connectionLost else {
-                        return retry.finished(outcome, attempts: attempts, since: started)
-                    }
-                case .success(let response):
-                    if response.status == 200 {
-                        let name = ((try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any])?["name"] as? String
-                        return PushOutcome(result: .accepted(providerID: name), latency: ContinuousClock.now - started)
-                    }
-                    if response.status == 401, !refreshed {
-                        refreshed = true
-                        if accessToken?.value == token { accessToken = nil }
-                        attempts -= 1
-                        continue
-                    }
-                    let error = FCMError(response)
-                    outcome = PushOutcome(
-                        result: .refused(status: response.status, reason: error.code, explanation: FCMReason.explanation(error)),
-                        latency: ContinuousClock.now - started,
-                        isDeadToken: FCMReason.isDead(error))
-                    retryAfter = PushRetryPolicy.retryAfter(response.header("retry-after"))
-                    guard PushRetryPolicy.isTransient(status: response.status, retryAfter: retryAfter) else {
-                        return retry.finished(outcome, attempts: attempts, since: started)
-                    }
-                }
+            case .failure(let failure): return PushRetryPolicy.Attempt(failure: failure.outcome)
+            case .success(let fetched): token = fetched
             }
-            if let final = await retry.nextAttempt(
-                after: outcome, attempts: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now, since: started
-            ) {
-                return final
+            let started = ContinuousClock.now
+            let answer = await http.send(HTTP2Request(
+                url: sendURL, headers: [("authorization", "Bearer \(token)"), ("content-type", "application/json; charset=utf-8")],
+                body: body, timeout: attemptTimeout))
+            let response: HTTP2Response
+            switch answer {
+            case .failure(let error): return PushRetryPolicy.Attempt(error)
+            case .success(let answered): response = answered
             }
+            if response.status == 200 {
+                let name = ((try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any])?["name"] as? String
+                return .final(PushOutcome(result: .accepted(providerID: name), latency: ContinuousClock.now - started))
+            }
+            if response.status == 401, !refreshed {
+                refreshed = true
+                if accessToken?.value == token { accessToken = nil }
+                return .again
+            }
+            let error = FCMError(response)
+            let outcome = PushOutcome(
+                result: .refused(status: response.status, reason: error.code, explanation: FCMReason.explanation(error)),
+                latency: ContinuousClock.now - started, isDeadToken: FCMReason.isDead(error))
+            return PushRetryPolicy.Attempt(outcome, answering: response)
         }
     }
 

@@ -121,10 +121,14 @@ public final class HTTP2Client: Sendable {
         public var caFile: String?
         /// Cap on connecting (TCP + TLS); each request's own deadline still applies.
         public var connectTimeout: Duration
+        /// The proxy every request is tunnelled through (HTTP CONNECT); nil: no proxy set here
+        /// (libcurl then honours the `https_proxy` and `no_proxy` environment variables).
+        public var proxy: PushProxy?
 
-        public init(caFile: String? = nil, connectTimeout: Duration = .seconds(10)) {
+        public init(caFile: String? = nil, connectTimeout: Duration = .seconds(10), proxy: PushProxy? = nil) {
             self.caFile = caFile
             self.connectTimeout = connectTimeout
+            self.proxy = proxy
         }
     }
 
@@ -340,6 +344,7 @@ final class Transfer {
             // Read the extra CA file at each new connection, so that a replaced file applies at once.
             check(rouse_curl_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 0))
         }
+        if let proxy = options.proxy { configureProxy(proxy, caFile: options.caFile, check) }
         switch r.method {
         case "GET": check(rouse_curl_easy_setopt_long(easy, CURLOPT_HTTPGET, 1))
         default:
@@ -375,6 +380,22 @@ final class Transfer {
         })
         check(rouse_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, me))
         return ok
+    }
+
+    /// Tunnels the request through `proxy` with CONNECT, even to a cleartext URL (the proxy sees
+    /// the provider's host, never a push); its credentials go as Basic to the proxy only.
+    private func configureProxy(_ proxy: PushProxy, caFile: String?, _ check: (CURLcode) -> Void) {
+        check(rouse_curl_easy_setopt_string(easy, CURLOPT_PROXY, proxy.address))
+        check(rouse_curl_easy_setopt_long(easy, CURLOPT_HTTPPROXYTUNNEL, 1))
+        // The proxy is the one set here: a `no_proxy` in the environment does not bypass it.
+        check(rouse_curl_easy_setopt_string(easy, CURLOPT_NOPROXY, ""))
+        if let user = proxy.user {
+            check(rouse_curl_easy_setopt_string(easy, CURLOPT_PROXYUSERNAME, user))
+            check(rouse_curl_easy_setopt_string(easy, CURLOPT_PROXYPASSWORD, proxy.password ?? ""))
+        }
+        if proxy.scheme == "https", let caFile, !caFile.isEmpty {
+            check(rouse_curl_easy_setopt_string(easy, CURLOPT_PROXY_CAINFO, caFile))
+        }
     }
 
     private func headerLine(_ line: String) {
@@ -429,7 +450,7 @@ final class Transfer {
     static func kind(of code: CURLcode) -> HTTP2Error.Kind {
         switch code {
         case CURLE_OPERATION_TIMEDOUT: return .timeout
-        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: return .connect
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_PROXY: return .connect
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM,
             CURLE_SSL_CIPHER, CURLE_SSL_ISSUER_ERROR:
             return .tls

@@ -128,9 +128,10 @@ public struct ProviderCircuitBreaker: Sendable, Equatable {
 /// Threading: thread-safe (a lock around the breaker); every method is quick and never blocks.
 public final class ProviderCircuit: @unchecked Sendable {
     // @unchecked: `breaker` is only touched under `lock`.
-    /// The provider as records name it: `apns`, `apns.dev` or `fcm`.
+    /// The provider as records name it: `apns`, `apns.dev`, `fcm` or `webpush`.
     public let provider: String
-    /// The push app: an APNs bundle id, an FCM project id.
+    /// The push app: an APNs bundle id, an FCM project id; for web push, the push service's
+    /// origin (`https://updates.push.services.mozilla.com`).
     public let app: String
     private let lock = NSLock()
     private var breaker: ProviderCircuitBreaker
@@ -148,6 +149,16 @@ public final class ProviderCircuit: @unchecked Sendable {
 
     /// "apns (com.example.app)".
     public var name: String { "\(provider) (\(app))" }
+
+    /// Sends one push through the breaker (APNs, FCM and web push alike): while backed off it
+    /// fails at once, saying so, without `send` running; else `send`'s outcome is recorded.
+    /// `isolation`: the caller's actor, so that `send` may use its state.
+    func guarding(isolation: isolated (any Actor)? = #isolation, _ send: () async -> PushOutcome) async -> PushOutcome {
+        if let backedOff = admit() { return backedOff }
+        let outcome = await send()
+        record(outcome)
+        return outcome
+    }
 
     /// May a push go now? On refusal, the outcome the push gets instead.
     func admit() -> PushOutcome? {

@@ -68,12 +68,76 @@ public struct PushRetryPolicy: Sendable, Equatable {
         }
     }
 
-    /// The last attempt's outcome as the push's: the latency from the first attempt, and the
-    /// attempts in words when there were several (" (3 attempts in 0.4 s)"), or the
-    /// `Retry-After` that would have ended past the deadline.
+    /// What one attempt of a push came to (`run`).
+    enum Attempt {
+        /// The push's outcome: accepted, or refused or failed for good.
+        case final(PushOutcome)
+        /// A transient failure: sent again if the policy and the deadline allow.
+        case transient(PushOutcome, retryAfter: Duration?)
+        /// Sent again at once and not counted (a credential the provider called expired was
+        /// replaced); the attempt must not ask for this twice in a row.
+        case again
+
+        /// A failure without an answer: a refused or lost connection is worth another attempt;
+        /// a timeout is not (the provider may have taken the push, and the time is spent).
+        init(failure outcome: PushOutcome) {
+            if case .failed(let kind, _) = outcome.result, kind == .connect || kind == .connectionLost {
+                self = .transient(outcome, retryAfter: nil)
+            } else {
+                self = .final(outcome)
+            }
+        }
+
+        /// libcurl's failure to get an answer (`init(failure:)`).
+        init(_ error: HTTP2Error) {
+            self.init(failure: PushOutcome.failure(error))
+        }
+
+        /// The provider's `response` as `outcome` classified it: transient for a 5xx or a 429
+        /// with `Retry-After` (`isTransient`), else final.
+        init(_ outcome: PushOutcome, answering response: HTTP2Response) {
+            let retryAfter = PushRetryPolicy.retryAfter(response.header("retry-after"))
+            if !outcome.isAccepted, PushRetryPolicy.isTransient(status: response.status, retryAfter: retryAfter) {
+                self = .transient(outcome, retryAfter: retryAfter)
+            } else {
+                self = .final(outcome)
+            }
+        }
+    }
+
+    /// Sends one push (APNs, FCM and web push alike): calls `attempt` with that attempt's own
+    /// timeout (one push `timeout`, less when the deadline is nearer) until it is final, the
+    /// attempts are used up or no other fits before `deadline` (by default one `timeout` from
+    /// now), and returns the push's outcome, saying how many attempts it took.
+    /// `isolation`: the caller's actor, so that `attempt` may use its state.
+    func run(
+        timeout: Duration, deadline: Date?, isolation: isolated (any Actor)? = #isolation,
+        _ attempt: (_ timeout: Duration) async -> Attempt
+    ) async -> PushOutcome {
+        let started = ContinuousClock.now
+        let end = started + (deadline.map { .milliseconds(Int64($0.timeIntervalSinceNow * 1000)) } ?? timeout)
+        var attempts = 0
+        while true {
+            attempts += 1
+            let remaining = end - ContinuousClock.now
+            switch await attempt(min(timeout, max(remaining, minimumAttemptTime))) {
+            case .final(let outcome):
+                return finished(outcome, attempts: attempts, since: started)
+            case .again:
+                attempts -= 1
+            case .transient(let outcome, let retryAfter):
+                if let final = await nextAttempt(
+                    after: outcome, attempts: attempts, retryAfter: retryAfter, remaining: end - ContinuousClock.now, since: started)
+                {
+                    return final
+                }
+            }
+        }
+    }
+
     /// After failed attempt number `attempts`: waits and returns nil when another attempt is due,
     /// else the outcome to report (saying how many attempts were made, or why no more were).
-    func nextAttempt(
+    private func nextAttempt(
         after outcome: PushOutcome, attempts: Int, retryAfter: Duration?, remaining: Duration, since started: ContinuousClock.Instant
     ) async -> PushOutcome? {
         switch decide(afterAttempt: attempts, retryAfter: retryAfter, remaining: remaining) {
@@ -87,7 +151,10 @@ public struct PushRetryPolicy: Sendable, Equatable {
         }
     }
 
-    func finished(_ outcome: PushOutcome, attempts: Int, since started: ContinuousClock.Instant, retryAfterPastDeadline: Duration? = nil) -> PushOutcome {
+    /// The last attempt's outcome as the push's: the latency from the first attempt, and the
+    /// attempts in words when there were several (" (3 attempts in 0.4 s)"), or the
+    /// `Retry-After` that would have ended past the deadline.
+    private func finished(_ outcome: PushOutcome, attempts: Int, since started: ContinuousClock.Instant, retryAfterPastDeadline: Duration? = nil) -> PushOutcome {
         let elapsed = ContinuousClock.now - started
         var note = ""
         if attempts > 1 {

@@ -71,8 +71,9 @@ public protocol PushRecordStore: Sendable {
 }
 
 /// Where the providers are and how long a push may take (settings `apns_production_url`,
-/// `apns_sandbox_url`, `fcm_url`, `push_ca_file`, `push_timeout`), how often a transient failure
-/// is tried again (`push_attempts`) and when a failing provider is backed off (`push_breaker_*`).
+/// `apns_sandbox_url`, `fcm_url`, `push_ca_file`, `push_timeout`, `push_proxy`), how often a
+/// transient failure is tried again (`push_attempts`) and when a failing provider is backed off
+/// (`push_breaker_*`).
 public struct PushSettings: Sendable, Equatable {
     public var apns: APNsEndpoints
     public var fcmURL: String
@@ -82,12 +83,15 @@ public struct PushSettings: Sendable, Equatable {
     public var timeout: Duration
     /// Transient failures sent again, within the push's deadline.
     public var retry: PushRetryPolicy
-    /// Each provider host's circuit breaker, per push app.
+    /// Each provider host's circuit breaker, per push app (web push: per push service).
     public var breaker: ProviderCircuitBreaker.Settings
+    /// The proxy every push goes through (`push_proxy`); nil: none.
+    public var proxy: PushProxy?
 
     public init(
         apns: APNsEndpoints = APNsEndpoints(), fcmURL: String = "https://fcm.googleapis.com", caFile: String? = nil, timeout: Duration = .seconds(5),
-        retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings()
+        retry: PushRetryPolicy = PushRetryPolicy(), breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings(),
+        proxy: PushProxy? = nil
     ) {
         self.apns = apns
         self.fcmURL = fcmURL
@@ -95,6 +99,7 @@ public struct PushSettings: Sendable, Equatable {
         self.timeout = timeout
         self.retry = retry
         self.breaker = breaker
+        self.proxy = proxy
     }
 }
 
@@ -166,7 +171,7 @@ public final class PushService: @unchecked Sendable {
         deadline: Date? = nil, test: Bool = false
     ) async -> PushOutcome {
         if channel.family == .webpush {
-            let outcome = await sendWebPush(.ring(call, test: test), to: channel, expiresAt: expiresAt)
+            let outcome = await sendWebPush(.ring(call, test: test), to: channel, expiresAt: expiresAt, deadline: deadline)
             return await finish(outcome, channel: channel, app: nil, aor: aor, callID: call.callID, record: recordOutcome)
         }
         guard let app = app(for: channel) else {
@@ -206,7 +211,7 @@ public final class PushService: @unchecked Sendable {
         deadline: Date? = nil
     ) async -> PushOutcome {
         if channel.family == .webpush {
-            let outcome = await sendWebPush(.cancel(call, event: event, reason: reason), to: channel, expiresAt: expiresAt)
+            let outcome = await sendWebPush(.cancel(call, event: event, reason: reason), to: channel, expiresAt: expiresAt, deadline: deadline)
             return await finish(outcome, channel: channel, app: nil, aor: aor, callID: call.callID)
         }
         guard let app = app(for: channel) else {
@@ -370,7 +375,7 @@ public final class PushService: @unchecked Sendable {
         if let client = apnsClients[key] { return client }
         let client = try APNsClient(
             credentials: credentials, endpoints: settings.apns, caFile: settings.caFile, timeout: settings.timeout, retry: settings.retry,
-            breaker: settings.breaker)
+            breaker: settings.breaker, proxy: settings.proxy)
         apnsClients[key] = client
         return client
     }
@@ -383,7 +388,7 @@ public final class PushService: @unchecked Sendable {
         if let client = fcmClients[key] { return client }
         let client = try FCMClient(
             account: account, baseURL: settings.fcmURL, caFile: settings.caFile, timeout: settings.timeout, retry: settings.retry,
-            breaker: settings.breaker)
+            breaker: settings.breaker, proxy: settings.proxy)
         fcmClients[key] = client
         return client
     }
@@ -392,7 +397,7 @@ public final class PushService: @unchecked Sendable {
     public var circuits: [ProviderCircuit] {
         lock.lock()
         defer { lock.unlock() }
-        return apnsClients.values.flatMap { $0.circuits.values } + fcmClients.values.map(\.circuit)
+        return apnsClients.values.flatMap { $0.circuits.values } + fcmClients.values.map(\.circuit) + (webPush?.circuits ?? [])
     }
 
     /// Clients are kept per app and credentials (an edited app gets a new client).

@@ -1,4 +1,5 @@
 import Crypto
+import RouseVocabulary
 public import Foundation
 
 /// One web push message before encryption (RFC 8030 §5): the plaintext, how long the push service
@@ -39,14 +40,19 @@ public struct WebPushMessage: Sendable, Equatable {
 /// Sends web push messages (RFC 8030) to subscription endpoints: encrypts the payload to the
 /// subscription's keys (RFC 8291, aes128gcm) when they are known, identifies Rouse with VAPID
 /// (RFC 8292), POSTs over libcurl (HTTP/2 when the push service offers it, else HTTP/1.1) and
-/// classifies the answer into a `PushOutcome` (404 and 410: the subscription is dead).
+/// classifies the answer into a `PushOutcome` (404 and 410: the subscription is dead). Retries and
+/// back-off are APNs's and FCM's: a transient failure (refused or lost connection, 5xx, 429 with
+/// a `Retry-After` that fits) is sent again as `retry` allows within the push's deadline, and each
+/// push service origin has its own `ProviderCircuit` (one failing push service does not hold back
+/// the others).
 ///
 /// A subscription known only from a SIP REGISTER (`pn-prid`, RFC 8599), whose keys were never
 /// posted, gets a push without payload: it still wakes the browser's service worker.
 ///
 /// Threading: thread-safe; `send` may run from many tasks at once. Its HTTP client has its own
-/// thread (one connection per push service, reused).
-public final class WebPushClient: Sendable {
+/// thread (one connection per push service, reused); a lock guards the circuits.
+public final class WebPushClient: @unchecked Sendable {
+    // @unchecked: `circuitsByOrigin` is only touched under `lock`.
     public let vapid: VAPIDKeys
     /// The VAPID `sub`: a `mailto:` or `https:` URI the push service's operator can reach.
     public let contact: String
@@ -57,22 +63,57 @@ public final class WebPushClient: Sendable {
     public let allowedHosts: WebPushHostPolicy
     private let tokens = VAPIDTokenCache()
     private let now: @Sendable () -> Date
+    private let retry: PushRetryPolicy
+    private let breaker: ProviderCircuitBreaker.Settings
+    private let lock = NSLock()
+    private var circuitsByOrigin: [String: ProviderCircuit] = [:]
+    /// Push services kept track of at most; past it, those whose breaker is closed are forgotten.
+    static let maximumCircuits = 256
 
+    /// - Parameters:
+    ///   - timeout: the deadline of one attempt (connect included).
+    ///   - retry: how transient failures are tried again.
+    ///   - breaker: when a push service that keeps failing is backed off.
+    ///   - proxy: the HTTP(S) proxy pushes go through (`push_proxy`); nil: none.
     public init(
         vapid: VAPIDKeys, contact: String, caFile: String?, timeout: Duration, subscriptions: (any WebPushSubscriptionKeySource)?,
-        allowedHosts: WebPushHostPolicy = WebPushHostPolicy(), now: @escaping @Sendable () -> Date = { Date() }
+        allowedHosts: WebPushHostPolicy = WebPushHostPolicy(), retry: PushRetryPolicy = PushRetryPolicy(),
+        breaker: ProviderCircuitBreaker.Settings = ProviderCircuitBreaker.Settings(), proxy: PushProxy? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.allowedHosts = allowedHosts
         self.vapid = vapid
         self.contact = contact
         self.timeout = timeout
         self.subscriptions = subscriptions
+        self.retry = retry
+        self.breaker = breaker
         self.now = now
-        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout))
+        http = HTTP2Client(options: .init(caFile: caFile, connectTimeout: timeout, proxy: proxy))
     }
 
-    /// Sends `message` to the subscription at `endpoint`.
-    public func send(_ message: WebPushMessage, to endpoint: String) async -> PushOutcome {
+    /// The circuit breaker of each push service pushed to so far (`/health`, `/metrics`).
+    public var circuits: [ProviderCircuit] {
+        lock.lock()
+        defer { lock.unlock() }
+        return Array(circuitsByOrigin.values)
+    }
+
+    /// The circuit of the push service at `origin`, made at its first push.
+    func circuit(for origin: String) -> ProviderCircuit {
+        lock.lock()
+        defer { lock.unlock() }
+        if let circuit = circuitsByOrigin[origin] { return circuit }
+        if circuitsByOrigin.count >= Self.maximumCircuits { circuitsByOrigin = circuitsByOrigin.filter(\.value.isBackedOff) }
+        let circuit = ProviderCircuit(provider: PushProvider.webpush.rawValue, app: origin, settings: breaker)
+        circuitsByOrigin[origin] = circuit
+        return circuit
+    }
+
+    /// Sends `message` to the subscription at `endpoint`, unless its push service's circuit is
+    /// backed off (then it fails at once, saying so); transient failures are sent again as
+    /// `retry` allows, never past `deadline` (by default one push timeout from now).
+    public func send(_ message: WebPushMessage, to endpoint: String, deadline: Date? = nil) async -> PushOutcome {
         let started = ContinuousClock.now
         func failed(_ kind: PushOutcome.FailureKind, _ text: String) -> PushOutcome {
             PushOutcome(result: .failed(kind, message: text), latency: ContinuousClock.now - started)
@@ -113,11 +154,18 @@ public final class WebPushClient: Sendable {
                 headers.append(("content-type", "application/octet-stream"))
             }
         }
-        switch await http.send(HTTP2Request(url: endpoint, headers: headers, body: body, timeout: timeout)) {
-        case .failure(let error):
-            return PushOutcome(result: PushOutcome.failure(error).result, latency: ContinuousClock.now - started)
-        case .success(let response):
-            return Self.outcome(of: response, latency: ContinuousClock.now - started, keysMissing: !message.payload.isEmpty && body.isEmpty)
+        let keysMissing = !message.payload.isEmpty && body.isEmpty
+        let request = HTTP2Request(url: endpoint, headers: headers, body: body, timeout: timeout)
+        return await circuit(for: origin).guarding {
+            await retry.run(timeout: timeout, deadline: deadline) { attemptTimeout in
+                var attempt = request
+                attempt.timeout = attemptTimeout
+                switch await http.send(attempt) {
+                case .failure(let error): return PushRetryPolicy.Attempt(error)
+                case .success(let response):
+                    return PushRetryPolicy.Attempt(Self.outcome(of: response, latency: response.latency, keysMissing: keysMissing), answering: response)
+                }
+            }
         }
     }
 

@@ -101,6 +101,7 @@ public struct CommandLineInterface: Sendable {
         print("  http_listen: \(configuration.httpListen)")
         print("  database: \(PostgresConnection.describeEndpoint(configuration.databaseURL))")
         print("  secrets key: \(configuration.secrets.map { "\($0.current.id)" } ?? "none (rouse serve refuses to start without one)")")
+        if let proxy = configuration.pushProxy { print("  push_proxy: \(proxy)") }
         return 0
     }
 

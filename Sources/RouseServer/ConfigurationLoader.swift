@@ -1,6 +1,7 @@
 import CallRouting
 import Crypto
 import Foundation
+import Push
 import SIPDNS
 import SIPProxy
 import Registrar
@@ -195,6 +196,7 @@ public enum ConfigurationLoader {
             problems.append(error.description)
         }
         withCalls.wakeCredentials = reader.boolean("wake_credentials")
+        withCalls.pushProxy = reader.proxy("push_proxy")
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {
@@ -329,6 +331,18 @@ struct SettingReader {
             return value
         }
         return value
+    }
+
+    /// Empty (nil), or an HTTP(S) proxy URL; a problem never quotes it (it may hold a password).
+    mutating func proxy(_ key: String) -> PushProxy? {
+        let (value, source) = text(key)
+        guard !value.trimmingCharacters(in: .whitespaces).isEmpty else { return nil }
+        do {
+            return try PushProxy(parsing: value)
+        } catch {
+            problem(key, source, error.description)
+            return nil
+        }
     }
 
     /// Empty, or a `mailto:` or `https:` URI (RFC 8292 §2.1's `sub`).

@@ -10,6 +10,9 @@ import Storage
 /// database and push settings as `rouse serve` does, runs one operation and exits: 0 on success, 1
 /// with one line on standard error otherwise. Keys are read from files and never printed.
 extension CommandLineInterface {
+    static let pushTestUsage =
+        "rouse push test --app ID --token T [--provider apns|apns.dev|fcm] [--json] | rouse push test --webpush ENDPOINT [--json]"
+
     static let pushCommands: [Command] = [
         Command(
             name: "push-app add apns", summary: "add an APNs app (token auth with a .p8 key)",
@@ -90,20 +93,27 @@ extension CommandLineInterface {
         Command(
             name: "push test",
             summary: "send one test ring push (the app wakes, nothing rings) and print the provider's answer",
-            usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm] [--json]",
+            usage: Self.pushTestUsage,
             run: { cli, arguments in
                 cli.runPushCommand(
-                    arguments, usage: "rouse push test --app ID --token T [--provider apns|apns.dev|fcm] [--json]",
-                    options: ["--app", "--token", "--provider"], switches: ["--json"], positional: 0...0
+                    arguments, usage: Self.pushTestUsage, options: ["--app", "--token", "--provider", "--webpush"], switches: ["--json"],
+                    positional: 0...0
                 ) { context in
+                    if let endpoint = context.options["--webpush"] {
+                        guard context.options["--app"] == nil, context.options["--token"] == nil, context.options["--provider"] == nil else {
+                            throw CommandLineProblem("--webpush ENDPOINT goes alone: a web push has no push app")
+                        }
+                        try context.testWebPush(endpoint: endpoint)
+                        return
+                    }
                     guard let appText = context.options["--app"], let id = Int64(appText.trimmingCharacters(in: CharacterSet(charactersIn: "#"))) else {
-                        throw CommandLineProblem("--app ID is required (see rouse push-app list)")
+                        throw CommandLineProblem("--app ID is required (see rouse push-app list), or --webpush ENDPOINT")
                     }
                     guard let token = context.options["--token"], !token.isEmpty else { throw CommandLineProblem("--token is required") }
                     var provider: PushProvider? = nil
                     if let given = context.options["--provider"] {
                         guard let parsed = PushProvider(rawValue: given), parsed != .webpush else {
-                            throw CommandLineProblem("provider: '\(given)' is not apns, apns.dev or fcm")
+                            throw CommandLineProblem("provider: '\(given)' is not apns, apns.dev or fcm (a web push: --webpush ENDPOINT)")
                         }
                         provider = parsed
                     }
@@ -111,35 +121,14 @@ extension CommandLineInterface {
                         throw CommandLineProblem("there is no push app #\(id)")
                     }
                     let family = app.family
-                    let claim = try TestPushClaims.claim(
-                        family: family, token: token, interval: context.testPushInterval, on: context.connection)
-                    if case .limited(let seconds) = claim {
-                        throw CommandLineProblem(
-                            "a test push went to this token less than \(Int(context.testPushInterval.rounded(.up))) s ago (test_push_interval); try again in \(seconds) s")
+                    let settings = context.pushSettings
+                    let chosen = provider
+                    try context.testPush(
+                        family: family, token: family == .apns ? token.lowercased() : token,
+                        provider: provider ?? (family == .fcm ? .fcm : .apns), appID: id, through: "app #\(id)"
+                    ) {
+                        await PushService(settings: settings, apps: [app]).sendTest(app: app, token: token, provider: chosen)
                     }
-                    let outcome = PushTestRun.send(app: app, token: token, provider: provider, settings: context.pushSettings)
-                    let channelToken = family == .apns ? token.lowercased() : token
-                    if !outcome.isAccepted { try TestPushClaims.release(claim, on: context.connection) }
-                    if outcome.isDeadToken {
-                        try PostgresPushStores.markDead(on: context.connection, family: family, token: channelToken, reason: outcome.reason ?? "dead")
-                    }
-                    try PostgresPushStores.insert(
-                        PushRecord(
-                            createdAt: Date(), aor: nil, callID: nil,
-                            provider: provider ?? (family == .fcm ? .fcm : .apns), tokenShort: PushRecord.shorten(channelToken),
-                            appID: id, outcome: outcome.word, status: outcome.status, reason: outcome.reason,
-                            explanation: outcome.explanation, latencyMilliseconds: outcome.latencyMilliseconds),
-                        on: context.connection)
-                    if context.json {
-                        printJSON([
-                            "appId": id, "outcome": outcome.word, "description": outcome.description, "latencyMs": outcome.latencyMilliseconds,
-                            "status": outcome.status ?? NSNull(), "reason": outcome.reason ?? NSNull(), "explanation": outcome.explanation,
-                            "deadToken": outcome.isDeadToken,
-                        ])
-                    } else {
-                        print("test push through app #\(id): \(outcome)")
-                    }
-                    guard outcome.isAccepted else { throw PushTestRun.NotAccepted() }
                 }
             }),
     ]
@@ -154,9 +143,46 @@ extension CommandLineInterface {
         let pushSettings: PushSettings
         /// Seconds between two test pushes to one token (`test_push_interval`).
         let testPushInterval: TimeInterval
+        /// Every setting (web push reads its contact and allowed hosts).
+        let configuration: RouseConfiguration
 
         /// `--json`: one JSON document on standard output instead of lines for people.
         var json: Bool { switches.contains("--json") }
+
+        /// One test push to `token`, limited to one per `test_push_interval`: sends it, marks the
+        /// token dead when the provider says so, records it like any push and prints its outcome;
+        /// throws `NotAccepted` (exit 1) unless the provider accepted it. Blocks until it is done.
+        func testPush(
+            family: PushProviderFamily, token: String, provider: PushProvider, appID: Int64?, through: String,
+            send: @escaping @Sendable () async -> PushOutcome
+        ) throws {
+            let claim = try TestPushClaims.claim(family: family, token: token, interval: testPushInterval, on: connection)
+            if case .limited(let seconds) = claim {
+                throw CommandLineProblem(
+                    "a test push went to this token less than \(Int(testPushInterval.rounded(.up))) s ago (test_push_interval); try again in \(seconds) s")
+            }
+            let outcome = PushTestRun.run(send)
+            if !outcome.isAccepted { try TestPushClaims.release(claim, on: connection) }
+            if outcome.isDeadToken {
+                try PostgresPushStores.markDead(on: connection, family: family, token: token, reason: outcome.reason ?? "dead")
+            }
+            try PostgresPushStores.insert(
+                PushRecord(
+                    createdAt: Date(), aor: nil, callID: nil, provider: provider, tokenShort: PushRecord.shorten(token), appID: appID,
+                    outcome: outcome.word, status: outcome.status, reason: outcome.reason, explanation: outcome.explanation,
+                    latencyMilliseconds: outcome.latencyMilliseconds),
+                on: connection)
+            if json {
+                printJSON([
+                    "appId": appID.map { $0 as Any } ?? NSNull(), "outcome": outcome.word, "description": outcome.description,
+                    "latencyMs": outcome.latencyMilliseconds, "status": outcome.status ?? NSNull(), "reason": outcome.reason ?? NSNull(),
+                    "explanation": outcome.explanation, "deadToken": outcome.isDeadToken,
+                ])
+            } else {
+                print("test push through \(through): \(outcome)")
+            }
+            guard outcome.isAccepted else { throw PushTestRun.NotAccepted() }
+        }
 
         /// Stores a new app and prints it with its id and the validation notes.
         func add(_ app: PushApp) throws {
@@ -235,7 +261,7 @@ extension CommandLineInterface {
             }
             try body(PushCommandContext(
                 positional: positional, options: options, switches: switches, connection: connection, pushSettings: configuration.pushSettings,
-                testPushInterval: configuration.testPushInterval.timeInterval))
+                testPushInterval: configuration.testPushInterval.timeInterval, configuration: configuration))
             return 0
         } catch is PushTestRun.NotAccepted {
             return 1
@@ -253,7 +279,8 @@ extension RouseConfiguration {
             apns: APNsEndpoints(production: apnsProductionURL, sandbox: apnsSandboxURL), fcmURL: fcmURL,
             caFile: pushCAFile, timeout: pushTimeout, retry: PushRetryPolicy(maxAttempts: pushAttempts),
             breaker: ProviderCircuitBreaker.Settings(
-                failureThreshold: pushBreakerFailures, initialBackoff: pushBreakerBackoff, maximumBackoff: pushBreakerMaxBackoff))
+                failureThreshold: pushBreakerFailures, initialBackoff: pushBreakerBackoff, maximumBackoff: pushBreakerMaxBackoff),
+            proxy: pushProxy)
     }
 }
 
@@ -263,12 +290,11 @@ enum PushTestRun {
     /// The push was sent but not accepted: the outcome is already printed.
     struct NotAccepted: Error {}
 
-    static func send(app: PushApp, token: String, provider: PushProvider?, settings: PushSettings) -> PushOutcome {
+    static func run(_ send: @escaping @Sendable () async -> PushOutcome) -> PushOutcome {
         let box = OutcomeBox()
         let done = DispatchSemaphore(value: 0)
         Task {
-            let service = PushService(settings: settings, apps: [app])
-            box.set(await service.sendTest(app: app, token: token, provider: provider))
+            box.set(await send())
             done.signal()
         }
         done.wait()

@@ -1,7 +1,7 @@
 public import CallRouting
 public import Crypto
 import Foundation
-import Push
+public import Push
 public import Registrar
 public import RouseLog
 public import SIPMessage
@@ -120,6 +120,8 @@ public struct RouseConfiguration: Sendable {
     /// Ring pushes carry a one-time wake credential the woken app's REGISTER may present instead
     /// of answering a challenge (docs/app-builders.md "Wake in one round trip").
     public var wakeCredentials: Bool = false
+    /// The HTTP(S) proxy every push goes through (`push_proxy`); nil: none.
+    public var pushProxy: PushProxy?
 }
 
 extension RouseConfiguration {
@@ -278,5 +280,7 @@ extension RouseConfiguration {
               meaning: "file holding the key that seals secrets in PostgreSQL (32 random bytes as 64 hex digits or base64, mode 0600; more lines: older keys that still open); or the key itself in ROUSE_SECRETS_KEY. rouse serve refuses to start without one"),
         .init(key: "wake_credentials", defaultValue: "false",
               meaning: "whether each ring push carries a one-time wake credential (wake_credential) that the woken app's REGISTER presents in X-Rouse-Wake to be answered 200 without the digest challenge; good once, for that device, until the wake wait ends"),
+        .init(key: "push_proxy", defaultValue: "",
+              meaning: "HTTP proxy every push goes through (APNs, FCM and its token fetch, web push), tunnelled with CONNECT: http://[user:password@]host:port or https://…; the password is never shown; empty means none"),
     ]
 }

@@ -111,7 +111,8 @@ public final class RouseService: @unchecked Sendable {
             webPush: WebPushClient(
                 vapid: vapid, contact: configuration.webPushSubject(domains: core.directory.domains), caFile: configuration.pushCAFile,
                 timeout: configuration.pushTimeout, subscriptions: PostgresWebPushSubscriptions(pool: callPool),
-                allowedHosts: WebPushHostPolicy(entries: configuration.webPushAllowedHosts)))
+                allowedHosts: WebPushHostPolicy(entries: configuration.webPushAllowedHosts), retry: configuration.pushSettings.retry,
+                breaker: configuration.pushSettings.breaker, proxy: configuration.pushProxy))
         let logger = self.logger
         RouseService.logBrokenPushApps(pushService, logger)
         let journeyStore = PostgresJourneyStore(settings: settings)

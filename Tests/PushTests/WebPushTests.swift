@@ -28,15 +28,19 @@ struct WebPushFixture {
     let stores = MemoryPushStores()
     let service: PushService
 
-    init(subscriptions names: [String], keysKnown: Bool = true) throws {
+    /// `settings`' retry, breaker and proxy apply to the web push client as they do to APNs and FCM.
+    init(subscriptions names: [String], keysKnown: Bool = true, settings: PushSettings = PushSettings()) throws {
         standIn = try PushStandIn.webPush(subscriptions: names)
         vapid = VAPIDKeys.generate().keys
         let known = keysKnown ? Array(standIn.subscriptions.values) : []
         let client = WebPushClient(
             vapid: vapid, contact: "mailto:ops@example.com", caFile: standIn.caFile, timeout: .seconds(5),
-            subscriptions: try MemoryWebPushKeys(known), allowedHosts: WebPushHostPolicy(entries: ["127.0.0.1"]))
-        service = PushService(
-            settings: PushSettings(caFile: standIn.caFile, timeout: .seconds(5)), apps: [], deadTokens: stores, records: stores, webPush: client)
+            subscriptions: try MemoryWebPushKeys(known), allowedHosts: WebPushHostPolicy(entries: ["127.0.0.1"]), retry: settings.retry,
+            breaker: settings.breaker, proxy: settings.proxy)
+        var settings = settings
+        settings.caFile = standIn.caFile
+        settings.timeout = .seconds(5)
+        service = PushService(settings: settings, apps: [], deadTokens: stores, records: stores, webPush: client)
     }
 
     func channel(_ name: String) throws -> PushChannel {

@@ -43,13 +43,13 @@ final class WebPushProcessTests: XCTestCase {
         database?.drop()
     }
 
-    func startRouse(wakeWait: Int = 8) throws {
-        let process = try RouseProcess(arguments: ["serve"], environment: [
+    func startRouse(wakeWait: Int = 8, environment extra: [String: String] = [:]) throws {
+        let process = try RouseProcess(arguments: ["serve"], environment: extra.merging([
             "ROUSE_DATABASE_URL": database.conninfo, "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0",
             "ROUSE_HTTP_LISTEN": "127.0.0.1:0", "ROUSE_PUSH_CA_FILE": webPush.caFile, "ROUSE_PUSH_TIMEOUT": "3",
             "ROUSE_WAKE_WAIT": String(wakeWait), "ROUSE_WAKE_WAIT_WITH_DESK_PHONE": "1", "ROUSE_RING_TIMEOUT": "20",
             "ROUSE_WEBPUSH_CONTACT": "mailto:ops@example.com", "ROUSE_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1",
-        ])
+        ]) { given, _ in given })
         rouse = process
         XCTAssertTrue(process.waitForOutput(containing: "serving HTTP on"), process.outputText)
         let line = try XCTUnwrap(process.outputText.split(separator: "\n").first { $0.contains("serving SIP on") })
@@ -65,6 +65,17 @@ final class WebPushProcessTests: XCTestCase {
         let line = try XCTUnwrap(text.split(separator: "\n").first { $0.contains("serving HTTP on") })
         let port = try XCTUnwrap(line.split(separator: ":").last.flatMap { UInt16($0) })
         return try TestHTTPClient(port: port)
+    }
+
+    /// A browser's subscription made with Rouse's VAPID key and posted for 1002 (`platform: web`).
+    func postedSubscription() throws -> StandInWebPushSubscription {
+        let subscription = try webPush.subscribe(name: "tab", applicationServerKey: try vapidKey())
+        let posted = try http().send(
+            "POST", "/api/v1/push/register",
+            headers: [("Authorization", TestHTTPClient.basic("1002@example.com", "pw-1002")), ("Content-Type", "application/json")],
+            body: try JSONSerialization.data(withJSONObject: ["sipUser": "1002@example.com", "platform": "web", "subscription": subscription.json]))
+        XCTAssertEqual(posted.status, 200, String(decoding: posted.body, as: UTF8.self))
+        return subscription
     }
 
     /// What a browser does first: fetch Rouse's VAPID key.
@@ -97,11 +108,13 @@ final class WebPushProcessTests: XCTestCase {
         return call
     }
 
-    /// The stand-in's pushes to `subscription`, waiting until there are `count`.
-    func pushes(to subscription: StandInWebPushSubscription, count: Int = 1) throws -> [StandInRequest] {
+    /// The stand-in's pushes to `subscription` (those that `accept`), waiting until there are `count`.
+    func pushes(
+        to subscription: StandInWebPushSubscription, count: Int = 1, where accept: (StandInRequest) -> Bool = { _ in true }
+    ) throws -> [StandInRequest] {
         let deadline = Date().addingTimeInterval(15)
         while Date() < deadline {
-            let found = try webPush.requests().filter { $0.subscription == subscription.id }
+            let found = try webPush.requests().filter { $0.subscription == subscription.id && accept($0) }
             if found.count >= count { return found }
             Thread.sleep(forTimeInterval: 0.02)
         }
@@ -136,12 +149,7 @@ final class WebPushProcessTests: XCTestCase {
 
     func testPostedSubscriptionIsWokenByAnEncryptedRingPushAndAnswers() throws {
         try startRouse()
-        let subscription = try webPush.subscribe(name: "tab", applicationServerKey: try vapidKey())
-        let posted = try http().send(
-            "POST", "/api/v1/push/register",
-            headers: [("Authorization", TestHTTPClient.basic("1002@example.com", "pw-1002")), ("Content-Type", "application/json")],
-            body: try JSONSerialization.data(withJSONObject: ["sipUser": "1002@example.com", "platform": "web", "subscription": subscription.json]))
-        XCTAssertEqual(posted.status, 200, String(decoding: posted.body, as: UTF8.self))
+        let subscription = try postedSubscription()
 
         let browser = try browser(endpoint: subscription.endpoint)
         XCTAssertEqual(try browser.register().statusCode, 200)
