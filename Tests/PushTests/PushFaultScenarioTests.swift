@@ -99,7 +99,9 @@ struct PushFaultScenarioTests {
     @Test func aStalledProviderTimesOutOnceWithinTheDeadline() async throws {
         let fixture = try APNsFixture()
         try fixture.production.setFault(.stall)
-        let service = PushService(settings: try fixture.settings(timeout: .seconds(5)), apps: [fixture.app()])
+        // A push timeout far beyond the caller's deadline, so which of the two ended the push shows
+        // however slowly a loaded machine runs the test.
+        let service = PushService(settings: try fixture.settings(timeout: .seconds(60)), apps: [fixture.app()])
         let token = apnsToken("0406")
         let started = ContinuousClock.now
         let outcome = await ring(service, token, deadline: Date().addingTimeInterval(0.8))
@@ -107,7 +109,7 @@ struct PushFaultScenarioTests {
             Issue.record("expected a timeout, got \(outcome)")
             return
         }
-        #expect(ContinuousClock.now - started < .seconds(4), "the caller's deadline, not the 5 s push timeout, ended it")
+        #expect(ContinuousClock.now - started < .seconds(30), "the caller's 0.8 s deadline, not the 60 s push timeout, ended it")
         #expect(try pushRequests(fixture.production, token).count == 1, "a timeout is not sent again")
     }
 
