@@ -15,7 +15,7 @@ extension CommandLineInterface.PushCommandContext {
         }
         let vapid = try PostgresVAPIDKeys.loadOrCreate(on: connection)
         let keys = try PostgresWebPushSubscriptions.keys(forEndpoint: endpoint, on: connection)
-        let domains = try PostgresDirectory(settings: PostgresSettings(conninfo: configuration.databaseURL)).loadDirectory().domains
+        let domains = try PostgresDirectory(settings: configuration.databaseSettings).loadDirectory().domains
         let settings = pushSettings
         let client = WebPushClient(
             vapid: vapid, contact: configuration.webPushSubject(domains: domains), caFile: settings.caFile, timeout: settings.timeout,
