@@ -60,9 +60,12 @@ public struct InviteClientTransaction: Hashable, Sendable {
             }
             // §17.1.1.2, §17.1.1.3: a 300-699 response is acknowledged by the transaction and
             // moves to Completed; timer D (32 s unreliable, zero reliable) absorbs retransmissions.
+            // The ACK goes out before the TU hears of the response, so whatever the TU sends next
+            // (a new INVITE answering a 401/407, the next hop) follows it on the wire, as a UAS
+            // that waits for the ACK expects.
             let ack = request.acknowledgement(for: response)
             self.ack = ack
-            actions += [.passToCore(.response(response)), .send(ack)]
+            actions += [.send(ack), .passToCore(.response(response))]
             if isReliable {
                 state = .terminated
                 actions.append(.terminated)

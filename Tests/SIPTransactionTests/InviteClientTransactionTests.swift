@@ -33,7 +33,7 @@ final class InviteClientTransactionTests: XCTestCase {
         let busy = TestMessages.response(486, to: invite)
         let actions = transaction.receivedResponse(busy)
         let ack = try XCTUnwrap(transaction.ack)
-        XCTAssertEqual(actions, [.passToCore(.response(busy)), .send(ack), .startTimer(.d, after: .seconds(32))])
+        XCTAssertEqual(actions, [.send(ack), .passToCore(.response(busy)), .startTimer(.d, after: .seconds(32))])
         XCTAssertEqual(ack.method, .ack)
         XCTAssertEqual(ack.uri, invite.uri)
         XCTAssertEqual(ack.cseq, SIPCSeq(1, .ack))
@@ -69,7 +69,7 @@ final class InviteClientTransactionTests: XCTestCase {
         XCTAssertEqual(transaction.timerFired(.a), [], "no retransmission on a reliable transport")
         let busy = TestMessages.response(486, to: invite)
         let actions = transaction.receivedResponse(busy)
-        XCTAssertEqual(actions, [.cancelTimer(.b), .passToCore(.response(busy)), .send(transaction.ack!), .terminated])
+        XCTAssertEqual(actions, [.cancelTimer(.b), .send(transaction.ack!), .passToCore(.response(busy)), .terminated])
     }
 
     func testTransportErrorGives503() {
