@@ -57,7 +57,7 @@ extension CallProcessTests {
 
     func testAnExpiredCredentialIsChallenged() throws {
         try startRouse(wakeWait: 2, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
-        let (phone, caller, call, credential) = try callTheSleepingApp()
+        let (phone, _, call, credential) = try callTheSleepingApp()
         XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 480, "the wait ended with nobody back")
 
         try phone.reopen()
@@ -67,7 +67,7 @@ extension CallProcessTests {
 
     func testACredentialOfACallThatEndedWithinItsWaitIsChallenged() throws {
         try startRouse(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
-        let (phone, caller, call, credential) = try callTheSleepingApp()
+        let (phone, _, call, credential) = try callTheSleepingApp()
         // The caller gives up long before the 8 s wait ends: the credential goes with the call.
         XCTAssertEqual(try call.cancel().statusCode, 200)
         XCTAssertEqual(try call.waitForFinal(timeout: .seconds(15)).statusCode, 487)
