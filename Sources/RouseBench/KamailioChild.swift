@@ -136,7 +136,7 @@ final class KamailioChild {
     /// what is left of the tree; returns the main process's exit status.
     @discardableResult
     func stop() -> Int32? {
-        process.stop(alsoKill: process.isRunning ? ProcessTree.members(of: processIdentifier) : [])
+        process.stop()
     }
 
     private func waitUntilServing(timeout: TimeInterval) throws {

@@ -34,8 +34,15 @@ public final class ChildProcess {
             for pointer in argv { free(pointer) }
             for pointer in envp { free(pointer) }
         }
+        // Its own process group, so that stopping it stops the children it forks too (Kamailio's
+        // workers outlive a main process that was killed, or that exited before they did).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+        posix_spawnattr_setpgroup(&attributes, 0)
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)
+        let result = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, envp)
         guard result == 0 else {
             throw Failure(description: "cannot start \(arguments[0]): \(String(cString: strerror(result)))")
         }
@@ -67,17 +74,20 @@ public final class ChildProcess {
         return code
     }
 
-    /// Sends SIGTERM, waits up to `grace` seconds, then SIGKILLs the process and `alsoKill` (its
-    /// children, taken before the SIGTERM) that are still there; returns the exit status.
+    /// Sends SIGTERM to the process's group, waits up to `grace` seconds for the process, then
+    /// SIGKILLs whatever of the group is still there (children that outlived it included);
+    /// returns the exit status.
     @discardableResult
-    public func stop(grace: TimeInterval = 10, alsoKill: [pid_t] = []) -> Int32? {
+    public func stop(grace: TimeInterval = 10) -> Int32? {
         if isRunning {
-            kill(processIdentifier, SIGTERM)
+            kill(-processIdentifier, SIGTERM)
             let deadline = Date().addingTimeInterval(grace)
             while isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-            for pid in [processIdentifier] + alsoKill where kill(pid, 0) == 0 { kill(pid, SIGKILL) }
+            kill(-processIdentifier, SIGKILL)
             while isRunning && Date() < deadline.addingTimeInterval(5) { Thread.sleep(forTimeInterval: 0.02) }
         }
+        // Children left in the group after the process itself exited.
+        kill(-processIdentifier, SIGKILL)
         return exitStatus
     }
 }
