@@ -36,7 +36,9 @@ extension DirectoryCommandsTests {
 
         let removed = try rouse(["route", "remove", "acme.example", "uk"])
         XCTAssertEqual(removed.output, "removed route uk of acme.example\n")
-        XCTAssertEqual(try rouse(["route", "list", "acme.example"]).output.split(separator: "\n").count, 2)
+        let left = try rouse(["route", "list", "acme.example"])
+        XCTAssertEqual(left.status, 0, left.errors)
+        XCTAssertEqual(left.output.split(separator: "\n").count, 2, "output: \(left.output) errors: \(left.errors)")
     }
 
     func testRouteRefusalsAreOneLineNamingTheField() throws {
