@@ -14,6 +14,22 @@ import XCTest
 /// `rouse serve` on one PostgreSQL, each on its own ports as on two machines, the caller on one,
 /// the callee's phone on the other over UDP, TCP and TLS, and an app woken by push.
 extension CallProcessTests {
+    /// An iPhone app of 1002 registered on the other instance over `transport` with `token`,
+    /// then asleep (its flow closed) once every instance knows its binding.
+    func sleepingApp(
+        on other: [ListenPoint], transport: SIPTransportKind, kind: TestSIPClient.Transport, token: String,
+        userAgent: String
+    ) throws -> TestUserAgent {
+        let phone = try TestUserAgent(
+            transport: kind, serverPort: try XCTUnwrap(other.first { $0.transport == transport }).port, user: "1002", domain: "example.com",
+            password: "pw-1002", instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
+            contactURIParameters: "pn-provider=apns;pn-prid=\(token);pn-param=\(Self.voipParam)", userAgent: userAgent)
+        agents.append(phone)
+        try registerAndSleep(phone)
+        try waitUntilKnown(phone)
+        return phone
+    }
+
     /// Starts two instances listening on UDP, TCP and TLS; the first is the test's `rouse`.
     func startTwoInstances(wakeWait: Int = 3, extra: [String: String] = [:]) throws -> [ListenPoint] {
         let certificate = try TestCertificate.make(commonName: "rouse.test")
@@ -94,13 +110,7 @@ extension CallProcessTests {
         let tokens = [(SIPTransportKind.udp, "a1"), (.tcp, "b2"), (.tls, "c3")].map { ($0, String(repeating: $1, count: 32)) }
         for (transport, token) in tokens {
             let kind: TestSIPClient.Transport = transport == .udp ? .udp : transport == .tcp ? .tcp : .tls
-            let phone = try TestUserAgent(
-                transport: kind, serverPort: try XCTUnwrap(other.first { $0.transport == transport }).port, user: "1002", domain: "example.com",
-                password: "pw-1002", instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
-                contactURIParameters: "pn-provider=apns;pn-prid=\(token);pn-param=\(Self.voipParam)", userAgent: "RouseTestApp/\(transport.rawValue)")
-            agents.append(phone)
-            try registerAndSleep(phone)
-            try waitUntilKnown(phone)
+            let phone = try sleepingApp(on: other, transport: transport, kind: kind, token: token, userAgent: "RouseTestApp/\(transport.rawValue)")
             let caller = try caller()
             let call = try place(caller)
             _ = try pushes(apns, token: token)

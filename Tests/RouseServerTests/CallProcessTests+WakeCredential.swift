@@ -97,13 +97,7 @@ extension CallProcessTests {
 
     func testACredentialPresentedToAnotherInstanceIsChallengedAndDigestStillWakesTheCall() throws {
         let other = try startTwoInstances(wakeWait: 8, extra: ["ROUSE_WAKE_CREDENTIALS": "true"])
-        let phone = try TestUserAgent(
-            transport: .tcp, serverPort: try XCTUnwrap(other.first { $0.transport == .tcp }).port, user: "1002", domain: "example.com",
-            password: "pw-1002", instanceID: "urn:uuid:\(UUID().uuidString.lowercased())",
-            contactURIParameters: "pn-provider=apns;pn-prid=\(Self.apnsToken);pn-param=\(Self.voipParam)", userAgent: "RouseTestApp/1 (iPhone)")
-        agents.append(phone)
-        try registerAndSleep(phone)
-        try waitUntilKnown(phone)
+        let phone = try sleepingApp(on: other, transport: .tcp, kind: .tcp, token: Self.apnsToken, userAgent: "RouseTestApp/1 (iPhone)")
         let caller = try caller()
         let call = try place(caller)  // on the first instance, which pushes and holds the call
         let credential = try wakeCredential(callID: call.callID)
