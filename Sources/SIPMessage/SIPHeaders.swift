@@ -108,6 +108,23 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         }
     }
 
+    /// Replaces the first element of the first line with this name (the top Via a server notes
+    /// `received`/`rport` in, RFC 3261 §18.2.1), keeping that line where it stands and as it was
+    /// spelled; the line's other elements follow unchanged. Adds a line when there is none.
+    public mutating func replaceFirstValue(_ key: SIPHeaderName, with value: String) {
+        guard let index = fields.firstIndex(where: { $0.key == key }) else {
+            add(key, value)
+            return
+        }
+        let rest: String? = fields[index].value.withSIPBytes { bytes in
+            let end = SIPHeaderValueScanner.listElementEnd(bytes, 0..<bytes.count)
+            guard end < bytes.count else { return nil }
+            let remaining = SIPHeaderValueScanner.trim(bytes, (end + 1)..<bytes.count)
+            return remaining.isEmpty ? nil : SIPHeaderValueScanner.text(bytes, remaining)
+        }
+        fields[index].value = rest.map { value + ", " + $0 } ?? value
+    }
+
     static func preferredSpelling(of key: SIPHeaderName) -> String {
         if let spelled = preferredSpellings[key.canonical] { return spelled }
         return key.canonical.split(separator: "-", omittingEmptySubsequences: false)

@@ -70,11 +70,26 @@ public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLit
     /// `;a=b;c` as written on the wire (empty when there are none).
     public var serialized: String {
         var out = ""
-        for item in items {
-            out += ";" + item.name
-            if let value = item.value { out += "=" + value }
-        }
+        out.reserveCapacity(serializedLength)
+        append(to: &out)
         return out
+    }
+
+    /// How many UTF-8 bytes `serialized` has.
+    var serializedLength: Int {
+        items.reduce(0) { $0 + 1 + $1.name.utf8.count + ($1.value.map { 1 + $0.utf8.count } ?? 0) }
+    }
+
+    /// Appends `serialized` to `out` without building it apart.
+    func append(to out: inout String) {
+        for item in items {
+            out += ";"
+            out += item.name
+            if let value = item.value {
+                out += "="
+                out += value
+            }
+        }
     }
 }
 

@@ -42,7 +42,19 @@ public struct SIPVia: Hashable, Sendable, CustomStringConvertible {
     public var sentBy: String { port.map { "\(host):\($0)" } ?? host }
 
     public var description: String {
-        protocolName + "/" + transport + " " + sentBy + parameters.serialized
+        var out = ""
+        out.reserveCapacity(protocolName.utf8.count + transport.utf8.count + host.utf8.count + 8 + parameters.serializedLength)
+        out += protocolName
+        out += "/"
+        out += transport
+        out += " "
+        out += host
+        if let port {
+            out += ":"
+            out += String(port)
+        }
+        parameters.append(to: &out)
+        return out
     }
 }
 

@@ -168,25 +168,38 @@ public final class SIPService: Sendable {
         if packet.isReliable { connections.note(packet) }
         switch message {
         case .request(var request):
-            SIPService.recordSource(of: packet, in: &request)
-            transactions.receive(.request(request), from: packet.flow, isReliable: packet.isReliable)
+            let topVia = SIPService.recordSource(of: packet, in: &request)
+            transactions.receive(request, topVia: topVia, from: packet.flow, isReliable: packet.isReliable)
         case .response(let response):
             transactions.receive(.response(response), from: packet.flow, isReliable: packet.isReliable)
         }
     }
 
     /// RFC 3261 §18.2.1 and RFC 3581 §4: note in the top Via where the request really came from,
-    /// so responses go back to that address and port (the flow does the same for TCP/TLS).
-    static func recordSource(of packet: InboundPacket, in request: inout SIPRequest) {
-        guard var via = request.topVia else { return }
+    /// so responses go back to that address and port (the flow does the same for TCP/TLS). The
+    /// top Via is parsed here once and returned as it now stands (nil when there is none), so
+    /// the transaction layer matches on it without parsing it again; the Via line is rewritten
+    /// in place (its other elements and the other lines untouched).
+    @discardableResult
+    static func recordSource(of packet: InboundPacket, in request: inout SIPRequest) -> SIPVia? {
+        guard var via = request.topVia else { return nil }
         let sourceIP = packet.source.ip
-        let sentByHost = via.host.hasPrefix("[") ? String(via.host.dropFirst().dropLast()) : via.host
         let wantsRport = via.parameters.contains("rport")
-        guard wantsRport || sentByHost.lowercased() != sourceIP.lowercased() else { return }
+        guard wantsRport || !sentByHost(via.host, equals: sourceIP) else { return via }
         via.parameters.set("received", sourceIP)
         if wantsRport { via.parameters.set("rport", String(packet.source.port)) }
-        request.headers.removeFirstValue(.via)
-        request.headers.prepend(.via, via.description)
+        request.headers.replaceFirstValue(.via, with: via.description)
+        return via
+    }
+
+    /// Whether a Via's sent-by host (an IPv6 reference in brackets) is the source IP, compared
+    /// case-insensitively without building lowered copies.
+    static func sentByHost(_ host: String, equals ip: String) -> Bool {
+        let utf8 = host.utf8
+        guard utf8.first == UInt8(ascii: "["), utf8.last == UInt8(ascii: "]"), utf8.count >= 2 else {
+            return host.caseInsensitiveEquals(ip)
+        }
+        return String(Substring(host.dropFirst().dropLast())).caseInsensitiveEquals(ip)
     }
 
     func handle(_ event: TransactionLayerEvent<FlowID>) {

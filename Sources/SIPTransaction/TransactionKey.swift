@@ -7,7 +7,12 @@ public import SIPMessage
 /// From tag, Call-ID, CSeq number, top Via, method). The RFC 2543 key leaves out the To tag, which
 /// the owner compares on its own (`TransactionKey.rfc2543ToTagMatches`), because the ACK carries
 /// the tag of the response while the INVITE carried none. Client keys are branch + CSeq method.
+///
+/// The key's hash is computed once, when it is made: a transaction is looked up several times per
+/// message (match, insert, timers, removal, the flow index) and its branch and sent-by are long
+/// strings, so hashing them anew each time was a measurable share of a REGISTER.
 public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
+    @usableFromInline
     enum Storage: Hashable, Sendable {
         case server(branch: String, sentBy: String, method: SIPMethod)
         case rfc2543(
@@ -16,7 +21,22 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
         case client(branch: String, method: SIPMethod)
     }
 
-    let storage: Storage
+    @usableFromInline let storage: Storage
+    /// `storage.hashValue`, computed once; also picks the key's shard in `TransactionLayer`.
+    @usableFromInline let hash: Int
+
+    init(storage: Storage) {
+        self.storage = storage
+        self.hash = storage.hashValue
+    }
+
+    @inlinable
+    public static func == (lhs: TransactionKey, rhs: TransactionKey) -> Bool {
+        lhs.hash == rhs.hash && lhs.storage == rhs.storage
+    }
+
+    @inlinable
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 
     /// True for a server key built by the RFC 2543 fallback of §17.2.3.
     public var isRFC2543: Bool {
@@ -38,14 +58,14 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
     /// The server transaction key of a request (§17.2.3), nil when it has no top Via or CSeq
     /// (or, without a cookie branch, no Call-ID). An ACK gets the key of its INVITE.
     public static func server(for request: SIPRequest) -> TransactionKey? {
-        server(for: request, method: request.method == .ack ? .invite : request.method)
+        server(for: request, topVia: request.topVia)
     }
 
     /// The key of the INVITE server transaction a CANCEL cancels: §9.2, the CANCEL matches as in
     /// §17.2.3 except that the method is not considered.
     public static func inviteServer(cancelledBy cancel: SIPRequest) -> TransactionKey? {
         guard cancel.method == .cancel else { return nil }
-        return server(for: cancel, method: .invite)
+        return server(for: cancel, method: .invite, topVia: cancel.topVia)
     }
 
     /// The client transaction key of a request about to be sent: its top Via branch and method.
@@ -76,8 +96,14 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
         return tag == transactionRequest.to?.tag
     }
 
-    private static func server(for request: SIPRequest, method: SIPMethod) -> TransactionKey? {
-        guard let via = request.topVia, let cseq = request.cseq else { return nil }
+    /// The server transaction key of a request whose top Via the caller has already parsed
+    /// (`topVia` is the request's top Via as it stands; nil when it has none).
+    public static func server(for request: SIPRequest, topVia: SIPVia?) -> TransactionKey? {
+        server(for: request, method: request.method == .ack ? .invite : request.method, topVia: topVia)
+    }
+
+    private static func server(for request: SIPRequest, method: SIPMethod, topVia: SIPVia?) -> TransactionKey? {
+        guard let via = topVia, let cseq = request.cseq else { return nil }
         if via.hasRFC3261Branch, let branch = via.branch {
             // §17.2.3: branch (tokens compare case-insensitively, §7.3.1) + sent-by + method.
             return TransactionKey(

@@ -21,7 +21,13 @@ public enum TransactionLayerEvent<Flow: Hashable & Sendable>: Hashable, Sendable
 public struct ServerTransactionHandle: Hashable, Sendable, CustomStringConvertible {
     /// The key the transaction is matched by.
     public let key: TransactionKey
-    let serial: UInt64
+    @usableFromInline let serial: UInt64
+
+    @usableFromInline
+    init(key: TransactionKey, serial: UInt64) {
+        self.key = key
+        self.serial = serial
+    }
 
     public var description: String { "\(key) #\(serial)" }
 }
@@ -30,7 +36,13 @@ public struct ServerTransactionHandle: Hashable, Sendable, CustomStringConvertib
 public struct ClientTransactionHandle: Hashable, Sendable, CustomStringConvertible {
     /// The key responses are matched by (§17.1.3).
     public let key: TransactionKey
-    let serial: UInt64
+    @usableFromInline let serial: UInt64
+
+    @usableFromInline
+    init(key: TransactionKey, serial: UInt64) {
+        self.key = key
+        self.serial = serial
+    }
 
     public var description: String { "\(key) #\(serial)" }
 }
