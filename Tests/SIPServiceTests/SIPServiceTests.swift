@@ -66,6 +66,32 @@ final class SIPServiceTests: XCTestCase {
         XCTAssertEqual(via.parameters["rport"], String(phone.localPort))
     }
 
+    /// The source is noted in the top Via element only, where that element stood: a Via line that
+    /// also carries the proxy's element below keeps it, and a request with a retransmission is
+    /// matched to the same transaction (the layer matches on the Via as rewritten).
+    func testOnlyTheTopViaElementIsRewrittenAndTheRestOfItsLineIsKept() throws {
+        let phone = try client(.udp)
+        let branch = "z9hG4bK\(UUID().uuidString)"
+        var text = "OPTIONS sip:127.0.0.1 SIP/2.0\r\nMax-Forwards: 70\r\n"
+        text += "v: SIP/2.0/UDP 10.0.0.9:5060;branch=\(branch);rport , SIP/2.0/TCP proxy.example.com;branch=z9hG4bKp1\r\n"
+        text += "Via: SIP/2.0/UDP edge.example.com;branch=z9hG4bKe1\r\n"
+        text += "From: <sip:1001@example.com>;tag=f1\r\nTo: <sip:127.0.0.1>\r\nCall-ID: \(UUID().uuidString)\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+        try phone.send(text)
+        let answer = try response(from: phone)
+        XCTAssertEqual(answer.statusCode, 200)
+        let lines = answer.headers.lines(.via)
+        XCTAssertEqual(lines.count, 2, "the two Via lines stay two lines: \(lines)")
+        XCTAssertEqual(
+            lines.first, "SIP/2.0/UDP 10.0.0.9:5060;branch=\(branch);rport=\(phone.localPort);received=127.0.0.1, SIP/2.0/TCP proxy.example.com;branch=z9hG4bKp1")
+        XCTAssertEqual(lines.last, "SIP/2.0/UDP edge.example.com;branch=z9hG4bKe1")
+        XCTAssertEqual(answer.vias.map(\.host), ["10.0.0.9", "proxy.example.com", "edge.example.com"])
+
+        try phone.send(text)
+        let again = try response(from: phone)
+        XCTAssertEqual(again.headers.lines(.via), lines, "the retransmission got the transaction's answer again")
+        XCTAssertEqual(again.headers[.to], answer.headers[.to], "same To tag: answered by the same transaction")
+    }
+
     func testRegisterWithoutARegistrarIsRefused() throws {
         let phone = try client(.udp)
         try phone.send(request("REGISTER", "sip:127.0.0.1", transport: "UDP"))

@@ -24,6 +24,25 @@ final class TransactionKeyTests: XCTestCase {
         XCTAssertNotEqual(TransactionKey.server(for: b), TransactionKey.server(for: otherMethod))
     }
 
+    /// The hash is computed once from the key's parts: keys that match hash alike (branch case
+    /// ignored), keys that differ in any part are told apart in a set.
+    func testKeysHashAsTheyCompare() throws {
+        let lower = try XCTUnwrap(TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK-abc")))
+        let upper = try XCTUnwrap(TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK-ABC")))
+        XCTAssertEqual(lower, upper)
+        XCTAssertEqual(lower.hashValue, upper.hashValue)
+        let others = try [
+            TestMessages.request(.register, branch: "z9hG4bK-abd"),
+            TestMessages.request(.register, branch: "z9hG4bK-abc", sentBy: "phone.example.com:5061"),
+            TestMessages.request(.options, branch: "z9hG4bK-abc"),
+        ].map { try XCTUnwrap(TransactionKey.server(for: $0)) }
+        XCTAssertEqual(Set([lower, upper] + others).count, 4)
+        let via = try XCTUnwrap(TestMessages.request(.register, branch: "z9hG4bK-abc").topVia)
+        XCTAssertEqual(
+            TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK-abc"), topVia: via), lower,
+            "a key from a Via parsed by the caller is the key from the request")
+    }
+
     func testRFC2543FallbackMatchesOnURIFromTagCallIDCSeqAndVia() throws {
         let invite = TestMessages.request(.invite, branch: "1234")
         let key = try XCTUnwrap(TransactionKey.server(for: invite))

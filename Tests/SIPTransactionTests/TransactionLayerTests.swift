@@ -326,6 +326,138 @@ final class TransactionLayerTests: XCTestCase {
     }
 }
 
+/// The layer has no lock over all its transactions: they are spread over shards by key, each
+/// locked on its own (issue 21: several SIP loops at once).
+final class TransactionLayerShardTests: XCTestCase {
+    /// While one shard's lock is held (its scheduler call is stuck inside the layer), a request
+    /// whose key falls in another shard is still matched, answered and sent. With one lock over
+    /// the whole layer the second request would wait for the first and this would time out.
+    func testARequestInAnotherShardIsServedWhileOneShardIsBusy() throws {
+        let scheduler = BlockingScheduler()
+        let sent = Log<Int>()
+        let handles = Log<ServerTransactionHandle>()
+        let layer = TransactionLayer<Int>(
+            timers: TransactionTimers(), scheduler: scheduler, shardCount: 8,
+            send: { message, _ in
+                if case .response(let response) = message { sent.append(response.statusCode) }
+            },
+            core: { event in
+                if case .request(_, let handle, _) = event { handles.append(handle) }
+            })
+        let first = TestMessages.request(.options, branch: "z9hG4bK-busy-0")
+        let firstShard = layer.shardIndex(of: try XCTUnwrap(TransactionKey.server(for: first)))
+        let second = try XCTUnwrap(
+            (1..<200).lazy.map { TestMessages.request(.invite, branch: "z9hG4bK-free-\($0)") }
+                .first { layer.shardIndex(of: TransactionKey.server(for: $0)!) != firstShard })
+        layer.receive(.request(first), from: 1, isReliable: false)
+        let firstHandle = try XCTUnwrap(handles.all.first)
+
+        // The OPTIONS' 200 over UDP starts timer J inside its shard's lock; the scheduler holds it there.
+        scheduler.blockNext()
+        let firstDone = expectation(description: "the blocked response finished")
+        DispatchQueue.global().async {
+            layer.respond(TestMessages.response(200, to: first), to: firstHandle)
+            firstDone.fulfill()
+        }
+        XCTAssertTrue(scheduler.waitUntilBlocked(timeout: .seconds(30)), "the 200 reached the scheduler")
+
+        // The INVITE is in another shard: its 100 Trying goes out although the first shard is stuck.
+        let secondDone = expectation(description: "the other shard's request was served")
+        DispatchQueue.global().async {
+            layer.receive(.request(second), from: 2, isReliable: false)
+            secondDone.fulfill()
+        }
+        wait(for: [secondDone], timeout: 30)
+        XCTAssertEqual(sent.all, [100], "the INVITE's 100 Trying, sent while the OPTIONS' shard was locked")
+        XCTAssertEqual(handles.count, 2)
+
+        scheduler.release()
+        wait(for: [firstDone], timeout: 30)
+        XCTAssertEqual(sent.all, [100, 200], "the 200 went out once its shard was free")
+        XCTAssertEqual(layer.activeTransactionCount, 2)
+    }
+
+    /// Keys spread over the shards (a hash, not one shard for all), and one shard works as one lock.
+    func testKeysSpreadOverTheShardsAndOneShardHoldsThemAll() throws {
+        let harness = LayerHarness()
+        XCTAssertEqual(harness.layer.shardCount, TransactionLayer<Int>.defaultShardCount)
+        let keys = try (0..<1_000).map {
+            try XCTUnwrap(TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK-spread-\($0)")))
+        }
+        let used = Set(keys.map { harness.layer.shardIndex(of: $0) })
+        XCTAssertGreaterThan(used.count, harness.layer.shardCount / 2, "1,000 keys fell in \(used.count) shards")
+        XCTAssertTrue(used.allSatisfy { (0..<harness.layer.shardCount).contains($0) })
+
+        let single = TransactionLayer<Int>(
+            timers: TransactionTimers(), scheduler: ManualTimerScheduler(), shardCount: 1, send: { _, _ in }, core: { _ in })
+        XCTAssertEqual(Set(keys.map { single.shardIndex(of: $0) }), [0])
+        for index in 0..<50 {
+            single.receive(.request(TestMessages.request(.options, branch: "z9hG4bK-one-\(index)")), from: index, isReliable: false)
+        }
+        XCTAssertEqual(single.activeTransactionCount, 50)
+        XCTAssertEqual(single.flowsWithTransactions, 50)
+    }
+
+    /// A flow whose transactions sit in many shards fails in all of them, and leaves no index entry.
+    func testTransportFailureReachesTheFlowsTransactionsInEveryShard() throws {
+        let failures = Log<TransactionLayerEvent<Int>>()
+        let scheduler = ManualTimerScheduler()
+        let layer = TransactionLayer<Int>(
+            timers: TransactionTimers(), scheduler: scheduler, send: { _, _ in }, core: { failures.append($0) })
+        var shards = Set<Int>()
+        for index in 0..<64 {
+            let invite = TestMessages.request(.invite, branch: "z9hG4bK-many-\(index)", transport: "TCP")
+            shards.insert(layer.shardIndex(of: try XCTUnwrap(TransactionKey.server(for: invite))))
+            layer.receive(.request(invite), from: 5, isReliable: true)
+        }
+        layer.receive(.request(TestMessages.invite(branch: "z9hG4bK-other-flow", transport: "TCP")), from: 6, isReliable: true)
+        XCTAssertGreaterThan(shards.count, 1, "the flow's transactions are in several shards")
+        XCTAssertEqual(layer.flowsWithTransactions, 2)
+
+        layer.transportFailed(on: 5)
+        let failed = failures.all.filter {
+            if case .serverTransactionFailed(_, .transportError) = $0 { return true }
+            return false
+        }
+        XCTAssertEqual(failed.count, 64)
+        XCTAssertEqual(layer.activeTransactionCount, 1, "only the other flow's INVITE is left")
+        XCTAssertEqual(layer.flowsWithTransactions, 1)
+    }
+}
+
+/// A scheduler that can hold one `schedule` call until released, to keep the layer's lock taken
+/// (the layer schedules timers while holding its shard's lock). Thread-safe: a `Mutex` and
+/// semaphores; timers it schedules never fire.
+final class BlockingScheduler: TimerScheduler {
+    private let armed = Mutex(false)
+    private let reached = DispatchSemaphore(value: 0)
+    private let gate = DispatchSemaphore(value: 0)
+
+    func blockNext() { armed.withLock { $0 = true } }
+
+    func waitUntilBlocked(timeout: Duration) -> Bool {
+        reached.wait(timeout: .now() + .seconds(Int(timeout.components.seconds))) == .success
+    }
+
+    func release() { gate.signal() }
+
+    func schedule(after delay: Duration, _ body: @escaping @Sendable () -> Void) -> any ScheduledTimer {
+        let block = armed.withLock { armed in
+            defer { armed = false }
+            return armed
+        }
+        if block {
+            reached.signal()
+            gate.wait()
+        }
+        return NeverFiring()
+    }
+
+    private struct NeverFiring: ScheduledTimer {
+        func cancel() {}
+    }
+}
+
 /// Counts the flow comparisons a layer makes. Thread-safe behind a `Mutex`.
 final class ComparisonCounter: Sendable {
     private let storage = Mutex(0)
