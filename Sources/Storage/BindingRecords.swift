@@ -51,24 +51,35 @@ enum BindingRecords {
     /// The first NUL character in the changes' texts (PostgreSQL text cannot hold one), as an error.
     /// The texts a quoted-pair may give a NUL (instance, Path, User-Agent) are stored escaped instead.
     static func unstorable(_ changes: [BindingChange]) -> LocationStoreError? {
+        func holdsNUL(_ text: String?) -> Bool { text?.utf8.contains(0) == true }
         for change in changes {
             guard case .save(let binding) = change else { continue }
-            let fields: [(String, String?)] = [
-                ("contact", binding.contact), ("call-id", binding.callID), ("flow", binding.flow.connectionID.name),
-                ("flow", binding.flow.instanceID),
-            ] + binding.pushChannels.flatMap { [("push token", $0.token), ("push param", $0.param)] }
-            for (name, value) in fields where value?.utf8.contains(0) == true {
-                return .unstorableText(field: name, aor: binding.aor)
+            let field: String
+            if holdsNUL(binding.contact) {
+                field = "contact"
+            } else if holdsNUL(binding.callID) {
+                field = "call-id"
+            } else if holdsNUL(binding.flow.connectionID.name) || holdsNUL(binding.flow.instanceID) {
+                field = "flow"
+            } else if binding.pushChannels.contains(where: { holdsNUL($0.token) }) {
+                field = "push token"
+            } else if binding.pushChannels.contains(where: { holdsNUL($0.param) }) {
+                field = "push param"
+            } else {
+                continue
             }
+            return .unstorableText(field: field, aor: binding.aor)
         }
         return nil
     }
 
     // MARK: - Writing
 
+    /// Writes the plan: deletes, then saves (upserts) with their push channels, each statement
+    /// announcing its bindings on `rouse_bindings` itself (`<kind> <aor> <id>[ <origin>]`), so no
+    /// payload is built here. The hot statements are prepared once per connection.
     static func write(_ plan: WritePlan, origin: String = "", on connection: PostgresConnection) throws -> WriteOutcome {
         var outcome = WriteOutcome()
-        var notifications: [String] = []
         var saves: [(binding: Binding, member: Int)] = []
         var deletes: [(binding: Binding, kind: BindingEvent.Kind)] = []
         for id in plan.order {
@@ -78,22 +89,35 @@ enum BindingRecords {
             case .delete(let binding, let kind): deletes.append((binding, kind))
             }
         }
+        let originSuffix = origin.isEmpty ? "" : " " + origin
 
         if !deletes.isEmpty {
-            let rows = try connection.query(
-                "DELETE FROM bindings WHERE id = ANY($1::uuid[]) RETURNING id::text AS id",
-                [uuidArray(deletes.map(\.binding.id))])
-            let gone = Set(rows.rows.compactMap { $0[0].flatMap(UUID.init(uuidString:)) })
-            for (binding, kind) in deletes where gone.contains(binding.id) {
-                notifications.append(BindingNotification(kind: kind, aor: binding.aor, bindingID: binding.id, origin: origin).payload)
+            var json = JSONText(capacity: deletes.count * 64)
+            json.beginArray()
+            for (binding, kind) in deletes {
+                json.beginObject()
+                json.field("id", uuid: binding.id)
+                json.field("kind", kind.rawValue)
+                json.endObject()
             }
+            json.endArray()
+            var parameters = PostgresParameters(capacity: deletes.count * 64 + 64)
+            parameters.append(json)
+            parameters.append(PostgresLocationStore.notificationChannel)
+            parameters.append(originSuffix)
+            try connection.query(prepared: "rouse_bindings_delete", deleteSQL, parameters)
         }
 
         if !saves.isEmpty {
-            let rows = try connection.query(upsertSQL, [encodeBindings(saves.map(\.binding))])
+            var parameters = PostgresParameters(capacity: saves.count * 512 + 64)
+            parameters.append(encodeBindings(saves.map(\.binding)))
+            parameters.append(PostgresLocationStore.notificationChannel)
+            parameters.append(originSuffix)
+            let rows = try connection.query(prepared: "rouse_bindings_upsert", upsertSQL, parameters)
             var inserted: [UUID: Bool] = [:]
+            inserted.reserveCapacity(rows.count)
             for row in rows.rows {
-                guard let id = row[0].flatMap(UUID.init(uuidString:)) else { continue }
+                guard let id = row[0].flatMap(UUIDText.parse) else { continue }
                 inserted[id] = row[1] == "t"
             }
             var stored: [Binding] = []
@@ -103,27 +127,27 @@ enum BindingRecords {
                     outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
                     continue
                 }
-                stored.append(binding)
+                if !binding.pushChannels.isEmpty { stored.append(binding) }
                 if !isNew { replaced.append(binding.id) }
-                notifications.append(
-                    BindingNotification(kind: isNew ? .added : .refreshed, aor: binding.aor, bindingID: binding.id, origin: origin).payload)
             }
             if !replaced.isEmpty {
                 try connection.query(
-                    "DELETE FROM binding_push_channels WHERE binding_id = ANY($1::uuid[])", [uuidArray(replaced)])
+                    prepared: "rouse_binding_channels_replace", "DELETE FROM binding_push_channels WHERE binding_id = ANY($1::uuid[])",
+                    PostgresParameters([uuidArray(replaced)]))
             }
             let channels = encodeChannels(of: stored)
             if channels.count > 0 {
-                try connection.query(insertChannelsSQL, [channels.json])
-                try connection.query(clearDeadMarksSQL, [channels.json])
-                try connection.query(takePostedSQL, [channels.json, PostedPushTokens.notificationChannel])
+                var parameters = PostgresParameters()
+                parameters.append(channels.json)
+                try connection.query(prepared: "rouse_binding_channels_insert", insertChannelsSQL, parameters)
+                try connection.query(prepared: "rouse_binding_channels_revive", clearDeadMarksSQL, parameters)
+                parameters.append(PostedPushTokens.notificationChannel)
+                try connection.query(prepared: "rouse_binding_channels_take_posted", takePostedSQL, parameters)
                 // A REGISTER carrying a token is its device's sign of life (the stale-device rule).
                 try PushTokenLiveness.signOfLife(
                     stored.flatMap { binding in binding.pushChannels.map { (token: $0.tokenID, at: Optional(binding.registeredAt)) } }, on: connection)
             }
         }
-
-        try announce(notifications, on: connection)
         return outcome
     }
 
@@ -134,31 +158,50 @@ enum BindingRecords {
             [PostgresLocationStore.notificationChannel, JSONText.array(of: payloads)])
     }
 
+    /// Deletes the bindings of `$1` (`[{id, kind}]`), announcing each one that was there on `$2`
+    /// as `<kind> <aor> <id>$3`.
+    static let deleteSQL = """
+        WITH gone AS (
+            DELETE FROM bindings b USING jsonb_to_recordset($1::jsonb) AS r(id uuid, kind text)
+            WHERE b.id = r.id
+            RETURNING b.id, b.aor, r.kind
+        )
+        SELECT pg_notify($2, g.kind || ' ' || g.aor || ' ' || g.id::text || $3) FROM gone g
+        """
+
+    /// Upserts the bindings of `$1`, announcing each on `$2` as `added` (a new row) or `refreshed`
+    /// (it replaced one), `<kind> <aor> <id>$3`; returns `id` and `inserted` of each row written
+    /// (a binding whose extension is gone writes none).
     static let upsertSQL = """
-        INSERT INTO bindings (id, extension_id, aor, contact, instance, reg_id, q, call_id, cseq, registered_at,
-            expires_at, path, user_agent, flow_transport, flow_source, flow_connection, flow_local, flow_instance,
-            updated_at)
-        SELECT r.id, e.id, r.aor, r.contact, r.instance, r.reg_id, r.q, r.call_id, r.cseq,
-            to_timestamp(r.registered_at), to_timestamp(r.expires_at), ARRAY(SELECT jsonb_array_elements_text(r.path)),
-            r.user_agent, r.flow_transport, r.flow_source, r.flow_connection, r.flow_local, r.flow_instance, now()
-        FROM jsonb_to_recordset($1::jsonb) AS r(id uuid, aor text, contact text, instance text, reg_id integer,
-            q double precision, call_id text, cseq bigint, registered_at double precision, expires_at double precision,
-            path jsonb, user_agent text, flow_transport text, flow_source text, flow_connection text, flow_local text,
-            flow_instance text)
-        CROSS JOIN LATERAL (
-            -- One index lookup per row: a join would let the planner scan every extension.
-            SELECT x.id FROM extensions x JOIN sip_domains d ON d.id = x.domain_id
-            WHERE d.domain = split_part(r.aor, '@', 2) AND x.number = split_part(r.aor, '@', 1)
-        ) AS e
-        ORDER BY r.id
-        ON CONFLICT (id) DO UPDATE SET
-            extension_id = EXCLUDED.extension_id, aor = EXCLUDED.aor, contact = EXCLUDED.contact,
-            instance = EXCLUDED.instance, reg_id = EXCLUDED.reg_id, q = EXCLUDED.q, call_id = EXCLUDED.call_id,
-            cseq = EXCLUDED.cseq, registered_at = EXCLUDED.registered_at, expires_at = EXCLUDED.expires_at,
-            path = EXCLUDED.path, user_agent = EXCLUDED.user_agent, flow_transport = EXCLUDED.flow_transport,
-            flow_source = EXCLUDED.flow_source, flow_connection = EXCLUDED.flow_connection,
-            flow_local = EXCLUDED.flow_local, flow_instance = EXCLUDED.flow_instance, updated_at = now()
-        RETURNING id::text AS id, (xmax = 0) AS inserted
+        WITH written AS (
+            INSERT INTO bindings (id, extension_id, aor, contact, instance, reg_id, q, call_id, cseq, registered_at,
+                expires_at, path, user_agent, flow_transport, flow_source, flow_connection, flow_local, flow_instance,
+                updated_at)
+            SELECT r.id, e.id, r.aor, r.contact, r.instance, r.reg_id, r.q, r.call_id, r.cseq,
+                to_timestamp(r.registered_at), to_timestamp(r.expires_at), ARRAY(SELECT jsonb_array_elements_text(r.path)),
+                r.user_agent, r.flow_transport, r.flow_source, r.flow_connection, r.flow_local, r.flow_instance, now()
+            FROM jsonb_to_recordset($1::jsonb) AS r(id uuid, aor text, contact text, instance text, reg_id integer,
+                q double precision, call_id text, cseq bigint, registered_at double precision, expires_at double precision,
+                path jsonb, user_agent text, flow_transport text, flow_source text, flow_connection text, flow_local text,
+                flow_instance text)
+            CROSS JOIN LATERAL (
+                -- One index lookup per row: a join would let the planner scan every extension.
+                SELECT x.id FROM extensions x JOIN sip_domains d ON d.id = x.domain_id
+                WHERE d.domain = split_part(r.aor, '@', 2) AND x.number = split_part(r.aor, '@', 1)
+            ) AS e
+            ORDER BY r.id
+            ON CONFLICT (id) DO UPDATE SET
+                extension_id = EXCLUDED.extension_id, aor = EXCLUDED.aor, contact = EXCLUDED.contact,
+                instance = EXCLUDED.instance, reg_id = EXCLUDED.reg_id, q = EXCLUDED.q, call_id = EXCLUDED.call_id,
+                cseq = EXCLUDED.cseq, registered_at = EXCLUDED.registered_at, expires_at = EXCLUDED.expires_at,
+                path = EXCLUDED.path, user_agent = EXCLUDED.user_agent, flow_transport = EXCLUDED.flow_transport,
+                flow_source = EXCLUDED.flow_source, flow_connection = EXCLUDED.flow_connection,
+                flow_local = EXCLUDED.flow_local, flow_instance = EXCLUDED.flow_instance, updated_at = now()
+            RETURNING id, aor, (xmax = 0) AS inserted
+        )
+        SELECT w.id::text, w.inserted,
+            pg_notify($2, CASE WHEN w.inserted THEN 'added ' ELSE 'refreshed ' END || w.aor || ' ' || w.id::text || $3)
+        FROM written w
         """
 
     static let insertChannelsSQL = """
@@ -192,21 +235,21 @@ enum BindingRecords {
             JOIN sip_domains d ON d.id = e.domain_id
         """
 
-    static func encodeBindings(_ bindings: [Binding]) -> String {
-        var json = JSONText(capacity: bindings.count * 400)
+    static func encodeBindings(_ bindings: [Binding]) -> JSONText {
+        var json = JSONText(capacity: bindings.count * 512)
         json.beginArray()
         for binding in bindings {
             json.beginObject()
-            json.field("id", binding.id.uuidString)
-            json.field("aor", binding.aor.description)
+            json.field("id", uuid: binding.id)
+            json.field("aor", number: binding.aor.number, domain: binding.aor.domain)
             json.field("contact", binding.contact)
             json.field("instance", binding.instance.map(StorableText.escapingNUL))
             json.field("reg_id", binding.regID)
             json.field("q", binding.q)
             json.field("call_id", binding.callID)
             json.field("cseq", Int(binding.cseq))
-            json.field("registered_at", binding.registeredAt.timeIntervalSince1970)
-            json.field("expires_at", binding.expiresAt.timeIntervalSince1970)
+            json.field("registered_at", epochSeconds: binding.registeredAt)
+            json.field("expires_at", epochSeconds: binding.expiresAt)
             json.field("path", strings: binding.path.map(StorableText.escapingNUL))
             json.field("user_agent", binding.userAgent.map(StorableText.escapingNUL))
             json.field("flow_transport", binding.flow.transport.rawValue)
@@ -217,11 +260,11 @@ enum BindingRecords {
             json.endObject()
         }
         json.endArray()
-        return json.text
+        return json
     }
 
     /// The push channels of `bindings`, one row each (a token repeated within a binding counts once).
-    static func encodeChannels(of bindings: [Binding]) -> (json: String, count: Int) {
+    static func encodeChannels(of bindings: [Binding]) -> (json: JSONText, count: Int) {
         var json = JSONText(capacity: 256)
         var count = 0
         json.beginArray()
@@ -230,7 +273,7 @@ enum BindingRecords {
             for (position, channel) in binding.pushChannels.enumerated() {
                 guard seen.insert(channel.family.rawValue + " " + channel.token).inserted else { continue }
                 json.beginObject()
-                json.field("binding_id", binding.id.uuidString)
+                json.field("binding_id", uuid: binding.id)
                 json.field("position", position)
                 json.field("provider", channel.provider.rawValue)
                 json.field("family", channel.family.rawValue)
@@ -242,12 +285,19 @@ enum BindingRecords {
             }
         }
         json.endArray()
-        return (json.text, count)
+        return (json, count)
     }
 
     /// A PostgreSQL array literal of uuids (their text holds only hex digits and hyphens).
     static func uuidArray(_ ids: [UUID]) -> String {
-        "{" + ids.map(\.uuidString).joined(separator: ",") + "}"
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(ids.count * 37 + 2)
+        for (index, id) in ids.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            UUIDText.append(id, to: &bytes)
+        }
+        bytes.append(UInt8(ascii: "}"))
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     // MARK: - Reading

@@ -2,12 +2,14 @@ import Foundation
 
 /// Builds JSON text for one bind parameter: the storage layer sends a whole batch of rows as one
 /// `jsonb` value that PostgreSQL unpacks with `jsonb_to_recordset`, so a batch costs one statement
-/// whatever its size. Values never become SQL text.
+/// whatever its size. Values never become SQL text. It writes UTF-8 bytes into one buffer (no
+/// `String` per value, no formatting through `printf`), which `PostgresParameters` takes as is.
 ///
 /// Threading: a value type, used by one thread at a time.
 struct JSONText {
     private var bytes: [UInt8] = []
-    private var needsComma: [Bool] = []
+    /// Whether the next element or key of the array or object being written needs a comma first.
+    private var needsComma = false
 
     init(capacity: Int = 256) {
         bytes.reserveCapacity(capacity)
@@ -16,113 +18,258 @@ struct JSONText {
     /// The JSON written so far.
     var text: String { String(decoding: bytes, as: UTF8.self) }
 
+    /// Calls `body` with the JSON's bytes.
+    func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        bytes.withUnsafeBufferPointer(body)
+    }
+
     /// A JSON array of strings, for `jsonb_array_elements_text`.
     static func array(of strings: [String]) -> String {
+        arrayText(of: strings).text
+    }
+
+    /// A JSON array of strings, as a `JSONText`.
+    static func arrayText(of strings: [String]) -> JSONText {
         var json = JSONText(capacity: strings.count * 64 + 2)
         json.beginArray()
         for string in strings { json.string(string) }
         json.endArray()
-        return json.text
+        return json
     }
 
-    private mutating func raw(_ ascii: String) {
-        bytes.append(contentsOf: ascii.utf8)
+    private mutating func raw(_ ascii: StaticString) {
+        ascii.withUTF8Buffer { bytes.append(contentsOf: $0) }
     }
 
     mutating func beginArray() {
         separate()
-        raw("[")
-        needsComma.append(false)
+        bytes.append(UInt8(ascii: "["))
+        needsComma = false
     }
 
     mutating func endArray() {
-        raw("]")
-        needsComma.removeLast()
-        if !needsComma.isEmpty { markWritten() }
+        bytes.append(UInt8(ascii: "]"))
+        needsComma = true
     }
 
     mutating func beginObject() {
         separate()
-        raw("{")
-        needsComma.append(false)
+        bytes.append(UInt8(ascii: "{"))
+        needsComma = false
     }
 
     mutating func endObject() {
-        raw("}")
-        needsComma.removeLast()
-        if !needsComma.isEmpty { markWritten() }
+        bytes.append(UInt8(ascii: "}"))
+        needsComma = true
     }
 
     mutating func key(_ name: StaticString) {
         separate()
-        raw("\"")
-        raw(name.description)
+        bytes.append(UInt8(ascii: "\""))
+        raw(name)
         raw("\":")
-        needsComma[needsComma.count - 1] = false
+        needsComma = false
     }
 
     mutating func field(_ name: StaticString, _ value: String?) {
         key(name)
         string(value)
-        markWritten()
     }
 
     mutating func field(_ name: StaticString, _ value: Double?) {
         key(name)
-        number(value)
-        markWritten()
+        if let value, value.isFinite { bytes.append(contentsOf: String(value).utf8) } else { raw("null") }
+        needsComma = true
     }
 
     mutating func field(_ name: StaticString, _ value: Int?) {
         key(name)
-        if let value { raw(String(value)) } else { raw("null") }
-        markWritten()
+        if let value { appendDecimal(value) } else { raw("null") }
+        needsComma = true
+    }
+
+    /// A time as seconds since 1970 to the microsecond (PostgreSQL's precision), written exactly
+    /// (`to_timestamp` of it gives back that microsecond).
+    mutating func field(_ name: StaticString, epochSeconds date: Date) {
+        key(name)
+        let seconds = date.timeIntervalSince1970
+        let micros = (seconds * 1_000_000).rounded()
+        if micros >= 0 && micros < 9e15 {
+            let whole = Int(micros)
+            appendDecimal(whole / 1_000_000)
+            bytes.append(UInt8(ascii: "."))
+            var fraction = whole % 1_000_000
+            var digits = [UInt8](repeating: UInt8(ascii: "0"), count: 6)
+            for index in stride(from: 5, through: 0, by: -1) {
+                digits[index] = UInt8(ascii: "0") + UInt8(fraction % 10)
+                fraction /= 10
+            }
+            bytes.append(contentsOf: digits)
+        } else if seconds.isFinite {
+            bytes.append(contentsOf: String(seconds).utf8)
+        } else {
+            raw("null")
+        }
+        needsComma = true
+    }
+
+    /// A uuid in PostgreSQL's form (lower-case hex, hyphenated), quoted.
+    mutating func field(_ name: StaticString, uuid: UUID) {
+        key(name)
+        bytes.append(UInt8(ascii: "\""))
+        UUIDText.append(uuid, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+        needsComma = true
+    }
+
+    /// `number@domain` of an address of record, quoted (its stored text), without building it.
+    mutating func field(_ name: StaticString, number: String, domain: String) {
+        key(name)
+        bytes.append(UInt8(ascii: "\""))
+        appendEscaped(number)
+        bytes.append(UInt8(ascii: "@"))
+        appendEscaped(domain)
+        bytes.append(UInt8(ascii: "\""))
+        needsComma = true
     }
 
     mutating func field(_ name: StaticString, strings: [String]) {
         key(name)
-        raw("[")
+        bytes.append(UInt8(ascii: "["))
         for (index, value) in strings.enumerated() {
-            if index > 0 { raw(",") }
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
             appendQuoted(value)
         }
-        raw("]")
-        markWritten()
+        bytes.append(UInt8(ascii: "]"))
+        needsComma = true
     }
 
     /// An array element or a value after `key`.
     mutating func string(_ value: String?) {
-        if needsComma.last == true { raw(",") }
+        separate()
         if let value { appendQuoted(value) } else { raw("null") }
-        if !needsComma.isEmpty { needsComma[needsComma.count - 1] = true }
-    }
-
-    private mutating func number(_ value: Double?) {
-        guard let value, value.isFinite else {
-            raw("null")
-            return
-        }
-        raw(String(value))
+        needsComma = true
     }
 
     private mutating func separate() {
-        if needsComma.last == true { raw(",") }
+        if needsComma { bytes.append(UInt8(ascii: ",")) }
     }
 
-    private mutating func markWritten() {
-        needsComma[needsComma.count - 1] = true
+    private mutating func appendDecimal(_ value: Int) {
+        if value < 0 {
+            guard value != .min else {
+                bytes.append(contentsOf: String(value).utf8)
+                return
+            }
+            bytes.append(UInt8(ascii: "-"))
+            appendDecimal(-value)
+            return
+        }
+        if value < 10 {
+            bytes.append(UInt8(ascii: "0") + UInt8(value))
+            return
+        }
+        // Room for the 19 digits of the largest Int.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var rest = value
+            var index = buffer.count
+            while rest > 0 {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            bytes.append(contentsOf: buffer[index...])
+        }
     }
 
     private mutating func appendQuoted(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0..<0x20: bytes.append(contentsOf: Array(String(format: "\\u%04x", UInt32(byte)).utf8))
-            default: bytes.append(byte)
+        appendEscaped(value)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// `value`'s bytes with `"`, `\` and control characters escaped (runs without one copied at once).
+    private mutating func appendEscaped(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            var runStart = 0
+            for index in 0..<utf8.count {
+                let byte = utf8[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<index]))
+                runStart = index + 1
+                bytes.append(UInt8(ascii: "\\"))
+                switch byte {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes.append(byte)
+                default:
+                    raw("u00")
+                    bytes.append(UUIDText.hexDigit(byte >> 4))
+                    bytes.append(UUIDText.hexDigit(byte & 0x0f))
+                }
+            }
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
+        }
+    }
+}
+
+/// A uuid's text as PostgreSQL prints it (lower-case hex, hyphenated), written without
+/// Foundation's `uuidString` (which formats through `snprintf`).
+///
+/// Threading: pure functions.
+enum UUIDText {
+    static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+    }
+
+    /// Appends the 36 characters of `uuid`.
+    static func append(_ uuid: UUID, to bytes: inout [UInt8]) {
+        withUnsafeBytes(of: uuid.uuid) { raw in
+            for index in 0..<16 {
+                if index == 4 || index == 6 || index == 8 || index == 10 { bytes.append(UInt8(ascii: "-")) }
+                bytes.append(hexDigit(raw[index] >> 4))
+                bytes.append(hexDigit(raw[index] & 0x0f))
             }
         }
-        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// The 36 characters of `uuid`, lower case.
+    static func string(_ uuid: UUID) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(36)
+        append(uuid, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The uuid a 36-character hyphenated hex text (either case) spells; nil when it is not one.
+    static func parse(_ text: String) -> UUID? {
+        var text = text
+        return text.withUTF8 { utf8 -> UUID? in
+            guard utf8.count == 36 else { return nil }
+            var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            let parsed = withUnsafeMutableBytes(of: &raw) { out -> Bool in
+                var position = 0
+                for index in 0..<16 {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        guard utf8[position] == UInt8(ascii: "-") else { return false }
+                        position += 1
+                    }
+                    guard let high = nibble(utf8[position]), let low = nibble(utf8[position + 1]) else { return false }
+                    out[index] = high << 4 | low
+                    position += 2
+                }
+                return true
+            }
+            return parsed ? UUID(uuid: raw) : nil
+        }
+    }
+
+    private static func nibble(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
     }
 }

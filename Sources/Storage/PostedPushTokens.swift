@@ -48,16 +48,33 @@ public enum PostedPushTokens {
 
     /// Stores `channel` for `aor`. Returns nil when the extension does not exist.
     ///
-    /// One statement, so one round trip and one implicit transaction: the upsert, replacing the
-    /// device's earlier token of the same kind, clearing a dead mark, stripping the token from
-    /// other extensions' bindings and both announcements
-    /// (`rouse_bindings` for each stripped binding, `rouse_posted_tokens` unless nothing changed)
-    /// commit together or not at all.
+    /// One statement (prepared once per connection): the upsert, replacing the device's earlier
+    /// token of the same kind, clearing a dead mark, stripping the token from other extensions'
+    /// bindings and both announcements (`rouse_bindings` for each stripped binding,
+    /// `rouse_posted_tokens` unless nothing changed) commit together or not at all; then the
+    /// device's sign of life. Run it inside a transaction (the HTTP API's group commit) for the
+    /// two to commit together.
     public static func store(
         _ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord, on connection: PostgresConnection
     ) throws -> PostedTokenChange? {
         let rows = try connection.query(
-            """
+            prepared: "rouse_posted_token_store", storeSQL,
+            PostgresParameters([
+                aor.domain, aor.number, channel.family.rawValue, channel.token, channel.provider.rawValue, channel.param,
+                channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
+            ]))
+        guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
+        // A post is its device's sign of life (the stale-device rule).
+        try PushTokenLiveness.signOfLife([channel.tokenID], on: connection)
+        guard let previousExtension = row[1] else { return .stored }
+        if row[4] == "t" { return .refreshed }
+        let movedFrom = previousExtension == extensionID
+            ? nil : row[2].flatMap { number in row[3].map { AddressOfRecord(number: number, domain: $0) } }
+        return .updated(movedFrom: movedFrom)
+    }
+
+    /// `store`'s one statement (prepared once per connection: it is planned once, not per post).
+    static let storeSQL = """
             WITH ext AS (
                 SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1 AND e.number = $2
             ), prev AS (
@@ -99,20 +116,7 @@ public enum PostedPushTokens {
                     + (SELECT count(*) FROM replaced)
                     + (SELECT count(*) FROM told)
             FROM ext CROSS JOIN unchanged LEFT JOIN prev ON true
-            """,
-            [
-                aor.domain, aor.number, channel.family.rawValue, channel.token, channel.provider.rawValue, channel.param,
-                channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
-            ])
-        guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
-        // A post is its device's sign of life (the stale-device rule).
-        try PushTokenLiveness.signOfLife([channel.tokenID], on: connection)
-        guard let previousExtension = row[1] else { return .stored }
-        if row[4] == "t" { return .refreshed }
-        let movedFrom = previousExtension == extensionID
-            ? nil : row[2].flatMap { number in row[3].map { AddressOfRecord(number: number, domain: $0) } }
-        return .updated(movedFrom: movedFrom)
-    }
+            """
 
     /// Removes `token` from `aor` (either family when `family` is nil; APNs tokens compared in
     /// lower case). Returns whether the extension held it.

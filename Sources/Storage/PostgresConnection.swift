@@ -19,6 +19,8 @@ public final class PostgresConnection {
     /// The keys that seal and open the secret columns on this connection (`SealedSecrets`); nil:
     /// storing or reading a secret fails with a clear error.
     public var secrets: SecretSeal?
+    /// The names of the statements prepared on this connection (`query(prepared:)`).
+    private var prepared: Set<String> = []
 
     /// Connects with a libpq conninfo string or a `postgresql://` URL.
     /// - Parameter connectTimeout: seconds libpq waits for the server (its `connect_timeout`).
@@ -84,10 +86,47 @@ public final class PostgresConnection {
     /// Runs one statement with `$1…$n` bind parameters (text format; nil is SQL NULL).
     @discardableResult
     public func query(_ sql: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresRows {
+        try query(sql, PostgresParameters(parameters))
+    }
+
+    /// Runs one statement with parameters already laid out as bytes (no copy per value).
+    @discardableResult
+    func query(_ sql: String, _ parameters: PostgresParameters) throws(PostgresError) -> PostgresRows {
         statementsSent.add(1, ordering: .relaxed)
-        let result: OpaquePointer? = withOptionalCStrings(parameters) { values in
-            PQexecParams(connection, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+        let result = parameters.withValuePointers { values, count in
+            PQexecParams(connection, sql, count, nil, values, nil, nil, 0)
         }
+        return try rows(of: result)
+    }
+
+    /// Runs the statement `sql` as a named prepared statement of this connection (prepared on its
+    /// first use here, so PostgreSQL parses and plans it once per connection, not per call). For
+    /// the hot, fixed statements of the writers; `name` must be unique per SQL text.
+    @discardableResult
+    func query(prepared name: StaticString, _ sql: String, _ parameters: PostgresParameters) throws(PostgresError) -> PostgresRows {
+        let key = name.description
+        if !prepared.contains(key) {
+            statementsSent.add(1, ordering: .relaxed)
+            _ = try rows(of: PQprepare(connection, key, sql, parameters.count, nil))
+            prepared.insert(key)
+        }
+        statementsSent.add(1, ordering: .relaxed)
+        let result = parameters.withValuePointers { values, count in
+            PQexecPrepared(connection, key, count, values, nil, nil, 0)
+        }
+        do {
+            return try rows(of: result)
+        } catch where error.sqlState == "26000" {
+            // PostgreSQL no longer knows the statement (a DISCARD ALL): prepared again, at once
+            // outside a transaction, else on the next use (the transaction has failed anyway).
+            prepared.remove(key)
+            guard PQtransactionStatus(connection) == PQTRANS_IDLE else { throw error }
+            return try query(prepared: name, sql, parameters)
+        }
+    }
+
+    /// The rows of a result, or its error (the result is freed either way).
+    private func rows(of result: OpaquePointer?) throws(PostgresError) -> PostgresRows {
         guard let result else {
             throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(PostgresConnection.firstLine(of: PQerrorMessage(connection)))")
         }
@@ -208,15 +247,6 @@ private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeP
     var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
     pointers.append(nil)
     defer { for pointer in pointers { free(pointer) } }
-    return pointers.withUnsafeBufferPointer { buffer in
-        buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { body($0) }
-    }
-}
-
-private func withOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> R) -> R {
-    let pointers: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
-    defer { for pointer in pointers { free(pointer) } }
-    if pointers.isEmpty { return body(nil) }
     return pointers.withUnsafeBufferPointer { buffer in
         buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { body($0) }
     }

@@ -285,7 +285,7 @@ public struct BindingNotification: Hashable, Sendable {
     public init?(payload: String) {
         let parts = payload.split(separator: " ")
         guard parts.count == 3 || parts.count == 4, let kind = BindingEvent.Kind(rawValue: String(parts[0])),
-            let aor = AddressOfRecord(parsing: String(parts[1])), let id = UUID(uuidString: String(parts[2]))
+            let aor = AddressOfRecord(parsing: String(parts[1])), let id = UUIDText.parse(String(parts[2]))
         else { return nil }
         self.init(kind: kind, aor: aor, bindingID: id, origin: parts.count == 4 ? String(parts[3]) : "")
     }
@@ -293,7 +293,7 @@ public struct BindingNotification: Hashable, Sendable {
     /// The payload text: `<kind> <aor> <binding id> [<origin>]`, the id in lower case as
     /// PostgreSQL prints uuids.
     public var payload: String {
-        let base = "\(kind.rawValue) \(aor) \(bindingID.uuidString.lowercased())"
+        let base = "\(kind.rawValue) \(aor) \(UUIDText.string(bindingID))"
         return origin.isEmpty ? base : base + " " + origin
     }
 }

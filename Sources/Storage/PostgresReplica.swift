@@ -2,6 +2,7 @@ import Dispatch
 public import Foundation
 public import Registrar
 public import RouseVocabulary
+import Synchronization
 
 /// Where the replica puts the bindings it reads: the registrar's in-memory index. `mark` is taken
 /// on the reader thread just before each read, and handed back with its result to `apply`, so the
@@ -70,6 +71,8 @@ public final class PostgresReplica: @unchecked Sendable {
     private var stopped = false
     private var connection: PostgresConnection?
     private var pruneTimer: DispatchSourceTimer?
+    /// Notifications not yet handed to the follower, and whether a hop to `queue` is on its way.
+    private let inbox = Mutex<(events: [ReplicaFollower.Event], scheduled: Bool)>(([], false))
 
     /// - Parameter origin: the origin this instance's location store writes with (its changes are
     ///   not read back).
@@ -103,12 +106,64 @@ public final class PostgresReplica: @unchecked Sendable {
         handle(.listening)
     }
 
-    /// A `rouse_replica` notification's payload.
+    /// A `rouse_replica` notification's payload. Read as bytes, without splitting it into
+    /// strings; notifications that arrive together reach the follower in one hop to its queue,
+    /// this instance's own consecutive ones merged into one range.
     public func notified(payload: String) {
-        let parts = payload.split(separator: " ", omittingEmptySubsequences: false)
-        guard parts.count == 4, let first = Int64(parts[0]), let last = Int64(parts[1]), first <= last else { return }
-        let own = parts[2] == "binding" && !origin.isEmpty && parts[3] == origin
-        handle(.notified(seqs: first...last, own: own))
+        guard let notice = Self.notice(payload, origin: origin) else { return }
+        let schedule = inbox.withLock { inbox -> Bool in
+            if notice.own, case .notified(let last, true)? = inbox.events.last, last.upperBound + 1 == notice.seqs.lowerBound {
+                inbox.events[inbox.events.count - 1] = .notified(seqs: last.lowerBound...notice.seqs.upperBound, own: true)
+            } else {
+                inbox.events.append(.notified(seqs: notice.seqs, own: notice.own))
+            }
+            defer { inbox.scheduled = true }
+            return !inbox.scheduled
+        }
+        guard schedule else { return }
+        queue.async { [self] in
+            let events = inbox.withLock { inbox in
+                defer {
+                    inbox.events.removeAll(keepingCapacity: true)
+                    inbox.scheduled = false
+                }
+                return inbox.events
+            }
+            guard !stopped else { return }
+            for event in events { perform(follower.handle(event, now: clock())) }
+        }
+    }
+
+    /// The numbers a `rouse_replica` payload (`<first> <last> <kinds> <origin>`) announces, and
+    /// whether they are all `origin`'s binding changes; nil when it is not such a payload.
+    static func notice(_ payload: String, origin: String) -> (seqs: ClosedRange<Int64>, own: Bool)? {
+        var payload = payload
+        var origin = origin
+        return payload.withUTF8 { text -> (seqs: ClosedRange<Int64>, own: Bool)? in
+            var position = 0
+            func number() -> Int64? {
+                var value: Int64 = 0
+                let start = position
+                while position < text.count, text[position] != UInt8(ascii: " ") {
+                    let digit = text[position] &- UInt8(ascii: "0")
+                    guard digit < 10, position - start < 18 else { return nil }
+                    value = value * 10 + Int64(digit)
+                    position += 1
+                }
+                guard position > start, position < text.count else { return nil }
+                position += 1
+                return value
+            }
+            guard let first = number(), let last = number(), first <= last else { return nil }
+            let kindsStart = position
+            while position < text.count, text[position] != UInt8(ascii: " ") { position += 1 }
+            guard position < text.count else { return nil }
+            let kinds = UnsafeBufferPointer(rebasing: text[kindsStart..<position])
+            let sender = UnsafeBufferPointer(rebasing: text[(position + 1)...])
+            guard !sender.contains(UInt8(ascii: " ")) else { return nil }
+            let own = !sender.isEmpty && kinds.elementsEqual("binding".utf8) && origin.withUTF8 { sender.elementsEqual($0) }
+            return (first...last, own)
+        }
     }
 
     /// Catch-up reads done (after a reconnect, or a gap in the announced numbers).

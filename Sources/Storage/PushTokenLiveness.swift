@@ -44,7 +44,9 @@ public enum PushTokenLiveness {
             json.endObject()
         }
         json.endArray()
-        try connection.query(signOfLifeSQL, [json.text])
+        var parameters = PostgresParameters(capacity: signs.count * 128 + 8)
+        parameters.append(json)
+        try connection.query(prepared: "rouse_push_sign_of_life", signOfLifeSQL, parameters)
     }
 
     /// A ring push to `token` made at `pushedAt` has had its wait: applies the rule at `now` and

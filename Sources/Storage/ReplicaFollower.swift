@@ -72,7 +72,12 @@ public struct ReplicaFollower: Sendable, Equatable {
         case .listening:
             want(lastSeen == nil ? .start : .catchUp)
         case .notified(let seqs, let own):
-            for seq in seqs where lastSeen.map({ seq > $0 }) ?? true { heard[seq] = own }
+            if own, heard.isEmpty, let seen = lastSeen, seqs.lowerBound <= seen + 1 {
+                // The common case under load: the next numbers are this instance's own.
+                lastSeen = max(seen, seqs.upperBound)
+            } else {
+                for seq in seqs where lastSeen.map({ seq > $0 }) ?? true { heard[seq] = own }
+            }
         case .readDone(let through, let full):
             if let reason = reading {
                 if full && reason != .start { fullReloads += 1 }
@@ -111,11 +116,18 @@ public struct ReplicaFollower: Sendable, Equatable {
         } else if !heard.isEmpty {
             announced = .start
         }
-        guard reading == nil, let reason = [wanted, announced].compactMap({ $0 }).max() else { return [] }
+        guard reading == nil, let reason = stronger(wanted, announced) else { return [] }
         if let retryAt, now < retryAt { return [.wake(at: retryAt)] }
         retryAt = nil
         wanted = nil
         reading = reason
         return [.read(after: reason == .start ? nil : lastSeen, reason: reason)]
     }
+}
+
+/// The stronger of two reasons, either of which may be absent.
+private func stronger(_ lhs: ReplicaFollower.Reason?, _ rhs: ReplicaFollower.Reason?) -> ReplicaFollower.Reason? {
+    guard let lhs else { return rhs }
+    guard let rhs else { return lhs }
+    return max(lhs, rhs)
 }
