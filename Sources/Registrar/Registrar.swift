@@ -1,28 +1,26 @@
 import Dispatch
+import Synchronization
 public import Foundation
 public import RouseVocabulary
 public import SIPMessage
 
-/// The registrar service: owns a `RegistrarCore` on its own serial queue, makes its changes durable
-/// through a `LocationStore` before answering (a 200 means the binding is in PostgreSQL), expires
-/// bindings on time, and announces every change to subscribers.
+/// One shard of the registrar: a `RegistrarCore` for the extensions that hash to it, on a serial
+/// queue of its own, with the bookkeeping of its writes still out. `Registrar` routes to it.
 ///
-/// Threading: every public method is thread-safe and returns without waiting for storage; the core
-/// is only touched on `queue`. Responses and events are delivered on the store's completion thread
-/// or on `queue`; handlers must not block.
-public final class Registrar: ExtensionDirectory, @unchecked Sendable {
+/// Threading: the core and everything below are only touched on `queue`.
+final class RegistrarShard: @unchecked Sendable {
     // @unchecked: `core` and `subscribers` are only read and written on `queue`.
-    private var core: RegistrarCore
+    var core: RegistrarCore
     private var subscribers: [@Sendable (BindingEvent) -> Void] = []
     private let store: any LocationStore
-    private let queue = DispatchQueue(label: "rouse.registrar")
+    let queue: DispatchQueue
     private let clock: @Sendable () -> Date
     private var expiryTimer: DispatchSourceTimer?
     /// Extensions with writes not yet answered by the store, and what they held before the first.
     private var unwritten: [AddressOfRecord: UnwrittenChanges] = [:]
-    /// Local writes made so far (REGISTERs that changed something), and the count when each
-    /// extension's last one was made: a read of the store begun before that may predate it.
-    private var writesMade: UInt64 = 0
+    /// Local writes made so far by every shard (REGISTERs that changed something), and the count
+    /// when each extension's last one was made: a read of the store begun before that may predate it.
+    private let writesMade: WriteCounter
     private var lastWrite: [AddressOfRecord: UInt64] = [:]
     /// Extensions whose stored bindings were read while a local write of theirs was out: read
     /// again once their last write is answered.
@@ -37,36 +35,29 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         var before: [Binding]
     }
 
-    /// - Parameter authFailureThrottle: when given, replaces the core's (shared with the HTTP API).
-    public init(
-        core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date = { Date() },
-        authFailureThrottle: AuthFailureThrottle? = nil
-    ) {
+    init(core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date, label: String, writesMade: WriteCounter) {
         self.core = core
-        if let authFailureThrottle { self.core.authFailureThrottle = authFailureThrottle }
         self.store = store
         self.clock = clock
+        self.queue = DispatchQueue(label: label)
+        self.writesMade = writesMade
     }
 
-    /// Loads every live binding from the store (blocking; at start, before serving).
-    public func loadBindings() throws {
-        let loaded = try store.loadBindings(now: clock())
-        queue.sync { core.load(loaded) }
-    }
-
-    /// Handles a REGISTER that arrived over `flow`; `respond` gets the answer once any change is durable.
-    public func handleRegister(_ request: SIPRequest, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
+    func handleRegister(_ request: SIPRequest, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
         queue.async { [self] in
             let decision = core.register(request, flow: flow, now: clock())
             switch decision {
             case .respond(let response):
                 respond(response)
             case .commit(let changes, let events, let response, let previous):
-                writesMade += 1
                 for (aor, list) in previous {
                     unwritten[aor, default: UnwrittenChanges(before: list)].outstanding += 1
                     unwritten[aor]?.made += 1
-                    lastWrite[aor] = writesMade
+                }
+                defer {
+                    // Counted once the write is out, so a mark that includes it was taken after it.
+                    let written = writesMade.next()
+                    for aor in previous.keys { lastWrite[aor] = written }
                 }
                 store.apply(changes) { [self] result in
                     let failed: Bool
@@ -112,21 +103,10 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         }
     }
 
-    /// A mark of the local writes made so far: take it before reading the store, and hand it to
-    /// `applyStored` with what the read found.
-    public func localWriteMark() -> UInt64 {
-        queue.sync { writesMade }
-    }
-
-    /// Puts bindings read from the store into the index (another instance changed them): each
-    /// extension's list replaces what the index holds, unless a local write of that extension is
-    /// still out or was made after `mark` (the read may predate it, and would drop its binding);
-    /// such an extension is read again once its writes are answered. `everything`: the read
-    /// covered every extension, so one the index holds that is not in `bindings` has none.
-    /// `applied` gets the extensions replaced, on the registrar's queue (it must not block).
-    public func applyStored(
+    /// Stored bindings of this shard's extensions into the index (see `Registrar.applyStored`).
+    func applyStored(
         _ bindings: [AddressOfRecord: [Binding]], everything: Bool, since mark: UInt64,
-        applied: @escaping @Sendable ([AddressOfRecord]) -> Void = { _ in }
+        applied: @escaping @Sendable ([AddressOfRecord]) -> Void
     ) {
         queue.async { [self] in
             var all = bindings
@@ -141,7 +121,7 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
 
     /// On `queue`: replaces one extension's bindings with stored ones unless a local write may be
     /// missing from them (see `applyStored`); says whether it did.
-    private func replaceStored(_ aor: AddressOfRecord, with list: [Binding], since mark: UInt64) -> Bool {
+    func replaceStored(_ aor: AddressOfRecord, with list: [Binding], since mark: UInt64) -> Bool {
         if unwritten[aor] != nil {
             readAgainAfterWrites.insert(aor)
             return false
@@ -154,68 +134,20 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         return true
     }
 
-    /// The live bindings of an extension.
-    public func bindings(for aor: AddressOfRecord) -> [Binding] {
-        queue.sync { core.bindings(for: aor) }
-    }
-
-    /// The live binding with this id (another instance forwarding a call to it names it so).
-    public func binding(id: UUID) -> Binding? {
-        queue.sync { core.binding(withID: id) }
-    }
-
-    /// The extensions and organisations the registrar knows now.
-    public func directorySnapshot() -> DirectorySnapshot {
-        queue.sync { core.directory }
-    }
-
-    /// The live bindings with push channels that expire before `deadline` (binding-refresh
-    /// pushes); `completion` runs on the registrar's queue and must not block.
-    public func pushBindings(expiringBefore deadline: Date, completion: @escaping @Sendable ([Binding]) -> Void) {
-        queue.async { [self] in
-            completion(core.bindings.values.flatMap { $0.filter { !$0.pushChannels.isEmpty && $0.expiresAt <= deadline } })
-        }
-    }
-
-    /// How many bindings are live.
-    public var bindingCount: Int { queue.sync { core.bindingCount } }
-
-    /// Calls `handler` with every binding event from now on.
-    public func subscribe(_ handler: @escaping @Sendable (BindingEvent) -> Void) {
+    /// Calls `handler` with every binding event of this shard from now on.
+    func subscribe(_ handler: @escaping @Sendable (BindingEvent) -> Void) {
         queue.sync { subscribers.append(handler) }
     }
 
-    /// One extension's stored hashes, as the directory holds them now.
-    public func credentials(of aor: AddressOfRecord) -> ExtensionCredentials? {
-        queue.sync { core.directory.extensions[aor] }
-    }
-
-    /// Swaps in a new directory (after an extension was added, removed or changed its password).
-    public func updateDirectory(_ snapshot: DirectorySnapshot) {
-        queue.async { [self] in core.directory = snapshot }
-    }
-
-    /// Wake credentials that must no longer admit a REGISTER (their call ended before its wait).
-    public func retireWakeCredentials(_ ids: [String], until: Date) {
-        queue.async { [self] in core.wakeCredentials?.retire(ids, until: until) }
-    }
-
-    /// Sets which push providers have a push app (RFC 8599 §5.2).
-    public func updateSupportedPushProviders(_ providers: Set<PushProviderFamily>) {
-        queue.async { [self] in core.supportedPushProviders = providers }
-    }
-
-    /// Reloads one extension's bindings from the store (another instance changed them), keeping
-    /// what the index holds while a local write of it may be missing from the read (see
-    /// `applyStored`). Blocking read; call it off the SIP path, never on the registrar's queue.
-    public func reload(_ aor: AddressOfRecord) throws {
-        let mark = localWriteMark()
+    /// Reloads one extension's bindings (see `Registrar.reload`).
+    func reload(_ aor: AddressOfRecord) throws {
+        let mark = writesMade.mark
         let loaded = try store.loadBindings(for: aor, now: clock())
         queue.async { [self] in _ = replaceStored(aor, with: loaded, since: mark) }
     }
 
-    /// Removes expired bindings now (the timer calls this every `interval`).
-    public func expireNow() {
+    /// Removes this shard's expired bindings now.
+    func expireNow() {
         queue.async { [self] in
             let (changes, events) = core.expire(now: clock())
             guard !changes.isEmpty else { return }
@@ -225,8 +157,7 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         }
     }
 
-    /// Starts the expiry timer.
-    public func startExpiryTimer(interval: Duration = .seconds(1)) {
+    func startExpiryTimer(interval: Duration) {
         queue.sync {
             let timer = DispatchSource.makeTimerSource(queue: queue)
             let nanoseconds = Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
@@ -237,7 +168,7 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         }
     }
 
-    public func stopExpiryTimer() {
+    func stopExpiryTimer() {
         queue.sync {
             expiryTimer?.cancel()
             expiryTimer = nil
@@ -251,6 +182,237 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
             }
         }
     }
+}
+
+/// The registrar service: the extensions' bindings in `RegistrarCore`s, one per shard, each on a
+/// serial queue of its own, an extension always in the same shard (by a hash of its address of
+/// record), so REGISTERs of different extensions are decided on several cores at once while those of
+/// one extension stay in order. Changes are made durable through one `LocationStore` (whose writer
+/// commits what every shard sends in groups) before answering (a 200 means the binding is in
+/// PostgreSQL); bindings expire on time, and every change is announced to subscribers.
+///
+/// Threading: every public method is thread-safe and returns without waiting for storage; each core
+/// is only touched on its shard's queue. Responses and events are delivered on the store's
+/// completion thread or on a shard's queue; handlers must not block.
+public final class Registrar: ExtensionDirectory, Sendable {
+    private let shards: [RegistrarShard]
+    private let store: any LocationStore
+    private let clock: @Sendable () -> Date
+    private let writesMade = WriteCounter()
+
+    /// - Parameter authFailureThrottle: when given, replaces the core's (shared with the HTTP API).
+    /// - Parameter shards: serial queues, each with its own copy of `core` (at least 1).
+    public init(
+        core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date = { Date() },
+        authFailureThrottle: AuthFailureThrottle? = nil, shards: Int = 1
+    ) {
+        var core = core
+        if let authFailureThrottle { core.authFailureThrottle = authFailureThrottle }
+        let count = max(1, shards)
+        let writesMade = self.writesMade
+        self.shards = (0..<count).map { index in
+            RegistrarShard(
+                core: core, store: store, clock: clock, label: count == 1 ? "rouse.registrar" : "rouse.registrar.\(index)",
+                writesMade: writesMade)
+        }
+        self.store = store
+        self.clock = clock
+    }
+
+    /// How many shards decide REGISTERs.
+    public var shardCount: Int { shards.count }
+
+    /// The shard that holds `aor`'s bindings: a hash of its number and domain (FNV-1a, the same in
+    /// every run, so an extension's shard does not depend on the process).
+    public func shardIndex(of aor: AddressOfRecord) -> Int {
+        guard shards.count > 1 else { return 0 }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in aor.number.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        hash = (hash ^ 0x40) &* 0x100_0000_01b3
+        for byte in aor.domain.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return Int(hash % UInt64(shards.count))
+    }
+
+    private func shard(of aor: AddressOfRecord) -> RegistrarShard { shards[shardIndex(of: aor)] }
+
+    /// The shard of the extension a REGISTER's To names, as `RegistrarCore.register` reads it; the
+    /// first shard when it names none (that shard answers the error).
+    private func shard(of request: SIPRequest) -> RegistrarShard {
+        guard shards.count > 1, let to = request.to, to.uri.scheme != .tel, let number = to.uri.user else { return shards[0] }
+        return shard(of: AddressOfRecord(number: PushParameters.unescape(number), domain: to.uri.host))
+    }
+
+    /// Loads every live binding from the store (blocking; at start, before serving).
+    public func loadBindings() throws {
+        let loaded = try store.loadBindings(now: clock())
+        let parts = Dictionary(grouping: loaded) { shardIndex(of: $0.aor) }
+        for (index, shard) in shards.enumerated() {
+            let part = parts[index] ?? []
+            shard.queue.sync { shard.core.load(part) }
+        }
+    }
+
+    /// Handles a REGISTER that arrived over `flow`; `respond` gets the answer once any change is durable.
+    public func handleRegister(_ request: SIPRequest, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
+        shard(of: request).handleRegister(request, flow: flow, respond: respond)
+    }
+
+    /// A mark of the local writes made so far: take it before reading the store, and hand it to
+    /// `applyStored` with what the read found.
+    public func localWriteMark() -> UInt64 {
+        writesMade.mark
+    }
+
+    /// Puts bindings read from the store into the index (another instance changed them): each
+    /// extension's list replaces what the index holds, unless a local write of that extension is
+    /// still out or was made after `mark` (the read may predate it, and would drop its binding);
+    /// such an extension is read again once its writes are answered. `everything`: the read
+    /// covered every extension, so one the index holds that is not in `bindings` has none.
+    /// `applied` gets the extensions replaced, once every shard has done its part, on a shard's
+    /// queue (it must not block).
+    public func applyStored(
+        _ bindings: [AddressOfRecord: [Binding]], everything: Bool, since mark: UInt64,
+        applied: @escaping @Sendable ([AddressOfRecord]) -> Void = { _ in }
+    ) {
+        guard shards.count > 1 else {
+            return shards[0].applyStored(bindings, everything: everything, since: mark, applied: applied)
+        }
+        var parts = [[AddressOfRecord: [Binding]]](repeating: [:], count: shards.count)
+        for (aor, list) in bindings { parts[shardIndex(of: aor)][aor] = list }
+        gather(over: shards.indices, { index, done in
+            shards[index].applyStored(parts[index], everything: everything, since: mark, applied: done)
+        }, completion: { applied($0.flatMap { $0 }) })
+    }
+
+    /// The live bindings of an extension.
+    public func bindings(for aor: AddressOfRecord) -> [Binding] {
+        let shard = shard(of: aor)
+        return shard.queue.sync { shard.core.bindings(for: aor) }
+    }
+
+    /// The live binding with this id (another instance forwarding a call to it names it so).
+    public func binding(id: UUID) -> Binding? {
+        for shard in shards {
+            if let found = shard.queue.sync(execute: { shard.core.binding(withID: id) }) { return found }
+        }
+        return nil
+    }
+
+    /// The extensions and organisations the registrar knows now.
+    public func directorySnapshot() -> DirectorySnapshot {
+        shards[0].queue.sync { shards[0].core.directory }
+    }
+
+    /// The live bindings with push channels that expire before `deadline` (binding-refresh
+    /// pushes), from every shard; `completion` runs on a shard's queue and must not block.
+    public func pushBindings(expiringBefore deadline: Date, completion: @escaping @Sendable ([Binding]) -> Void) {
+        gather(over: shards.indices, { index, done in
+            let shard = shards[index]
+            shard.queue.async {
+                done(shard.core.bindings.values.flatMap { $0.filter { !$0.pushChannels.isEmpty && $0.expiresAt <= deadline } })
+            }
+        }, completion: { completion($0.flatMap { $0 }) })
+    }
+
+    /// How many bindings are live.
+    public var bindingCount: Int {
+        shards.reduce(0) { total, shard in total + shard.queue.sync { shard.core.bindingCount } }
+    }
+
+    /// Calls `handler` with every binding event from now on (an extension's in order).
+    public func subscribe(_ handler: @escaping @Sendable (BindingEvent) -> Void) {
+        for shard in shards { shard.subscribe(handler) }
+    }
+
+    /// One extension's stored hashes, as the directory holds them now.
+    public func credentials(of aor: AddressOfRecord) -> ExtensionCredentials? {
+        let shard = shard(of: aor)
+        return shard.queue.sync { shard.core.directory.extensions[aor] }
+    }
+
+    /// Swaps in a new directory (after an extension was added, removed or changed its password).
+    public func updateDirectory(_ snapshot: DirectorySnapshot) {
+        for shard in shards { shard.queue.async { shard.core.directory = snapshot } }
+    }
+
+    /// Wake credentials that must no longer admit a REGISTER (their call ended before its wait).
+    public func retireWakeCredentials(_ ids: [String], until: Date) {
+        for shard in shards { shard.queue.async { shard.core.wakeCredentials?.retire(ids, until: until) } }
+    }
+
+    /// Sets which push providers have a push app (RFC 8599 §5.2).
+    public func updateSupportedPushProviders(_ providers: Set<PushProviderFamily>) {
+        for shard in shards { shard.queue.async { shard.core.supportedPushProviders = providers } }
+    }
+
+    /// Reloads one extension's bindings from the store (another instance changed them), keeping
+    /// what the index holds while a local write of it may be missing from the read (see
+    /// `applyStored`). Blocking read; call it off the SIP path, never on a registrar queue.
+    public func reload(_ aor: AddressOfRecord) throws {
+        try shard(of: aor).reload(aor)
+    }
+
+    /// Removes expired bindings now (the timers call this every `interval`).
+    public func expireNow() {
+        for shard in shards { shard.expireNow() }
+    }
+
+    /// Starts the expiry timers (one per shard).
+    public func startExpiryTimer(interval: Duration = .seconds(1)) {
+        for shard in shards { shard.startExpiryTimer(interval: interval) }
+    }
+
+    public func stopExpiryTimer() {
+        for shard in shards { shard.stopExpiryTimer() }
+    }
+
+    /// Runs `part` for each index, then `completion` with what each handed to its `done` (in index
+    /// order), on the thread of the last `done`.
+    private func gather<Part: Sendable>(
+        over indices: Range<Int>, _ part: (Int, @escaping @Sendable (Part) -> Void) -> Void,
+        completion: @escaping @Sendable ([Part]) -> Void
+    ) {
+        let results = Gathering<Part>(count: indices.count)
+        for index in indices {
+            part(index) { value in
+                if let finished = results.add(value, at: index - indices.lowerBound) { completion(finished) }
+            }
+        }
+    }
+}
+
+/// The parts of a `Registrar.gather` handed in so far. Thread-safe (an NSLock).
+private final class Gathering<Part: Sendable>: @unchecked Sendable {
+    // @unchecked: `parts` and `left` are only touched under `lock`.
+    private let lock = NSLock()
+    private var parts: [Part?]
+    private var left: Int
+
+    init(count: Int) {
+        parts = Array(repeating: nil, count: count)
+        left = count
+    }
+
+    /// Records part `index`; every part, in order, once it was the last.
+    func add(_ part: Part, at index: Int) -> [Part]? {
+        lock.withLock {
+            parts[index] = part
+            left -= 1
+            return left == 0 ? parts.map { $0! } : nil
+        }
+    }
+}
+
+/// The local writes every shard has made, counted once each is handed to the store. Thread-safe
+/// (an atomic).
+final class WriteCounter: Sendable {
+    private let count = Atomic<UInt64>(0)
+
+    /// Counts one more write and returns the count.
+    func next() -> UInt64 { count.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue }
+
+    /// The writes counted so far.
+    var mark: UInt64 { count.load(ordering: .sequentiallyConsistent) }
 }
 
 /// A `LocationStore` held in memory: for unit tests of the registrar's logic and for benchmarks of

@@ -197,6 +197,7 @@ public enum ConfigurationLoader {
         }
         withCalls.wakeCredentials = reader.boolean("wake_credentials")
         withCalls.pushProxy = reader.proxy("push_proxy")
+        withCalls.sipThreads = reader.integer("sip_threads", 0...256)
         do {
             _ = try TrustedPeers(parsing: withCalls.trustedPeers)
         } catch {

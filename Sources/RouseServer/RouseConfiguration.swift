@@ -122,6 +122,8 @@ public struct RouseConfiguration: Sendable {
     public var wakeCredentials: Bool = false
     /// The HTTP(S) proxy every push goes through (`push_proxy`); nil: none.
     public var pushProxy: PushProxy?
+    /// SIP loop threads and registrar shards (`sip_threads`); 0: one per core.
+    public var sipThreads: Int = 0
 }
 
 extension RouseConfiguration {
@@ -132,6 +134,12 @@ extension RouseConfiguration {
         guard flowTimer > 0 else { return 0 }
         let idleSeconds = Int(tcpIdleTimeout.components.seconds)
         return min(flowTimer, max(1, idleSeconds * 4 / 5))
+    }
+
+    /// The SIP loop threads (and registrar shards) Rouse runs: `sipThreads`, or the cores this
+    /// process may run on when it is 0.
+    public var effectiveSIPThreads: Int {
+        sipThreads > 0 ? sipThreads : max(1, ProcessInfo.processInfo.activeProcessorCount)
     }
 }
 
@@ -282,5 +290,7 @@ extension RouseConfiguration {
               meaning: "whether each ring push carries a one-time wake credential (wake_credential) that the woken app's REGISTER presents in X-Rouse-Wake to be answered 200 without the digest challenge; good once, for that device, until the wake wait ends"),
         .init(key: "push_proxy", defaultValue: "",
               meaning: "HTTP proxy every push goes through (APNs, FCM and its token fetch, web push), tunnelled with CONNECT: http://[user:password@]host:port or https://…; the password is never shown; empty means none"),
+        .init(key: "sip_threads", defaultValue: "0",
+              meaning: "SIP threads: epoll loops (each with its own SO_REUSEPORT socket on every listen point) and registrar shards; 0 means one per core, 1 keeps a single loop and registrar queue"),
     ]
 }

@@ -93,7 +93,7 @@ public final class RouseService: @unchecked Sendable {
         let wakeSigner = configuration.wakeCredentials ? WakeCredentialSigner(secret: callTokenSecret) : nil
         core.wakeCredentials = wakeSigner.map { WakeCredentialGate(signer: $0, instanceID: instanceID) }
         let metrics = MetricsRegistry()
-        let registrar = Registrar(core: core, store: store, authFailureThrottle: authFailureThrottle)
+        let registrar = Registrar(core: core, store: store, authFailureThrottle: authFailureThrottle, shards: configuration.effectiveSIPThreads)
         metrics.gauge("rouse_bindings", help: "Live bindings (registered contacts) held by this instance.") {
             Double(registrar.bindingCount)
         }

@@ -10,7 +10,7 @@ import SIPTransport
 
 extension SIPServiceSettings {
     /// The SIP service's settings as `rouse serve` is configured: `sip_listen`, `sip_aliases`, TLS,
-    /// the TCP and parser limits, T1/T2/T4, `sip_rate_limit`, and this build's Server header.
+    /// the TCP and parser limits, T1/T2/T4, `sip_rate_limit`, `sip_threads`, and this build's Server header.
     public init(configuration: RouseConfiguration) {
         let tls: TLSConfiguration? =
             if let certificate = configuration.tlsCertificatePath, let key = configuration.tlsKeyPath {
@@ -26,7 +26,8 @@ extension SIPServiceSettings {
                 maxConnections: configuration.tcpMaxConnections, idleTimeout: configuration.tcpIdleTimeout,
                 tlsHandshakeTimeout: configuration.tlsHandshakeTimeout, framing: configuration.parserLimits),
             timers: TransactionTimers(t1: configuration.timerT1, t2: configuration.timerT2, t4: configuration.timerT4),
-            rateLimit: configuration.sipRateLimit, serverName: "Rouse/\(CommandLineInterface.version)", dnsServers: configuration.dnsServers)
+            rateLimit: configuration.sipRateLimit, serverName: "Rouse/\(CommandLineInterface.version)", dnsServers: configuration.dnsServers,
+            threads: configuration.effectiveSIPThreads)
     }
 }
 

@@ -16,8 +16,9 @@ public import SIPTransport
 /// → transactions (TransactionLayer) → the handlers. It needs no database, so benchmarks and
 /// tests can run it alone.
 ///
-/// Threading: inbound work runs on the transport's loop thread and never blocks there (parsing and
-/// the handlers here are pure computation); timers run on a serial queue of their own.
+/// Threading: inbound work runs on the transport's loop threads (`settings.threads` of them, each
+/// message on the loop of its flow, several at once) and never blocks there (parsing and the
+/// handlers here are pure computation); timers run on a serial queue of their own.
 public final class SIPService: Sendable {
     let transport: SIPTransportLayer
     let transactions: TransactionLayer<FlowID>
@@ -91,7 +92,7 @@ public final class SIPService: Sendable {
         // The transport and the transaction layer call each other; `Wiring` breaks the cycle.
         let wiring = Wiring()
         transport = SIPTransportLayer(
-            listen: settings.listen, tls: tls, limits: limits,
+            listen: settings.listen, tls: tls, limits: limits, loops: settings.threads,
             onPacket: { packet in wiring.service?.receive(packet) },
             onFlowClosed: { flow, _ in
                 wiring.service?.connections.remove(flow)

@@ -1,35 +1,52 @@
 import Dispatch
 public import RouseVocabulary
 
-/// Rouse's SIP sockets: UDP, TCP and TLS listen points served by one epoll thread that never blocks.
+/// Rouse's SIP sockets: UDP, TCP and TLS listen points served by one or more epoll threads ("loops")
+/// that never block.
 ///
-/// Thread-safe: every method may be called from any thread. Sockets, connections and TLS sessions are
-/// owned by the loop thread; `send` hands the bytes over to it and returns at once.
+/// Thread-safe: every method may be called from any thread. Each loop owns its sockets, connections
+/// and TLS sessions; `send` hands the bytes over to the loop that owns the flow and returns at once.
 ///
-/// Callbacks (`onPacket`, `onFlowClosed`, send completions) run on the loop thread, one at a time,
-/// and must not block: hand work to another queue if it can wait on anything. They may call back
-/// into the layer (`send` from `onPacket` is the usual case).
+/// With several loops (`loops` > 1, the `sip_threads` setting), every listen point is bound once per
+/// loop with SO_REUSEPORT: the kernel spreads UDP datagrams over the loops' sockets by the peer's
+/// address and accepted TCP/TLS connections over their listeners, and each connection stays on the
+/// loop that accepted (or opened) it. A UDP send goes out on the loop picked by its peer's address,
+/// so what is sent to one peer leaves in the order it was sent. With one loop nothing is shared and
+/// SO_REUSEPORT is not set.
+///
+/// Callbacks (`onPacket`, `onFlowClosed`, send completions) run on the loop thread of the flow, one
+/// at a time per loop, and must not block: hand work to another queue if it can wait on anything.
+/// With several loops they run on several threads at once. They may call back into the layer (`send`
+/// from `onPacket` is the usual case).
 ///
 /// Inbound, UDP datagrams arrive whole; TCP/TLS streams are cut into messages by `SIPStreamFramer`
 /// (a framing error closes the connection). RFC 5626 keep-alives are handled here: a CRLFCRLF ping on a
 /// stream is answered with CRLF; a datagram of CRLFs only is dropped. Neither reaches `onPacket`.
 ///
-/// Limits (`TransportLimits`): connections beyond `maxConnections` are accepted and closed at once;
-/// a connection that receives nothing for `idleTimeout`, whose TLS handshake outlasts
+/// Limits (`TransportLimits`): connections beyond `maxConnections` (over every loop) are accepted and
+/// closed at once; a connection that receives nothing for `idleTimeout`, whose TLS handshake outlasts
 /// `tlsHandshakeTimeout`, or whose peer leaves more than `maxWriteQueueBytes` unread is closed.
 public final class SIPTransportLayer: Sendable {
     /// Called with the outcome of a send, on the loop thread: success once the bytes are all handed
     /// to the kernel (with the flow used, new for a connection just opened); failure otherwise.
     public typealias SendCompletion = @Sendable (Result<FlowID, SIPTransportError>) -> Void
 
+    /// One loop and the sockets it owns.
+    private struct Shard {
+        let loop: EventLoop
+        let core: TransportCore
+    }
+
     private enum State {
         case idle
-        case running(EventLoop, TransportCore, [ListenPoint])
+        case running([Shard], [ListenPoint])
         case stopped
     }
 
     /// The listen points as configured (port 0 for any free port).
     public let listenPoints: [ListenPoint]
+    /// How many loop threads serve the listen points.
+    public let loopCount: Int
     private let tls: TLSConfiguration?
     private let limits: TransportLimits
     private let onPacket: @Sendable (InboundPacket) -> Void
@@ -41,16 +58,19 @@ public final class SIPTransportLayer: Sendable {
     ///   - listen: the points to bind, exactly as listed.
     ///   - tls: certificate and key; required when a point is TLS, optional otherwise (outbound TLS
     ///     then runs without verification).
+    ///   - loops: loop threads (at least 1); each binds every listen point with SO_REUSEPORT when
+    ///     there are several.
     ///   - onPacket: each message or datagram received, on the loop thread; must not block.
     ///   - onFlowClosed: each TCP/TLS connection that closed, with why, on the loop thread.
     public init(
-        listen: [ListenPoint], tls: TLSConfiguration? = nil, limits: TransportLimits = TransportLimits(),
+        listen: [ListenPoint], tls: TLSConfiguration? = nil, limits: TransportLimits = TransportLimits(), loops: Int = 1,
         onPacket: @escaping @Sendable (InboundPacket) -> Void,
         onFlowClosed: (@Sendable (FlowID, FlowCloseReason) -> Void)? = nil
     ) {
         self.listenPoints = listen
         self.tls = tls
         self.limits = limits
+        self.loopCount = max(1, loops)
         self.onPacket = onPacket
         self.onFlowClosed = onFlowClosed
     }
@@ -59,7 +79,7 @@ public final class SIPTransportLayer: Sendable {
         shutdown()
     }
 
-    /// Binds every listen point and starts the loop thread. Throws `cannotListen` naming the point
+    /// Binds every listen point and starts the loop threads. Throws `cannotListen` naming the point
     /// that failed (nothing stays bound then), `tlsSetup` for a bad certificate or key, and
     /// `alreadyStarted` when called twice. Blocks only for the binding.
     public func start() throws(SIPTransportError) {
@@ -75,47 +95,93 @@ public final class SIPTransportLayer: Sendable {
             }
             let clientTLS = try TLSContext.client(
                 verifiesPeer: tls?.verifiesOutboundPeers ?? false, trustedCertificatesPath: tls?.trustedCertificatesPath)
-            let loop = try EventLoop()
-            let core = TransportCore(
-                loop: loop, limits: limits, serverTLS: serverTLS, clientTLS: clientTLS,
-                openConnections: openConnections, onPacket: onPacket, onFlowClosed: onFlowClosed)
-            var bound: [ListenPoint] = []
-            for point in listenPoints {
-                bound.append(try core.bind(point))
+            // A port 0 probed free can be taken by someone else before the loops bind it: try again.
+            var attempt = 1
+            while true {
+                do throws(SIPTransportError) {
+                    let (shards, bound) = try bindShards(serverTLS: serverTLS, clientTLS: clientTLS)
+                    try startLoops(shards)
+                    state = .running(shards, bound)
+                    return
+                } catch {
+                    guard attempt < 3, loopCount > 1, case .cannotListen(let point, _) = error, listenPoints.contains(where: {
+                        $0.port == 0 && $0.transport == point.transport && $0.host == point.host
+                    }) else { throw error }
+                    attempt += 1
+                }
             }
-            try loop.start()
-            state = .running(loop, core, bound)
+        }
+    }
+
+    /// A core per loop, each with every listen point bound (with SO_REUSEPORT on the port probed
+    /// first when there are several loops); the points with their bound ports.
+    private func bindShards(serverTLS: TLSContext?, clientTLS: TLSContext) throws(SIPTransportError) -> ([Shard], [ListenPoint]) {
+        var shards: [Shard] = []
+        for index in 0..<loopCount {
+            let loop = try EventLoop()
+            shards.append(Shard(loop: loop, core: TransportCore(
+                loop: loop, shard: index, of: loopCount, limits: limits, serverTLS: serverTLS, clientTLS: clientTLS,
+                openConnections: openConnections, onPacket: onPacket, onFlowClosed: onFlowClosed)))
+        }
+        var bound: [ListenPoint] = []
+        for point in listenPoints {
+            guard loopCount > 1 else {
+                bound.append(try shards[0].core.bind(point))
+                continue
+            }
+            var shared = point
+            shared.port = try TransportCore.probePort(point)
+            for shard in shards { _ = try shard.core.bind(shared, reusePort: true) }
+            bound.append(shared)
+        }
+        return (shards, bound)
+    }
+
+    /// Starts every loop thread; when one cannot start, stops those already started.
+    private func startLoops(_ shards: [Shard]) throws(SIPTransportError) {
+        for (index, shard) in shards.enumerated() {
+            do {
+                try shard.loop.start()
+            } catch {
+                for started in shards[..<index] { started.loop.stop { started.core.shutDown() } }
+                throw error
+            }
         }
     }
 
     /// The listen points with the ports actually bound; empty before `start()`.
     public var boundPoints: [ListenPoint] {
         state.withLock { state in
-            if case .running(_, _, let bound) = state { return bound }
+            if case .running(_, let bound) = state { return bound }
             return []
         }
     }
 
-    /// Closes every socket and connection and waits for the loop thread to end. Idempotent; when
-    /// called from a callback (on the loop thread) it returns without waiting.
+    /// Closes every socket and connection and waits for the loop threads to end. Idempotent; when
+    /// called from a callback (on a loop thread) it waits for the other loops but not its own.
     public func shutdown() {
-        let running = state.withLock { (state: inout State) -> (EventLoop, TransportCore)? in
+        let running = state.withLock { (state: inout State) -> [Shard]? in
             defer { state = .stopped }
-            if case .running(let loop, let core, _) = state { return (loop, core) }
+            if case .running(let shards, _) = state { return shards }
             return nil
         }
-        guard let (loop, core) = running else { return }
-        loop.stop { core.shutDown() }
+        guard let shards = running else { return }
+        let current = shards.first { $0.loop.inLoopThread }
+        for shard in shards where shard.loop !== current?.loop {
+            shard.loop.stop { shard.core.shutDown() }
+        }
+        if let current { current.loop.stop { current.core.shutDown() } }
     }
 
     /// Sends `bytes` back over `flow`: the same UDP socket to the same peer, or the same TCP/TLS
     /// connection. Fails with `flowNotOpen` when the connection is gone. Returns at once.
     public func send(_ bytes: [UInt8], over flow: FlowID, completion: SendCompletion? = nil) {
-        guard let (loop, core) = runningLoop() else {
+        guard let shards = runningShards() else {
             completion?(.failure(.notRunning))
             return
         }
-        let accepted = loop.execute { core.send(bytes, over: flow, completion: completion) }
+        let shard = shards[shardIndex(of: flow)]
+        let accepted = shard.loop.execute { shard.core.send(bytes, over: flow, completion: completion) }
         if !accepted { completion?(.failure(.notRunning)) }
     }
 
@@ -123,11 +189,12 @@ public final class SIPTransportLayer: Sendable {
     /// connection to that address, else over a new one (connected without blocking, the bytes wait
     /// for it). Returns at once.
     public func send(_ bytes: [UInt8], to address: SocketAddress, transport: SIPTransportKind, completion: SendCompletion? = nil) {
-        guard let (loop, core) = runningLoop() else {
+        guard let shards = runningShards() else {
             completion?(.failure(.notRunning))
             return
         }
-        let accepted = loop.execute { core.send(bytes, to: address, transport: transport, completion: completion) }
+        let shard = shards[shardIndex(to: address, transport: transport)]
+        let accepted = shard.loop.execute { shard.core.send(bytes, to: address, transport: transport, completion: completion) }
         if !accepted { completion?(.failure(.notRunning)) }
     }
 
@@ -138,8 +205,8 @@ public final class SIPTransportLayer: Sendable {
         let context = try TLSContext.server(
             certificatePath: certificatePath, privateKeyPath: privateKeyPath,
             clientCertificateAuthorityPath: tls?.clientCertificateAuthorityPath, requiresClientCertificate: tls?.requiresClientCertificate ?? false)
-        guard let (loop, core) = runningLoop() else { throw .notRunning }
-        _ = loop.execute { core.replaceServerTLS(context) }
+        guard let shards = runningShards() else { throw .notRunning }
+        for shard in shards { _ = shard.loop.execute { shard.core.replaceServerTLS(context) } }
     }
 
     /// The UDP flow from the bound UDP point `local` (or, when nil, the first of the peer's address
@@ -159,14 +226,15 @@ public final class SIPTransportLayer: Sendable {
     public func streamFlow(
         to address: SocketAddress, transport kind: SIPTransportKind, completion: @escaping @Sendable (FlowID?) -> Void
     ) {
-        guard kind.isReliable, let (loop, core) = runningLoop() else { return completion(nil) }
-        if !loop.execute({ completion(core.streamFlow(to: address, transport: kind)) }) { completion(nil) }
+        guard kind.isReliable, let shards = runningShards() else { return completion(nil) }
+        let shard = shards[shardIndex(to: address, transport: kind)]
+        if !shard.loop.execute({ completion(shard.core.streamFlow(to: address, transport: kind)) }) { completion(nil) }
     }
 
     /// Whether `flow` can still carry messages: for TCP/TLS, whether its connection is open; for UDP,
     /// whether the layer is running.
     public func flowIsOpen(_ flow: FlowID) -> Bool {
-        guard runningLoop() != nil else { return false }
+        guard runningShards() != nil else { return false }
         switch flow.key {
         case .datagram: return true
         case .connection(let number): return openConnections.contains(number)
@@ -176,10 +244,33 @@ public final class SIPTransportLayer: Sendable {
     /// TCP and TLS connections open now (inbound and outbound).
     public var openConnectionCount: Int { openConnections.count }
 
-    private func runningLoop() -> (EventLoop, TransportCore)? {
+    private func runningShards() -> [Shard]? {
         state.withLock { state in
-            if case .running(let loop, let core, _) = state { return (loop, core) }
+            if case .running(let shards, _) = state { return shards }
             return nil
         }
+    }
+
+    /// The loop that owns `flow`: a connection's is in its number; a UDP flow's is picked by its peer.
+    private func shardIndex(of flow: FlowID) -> Int {
+        guard loopCount > 1 else { return 0 }
+        switch flow.key {
+        case .datagram(_, let peer): return shardIndex(forPeer: peer)
+        case .connection(let number): return Int(number % UInt64(loopCount))
+        }
+    }
+
+    /// The loop for a send to `address`: the owner of the last connection open to it, else the one
+    /// its address picks (which opens the connection).
+    private func shardIndex(to address: SocketAddress, transport: SIPTransportKind) -> Int {
+        guard loopCount > 1 else { return 0 }
+        if transport.isReliable, let number = openConnections.latest(to: RemoteKey(transport: transport, address: address)) {
+            return Int(number % UInt64(loopCount))
+        }
+        return shardIndex(forPeer: address)
+    }
+
+    private func shardIndex(forPeer peer: SocketAddress) -> Int {
+        Int(UInt(bitPattern: peer.hashValue) % UInt(loopCount))
     }
 }

@@ -3,19 +3,49 @@ import Glibc
 import RouseVocabulary
 import SIPMessage
 
-/// The numbers of the TCP/TLS connections currently open, readable from any thread. Thread-safe
-/// (a lock); written by the event loop thread.
-final class OpenConnections: Sendable {
-    private let numbers = Locked<Set<UInt64>>([])
-
-    func insert(_ number: UInt64) { numbers.withLock { _ = $0.insert(number) } }
-    func remove(_ number: UInt64) { numbers.withLock { _ = $0.remove(number) } }
-    func contains(_ number: UInt64) -> Bool { numbers.withLock { $0.contains(number) } }
-    var count: Int { numbers.withLock { $0.count } }
+/// A TCP/TLS peer: the transport and the remote address of a connection.
+struct RemoteKey: Hashable, Sendable {
+    let transport: SIPTransportKind
+    let address: SocketAddress
 }
 
-/// Every socket of a running `SIPTransportLayer`: UDP sockets, TCP/TLS listeners and connections, and
-/// the flow table. Confined to the event loop thread once `SIPTransportLayer.start()` has handed it over.
+/// The TCP/TLS connections currently open on every loop of a layer, by number and by peer, readable
+/// from any thread (which loop owns a connection is in its number: `SIPTransportLayer.shardIndex`).
+/// Thread-safe (a lock); written by the loop threads as connections open and close.
+final class OpenConnections: Sendable {
+    private struct Table {
+        var remotes: [UInt64: RemoteKey] = [:]
+        var byRemote: [RemoteKey: [UInt64]] = [:]
+    }
+
+    private let table = Locked(Table())
+
+    func insert(_ number: UInt64, remote: RemoteKey) {
+        table.withLock { table in
+            table.remotes[number] = remote
+            table.byRemote[remote, default: []].append(number)
+        }
+    }
+
+    func remove(_ number: UInt64) {
+        table.withLock { table in
+            guard let remote = table.remotes.removeValue(forKey: number) else { return }
+            table.byRemote[remote]?.removeAll { $0 == number }
+            if table.byRemote[remote]?.isEmpty == true { table.byRemote[remote] = nil }
+        }
+    }
+
+    func contains(_ number: UInt64) -> Bool { table.withLock { $0.remotes[number] != nil } }
+    var count: Int { table.withLock { $0.remotes.count } }
+
+    /// The connection to `remote` opened last, on whichever loop.
+    func latest(to remote: RemoteKey) -> UInt64? { table.withLock { $0.byRemote[remote]?.last } }
+}
+
+/// The sockets of one loop of a running `SIPTransportLayer`: its UDP sockets (one per UDP listen point,
+/// sharing the port with the other loops' through SO_REUSEPORT when there are several), its TCP/TLS
+/// listeners and the connections it accepted or opened. Confined to its event loop thread once
+/// `SIPTransportLayer.start()` has handed it over.
 final class TransportCore: @unchecked Sendable {
     // @unchecked Sendable: built on the starting thread before the loop thread exists, then touched only
     // on the loop thread (the layer reaches it through `EventLoop.execute`). `openConnections` is a
@@ -31,11 +61,6 @@ final class TransportCore: @unchecked Sendable {
         var token: UInt64 = 0
     }
 
-    private struct RemoteKey: Hashable {
-        let transport: SIPTransportKind
-        let address: SocketAddress
-    }
-
     let loop: EventLoop
     let limits: TransportLimits
     let readBuffer: UnsafeMutableRawBufferPointer
@@ -48,16 +73,19 @@ final class TransportCore: @unchecked Sendable {
     private(set) var udpSockets: [UDPSocket] = []
     private var listeners: [StreamListener] = []
     private var connections: [UInt64: StreamConnection] = [:]
-    private var byRemote: [RemoteKey: [UInt64]] = [:]
-    private var nextConnectionNumber: UInt64 = 1
+    /// Connection numbers are `shard + k × shardCount` (k from 1), so the number names its loop.
+    private let shardCount: UInt64
+    private var nextConnectionNumber: UInt64
     private var isShutDown = false
 
     init(
-        loop: EventLoop, limits: TransportLimits, serverTLS: TLSContext?, clientTLS: TLSContext,
+        loop: EventLoop, shard: Int = 0, of shardCount: Int = 1, limits: TransportLimits, serverTLS: TLSContext?, clientTLS: TLSContext,
         openConnections: OpenConnections, onPacket: @escaping @Sendable (InboundPacket) -> Void,
         onFlowClosed: (@Sendable (FlowID, FlowCloseReason) -> Void)?
     ) {
         self.loop = loop
+        self.shardCount = UInt64(shardCount)
+        nextConnectionNumber = UInt64(shard + shardCount)
         self.limits = limits
         self.serverTLS = serverTLS
         self.clientTLS = clientTLS
@@ -74,37 +102,13 @@ final class TransportCore: @unchecked Sendable {
     // MARK: binding (on the starting thread, before the loop runs)
 
     /// Binds `point` and registers it with the loop; returns the point with its bound port.
-    func bind(_ point: ListenPoint) throws(SIPTransportError) -> ListenPoint {
+    /// `reusePort`: SO_REUSEPORT, so each loop binds a socket of its own to the same port.
+    func bind(_ point: ListenPoint, reusePort: Bool = false) throws(SIPTransportError) -> ListenPoint {
         func failure(_ reason: String) -> SIPTransportError { .cannotListen(point, reason: reason) }
-        let address: SocketAddress
-        do {
-            address = try SocketAddress(ip: point.host, port: point.port)
-        } catch {
-            throw failure("\"\(point.host)\" is not an IP address")
-        }
-        let socket: Socket
-        do {
-            socket = try Socket(family: address.family, type: point.transport == .udp ? SOCK_DGRAM : SOCK_STREAM)
-        } catch {
-            throw failure(error.description)
-        }
-        if address.isIPv6 { socket.setOption(level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1) }
-        if point.transport != .udp { socket.setOption(level: SOL_SOCKET, name: SO_REUSEADDR, value: 1) }
-        if point.transport == .udp {
-            // Bursts of REGISTERs from thousands of phones overflow the default ~200 KiB receive
-            // buffer and are dropped by the kernel; 8 MiB rides them out. SO_RCVBUFFORCE passes the
-            // net.core.rmem_max cap when Rouse may (CAP_NET_ADMIN); otherwise SO_RCVBUF takes what
-            // the cap allows.
-            socket.setOption(level: SOL_SOCKET, name: SO_RCVBUF, value: 8 << 20)
-            socket.setOption(level: SOL_SOCKET, name: SO_RCVBUFFORCE, value: 8 << 20)
-        }
-        let bound = address.withSockAddr { Glibc.bind(socket.fd, $0, $1) }
-        guard bound == 0 else { throw failure(errnoText()) }
+        let (socket, boundPoint) = try TransportCore.boundSocket(point, reusePort: reusePort)
         if point.transport != .udp {
             guard Glibc.listen(socket.fd, 1024) == 0 else { throw failure(errnoText()) }
         }
-        guard let actual = socket.localAddress() else { throw failure("getsockname: \(errnoText())") }
-        let boundPoint = ListenPoint(transport: point.transport, host: point.host, port: actual.port)
         if point.transport == .udp {
             let index = udpSockets.count
             do {
@@ -128,6 +132,48 @@ final class TransportCore: @unchecked Sendable {
             }
         }
         return boundPoint
+    }
+
+    /// The port `point` binds to (the kernel's choice for port 0), from a socket bound without
+    /// SO_REUSEPORT and closed at once: the loops' SO_REUSEPORT sockets then share that port, and a
+    /// port another process holds (even another Rouse, whose sockets have SO_REUSEPORT too) fails
+    /// here, as it does with one loop.
+    static func probePort(_ point: ListenPoint) throws(SIPTransportError) -> UInt16 {
+        let (socket, bound) = try boundSocket(point, reusePort: false)
+        socket.close()
+        return bound.port
+    }
+
+    /// A socket bound to `point` (not yet listening), and the point with the port bound.
+    private static func boundSocket(_ point: ListenPoint, reusePort: Bool) throws(SIPTransportError) -> (Socket, ListenPoint) {
+        func failure(_ reason: String) -> SIPTransportError { .cannotListen(point, reason: reason) }
+        let address: SocketAddress
+        do {
+            address = try SocketAddress(ip: point.host, port: point.port)
+        } catch {
+            throw failure("\"\(point.host)\" is not an IP address")
+        }
+        let socket: Socket
+        do {
+            socket = try Socket(family: address.family, type: point.transport == .udp ? SOCK_DGRAM : SOCK_STREAM)
+        } catch {
+            throw failure(error.description)
+        }
+        if address.isIPv6 { socket.setOption(level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1) }
+        if point.transport != .udp { socket.setOption(level: SOL_SOCKET, name: SO_REUSEADDR, value: 1) }
+        if reusePort { socket.setOption(level: SOL_SOCKET, name: SO_REUSEPORT, value: 1) }
+        if point.transport == .udp {
+            // Bursts of REGISTERs from thousands of phones overflow the default ~200 KiB receive
+            // buffer and are dropped by the kernel; 8 MiB rides them out. SO_RCVBUFFORCE passes the
+            // net.core.rmem_max cap when Rouse may (CAP_NET_ADMIN); otherwise SO_RCVBUF takes what
+            // the cap allows.
+            socket.setOption(level: SOL_SOCKET, name: SO_RCVBUF, value: 8 << 20)
+            socket.setOption(level: SOL_SOCKET, name: SO_RCVBUFFORCE, value: 8 << 20)
+        }
+        let bound = address.withSockAddr { Glibc.bind(socket.fd, $0, $1) }
+        guard bound == 0 else { throw failure(errnoText()) }
+        guard let actual = socket.localAddress() else { throw failure("getsockname: \(errnoText())") }
+        return (socket, ListenPoint(transport: point.transport, host: point.host, port: actual.port))
     }
 
     // MARK: UDP
@@ -197,7 +243,7 @@ final class TransportCore: @unchecked Sendable {
             }
             let socket = Socket(fd: fd)
             socket.makeNonBlockingAndCloseOnExec()
-            guard connections.count < limits.maxConnections, !isShutDown, let remote = SocketAddress(storage: storage) else {
+            guard openConnections.count < limits.maxConnections, !isShutDown, let remote = SocketAddress(storage: storage) else {
                 continue  // refused: `socket` closes on release
             }
             socket.setOption(level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
@@ -225,14 +271,13 @@ final class TransportCore: @unchecked Sendable {
     }
 
     private func takeConnectionNumber() -> UInt64 {
-        defer { nextConnectionNumber += 1 }
+        defer { nextConnectionNumber += shardCount }
         return nextConnectionNumber
     }
 
     private func add(_ connection: StreamConnection) {
         connections[connection.number] = connection
-        byRemote[RemoteKey(transport: connection.transport, address: connection.remote), default: []].append(connection.number)
-        openConnections.insert(connection.number)
+        openConnections.insert(connection.number, remote: RemoteKey(transport: connection.transport, address: connection.remote))
         do {
             try connection.activate()
         } catch {
@@ -242,7 +287,7 @@ final class TransportCore: @unchecked Sendable {
 
     /// Opens a connection to `remote` (non-blocking connect); writes wait until it is open.
     private func connect(to remote: SocketAddress, transport: SIPTransportKind) -> Result<StreamConnection, SIPTransportError> {
-        guard connections.count < limits.maxConnections else { return .failure(.tooManyConnections) }
+        guard openConnections.count < limits.maxConnections else { return .failure(.tooManyConnections) }
         let socket: Socket
         do {
             socket = try Socket(family: remote.family, type: SOCK_STREAM)
@@ -288,11 +333,14 @@ final class TransportCore: @unchecked Sendable {
     /// what is sent waits for the connection). Loop thread.
     func streamFlow(to remote: SocketAddress, transport: SIPTransportKind) -> FlowID? {
         guard !isShutDown else { return nil }
-        if let number = byRemote[RemoteKey(transport: transport, address: remote)]?.last, let connection = connections[number] {
-            return connection.flow
-        }
+        if let connection = openConnection(to: remote, transport: transport) { return connection.flow }
         guard case .success(let connection) = connect(to: remote, transport: transport) else { return nil }
         return connection.flow
+    }
+
+    /// This loop's open connection to `remote` opened last (nil when the last one lives on another loop).
+    private func openConnection(to remote: SocketAddress, transport: SIPTransportKind) -> StreamConnection? {
+        openConnections.latest(to: RemoteKey(transport: transport, address: remote)).flatMap { connections[$0] }
     }
 
     /// The listen point an outbound connection's traffic is reported on: the listener of the same
@@ -312,9 +360,6 @@ final class TransportCore: @unchecked Sendable {
 
     func connectionClosed(_ connection: StreamConnection, reason: FlowCloseReason) {
         connections[connection.number] = nil
-        let key = RemoteKey(transport: connection.transport, address: connection.remote)
-        byRemote[key]?.removeAll { $0 == connection.number }
-        if byRemote[key]?.isEmpty == true { byRemote[key] = nil }
         openConnections.remove(connection.number)
         onFlowClosed?(connection.flow, reason)
     }
@@ -356,7 +401,7 @@ final class TransportCore: @unchecked Sendable {
             completion?(sendDatagram(bytes, socket: index, to: address))
             return
         }
-        if let number = byRemote[RemoteKey(transport: transport, address: address)]?.last, let connection = connections[number] {
+        if let connection = openConnection(to: address, transport: transport) {
             connection.write(bytes, completion: completion)
             return
         }

@@ -133,6 +133,28 @@ final class RegistrationProcessTests: XCTestCase {
         XCTAssertTrue(stored.allSatisfy { $0.userAgent == "RouseTestPhone/1" })
     }
 
+    /// `sip_threads` 2: two loops share each port (SO_REUSEPORT) and two registrar shards decide;
+    /// phones from many source ports, over every transport, are all answered on the port they used.
+    func testPhonesOnEveryTransportRegisterWithTwoSIPThreads() throws {
+        _ = rouse?.stop()
+        try startRouse(["ROUSE_SIP_THREADS": "2"])
+        XCTAssertEqual(points.count, 3, "each listen point is reported once")
+        var contacts: [String] = []
+        for (transport, count) in [(SIPTransportKind.udp, 4), (.tcp, 3), (.tls, 3)] {
+            for index in 0..<count {
+                let port = 5100 + contacts.count
+                let contact = transport == .udp ? "<sip:1001@127.0.0.1:\(port)>"
+                    : transport == .tcp ? "<sip:1001@127.0.0.1:\(port);transport=tcp>" : "<sips:1001@127.0.0.1:\(port);transport=tls>"
+                let answer = try registerWithDigest(transport, contact: contact, algorithm: .md5)
+                XCTAssertEqual(answer.statusCode, 200, "\(transport) phone \(index)")
+                contacts.append(contact)
+            }
+        }
+        let stored = try storedBindings()
+        XCTAssertEqual(stored.count, 10)
+        XCTAssertEqual(Set(stored.map(\.flow.transport.rawValue)), ["udp", "tcp", "tls"])
+    }
+
     func testSHA256IsOfferedFirstWhenDigestAlgorithmsAsksForIt() throws {
         _ = rouse?.stop()
         try startRouse(["ROUSE_DIGEST_ALGORITHMS": "SHA-256, md5"])

@@ -53,14 +53,20 @@ final class EchoServer: Sendable {
     let layer: SIPTransportLayer
     let packets = EventRecorder<InboundPacket>()
     let closedFlows = EventRecorder<(FlowID, FlowCloseReason)>()
+    /// The thread each packet was handed over on (`pthread_self`), in the order of `packets`.
+    let receivingThreads = EventRecorder<(FlowID, UInt)>()
 
-    init(_ points: [String], tls: TLSConfiguration? = nil, limits: TransportLimits = TransportLimits(), echo: Bool = true) throws {
+    init(
+        _ points: [String], tls: TLSConfiguration? = nil, limits: TransportLimits = TransportLimits(), loops: Int = 1, echo: Bool = true
+    ) throws {
         let packets = self.packets
         let closedFlows = self.closedFlows
+        let threads = self.receivingThreads
         let box = LayerBox()
         layer = SIPTransportLayer(
-            listen: try points.map { try ListenPoint(parsing: $0) }, tls: tls, limits: limits,
+            listen: try points.map { try ListenPoint(parsing: $0) }, tls: tls, limits: limits, loops: loops,
             onPacket: { packet in
+                threads.record((packet.flow, UInt(pthread_self())))
                 packets.record(packet)
                 if echo { box.layer?.send(packet.bytes, over: packet.flow) }
             },
