@@ -69,10 +69,10 @@ public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLit
 
     /// `;a=b;c` as written on the wire (empty when there are none).
     public var serialized: String {
-        var out = ""
+        var out: [UInt8] = []
         out.reserveCapacity(serializedLength)
         append(to: &out)
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// How many UTF-8 bytes `serialized` has.
@@ -80,14 +80,14 @@ public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLit
         items.reduce(0) { $0 + 1 + $1.name.utf8.count + ($1.value.map { 1 + $0.utf8.count } ?? 0) }
     }
 
-    /// Appends `serialized` to `out` without building it apart.
-    func append(to out: inout String) {
+    /// Appends `serialized` as UTF-8 to `out`, without building it apart.
+    func append(to out: inout [UInt8]) {
         for item in items {
-            out += ";"
-            out += item.name
+            out.append(UInt8(ascii: ";"))
+            out.append(contentsOf: item.name.utf8)
             if let value = item.value {
-                out += "="
-                out += value
+                out.append(UInt8(ascii: "="))
+                out.append(contentsOf: value.utf8)
             }
         }
     }

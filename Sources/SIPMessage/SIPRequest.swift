@@ -109,9 +109,24 @@ extension SIPMessageHeaders {
     public var vias: [SIPVia] {
         headers.values(.via).compactMap { try? SIPVia(parsing: $0) }
     }
-    /// The topmost Via element.
+    /// The topmost Via element (the first non-empty element of the first Via line that has one),
+    /// nil when there is none or it is malformed. Scanned in the line's own bytes: no String is
+    /// made of the element before it is parsed.
     public var topVia: SIPVia? {
-        headers.firstValue(.via).flatMap { try? SIPVia(parsing: $0) }
+        for field in headers.fields where field.key == .via {
+            let (found, via) = field.value.withSIPBytes { bytes -> (Bool, SIPVia?) in
+                var start = 0
+                while start <= bytes.count {
+                    let end = SIPHeaderValueScanner.listElementEnd(bytes, start..<bytes.count)
+                    let element = SIPHeaderValueScanner.trim(bytes, start..<end)
+                    if !element.isEmpty { return (true, try? SIPVia(bytes, element)) }
+                    start = end + 1
+                }
+                return (false, nil)
+            }
+            if found { return via }
+        }
+        return nil
     }
     public var callID: String? { headers[.callID] }
     public var cseq: SIPCSeq? { headers[.cseq].flatMap { try? SIPCSeq(parsing: $0) } }
