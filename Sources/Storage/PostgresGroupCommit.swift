@@ -16,8 +16,8 @@ public import Foundation
 /// blocks a thread. Jobs run on the writer thread, one at a time. `shutdown()` blocks until what
 /// is queued is written.
 public final class PostgresGroupCommit: @unchecked Sendable {
-    // @unchecked: `pending`, `accepting`, `writerRunning` and `transactions` are only touched
-    // under `condition`; the connection is a local of the writer thread.
+    // @unchecked: `transactions` is only touched under `queue.locked`; `connection` only on the
+    // writer thread (and after it ended, in `shutdown`).
     private struct Member {
         /// Runs the job on the connection, keeping its value for `finish`.
         let run: (PostgresConnection) throws -> Void
@@ -29,34 +29,31 @@ public final class PostgresGroupCommit: @unchecked Sendable {
     public let settings: PostgresSettings
     /// Most jobs one transaction takes.
     public let maxBatchJobs: Int
-    private let condition = NSCondition()
-    private var pending: [Member] = []
-    private var accepting = true
-    private var writerRunning = true
+    private let queue: BatchQueue<Member>
+    /// Only under `queue.locked`.
     private var transactions = 0
+    /// Only on the writer thread.
+    private var connection: PostgresConnection?
 
     /// Starts the writer thread (named `name`); no connection opens until there is a job.
     public init(settings: PostgresSettings, maxBatchJobs: Int = 256, name: String = "rouse-group-commit") {
         self.settings = settings
         self.maxBatchJobs = max(1, maxBatchJobs)
-        let thread = Thread { [self] in writerLoop() }
-        thread.name = name
-        thread.start()
+        queue = BatchQueue(limit: self.maxBatchJobs)
+        queue.start(name: name) { [self] batch in
+            var members: [Member] = []
+            for member in batch {
+                if member.start.claim() { members.append(member) } else { member.finish(.failure(PostgresError.deadlinePassed(0))) }
+            }
+            commit(members)
+        }
     }
 
     /// Transactions committed so far (each carries one or more jobs).
-    public var transactionCount: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return transactions
-    }
+    public var transactionCount: Int { queue.locked { transactions } }
 
     /// Jobs queued and not yet taken by the writer.
-    public var waitingJobCount: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return pending.count
-    }
+    public var waitingJobCount: Int { queue.count }
 
     /// Runs `job` in a shared transaction and resumes with its value once that committed, waiting
     /// at most `seconds` (queueing, connecting and the transaction together); past that it throws
@@ -81,54 +78,16 @@ public final class PostgresGroupCommit: @unchecked Sendable {
 
     /// Stops taking jobs, writes what is queued and waits for the writer to end.
     public func shutdown() {
-        condition.lock()
-        accepting = false
-        condition.broadcast()
-        while writerRunning { condition.wait() }
-        condition.unlock()
+        queue.shutdown()
+        connection = nil
     }
 
     private func enqueue(_ member: Member) {
-        condition.lock()
-        guard accepting else {
-            condition.unlock()
-            member.finish(.failure(PostgresError.poolStopped))
-            return
-        }
-        pending.append(member)
-        condition.signal()
-        condition.unlock()
-    }
-
-    private func nextBatch() -> [Member]? {
-        condition.lock()
-        defer { condition.unlock() }
-        while pending.isEmpty && accepting { condition.wait() }
-        guard !pending.isEmpty else { return nil }
-        let taken = min(pending.count, maxBatchJobs)
-        let batch = Array(pending.prefix(taken))
-        pending.removeFirst(taken)
-        return batch
-    }
-
-    private func writerLoop() {
-        var connection: PostgresConnection? = nil
-        while let batch = nextBatch() {
-            var members: [Member] = []
-            for member in batch {
-                if member.start.claim() { members.append(member) } else { member.finish(.failure(PostgresError.deadlinePassed(0))) }
-            }
-            commit(members, connection: &connection)
-        }
-        connection = nil
-        condition.lock()
-        writerRunning = false
-        condition.broadcast()
-        condition.unlock()
+        if !queue.enqueue(member) { member.finish(.failure(PostgresError.poolStopped)) }
     }
 
     /// Runs `members` in one transaction, setting aside each one that fails, until the rest commit.
-    private func commit(_ members: [Member], connection: inout PostgresConnection?) {
+    private func commit(_ members: [Member]) {
         var remaining = members
         while !remaining.isEmpty {
             let current: PostgresConnection
@@ -149,9 +108,7 @@ public final class PostgresGroupCommit: @unchecked Sendable {
                 }
                 failed = nil
                 try current.query("COMMIT")
-                condition.lock()
-                transactions += 1
-                condition.unlock()
+                queue.locked { transactions += 1 }
                 for member in remaining { member.finish(.success(())) }
                 return
             } catch {
@@ -162,7 +119,7 @@ public final class PostgresGroupCommit: @unchecked Sendable {
                     remaining.remove(at: failed)
                 } else if remaining.count > 1 && connection != nil {
                     // BEGIN or COMMIT failed with no job to blame: each alone, so it lands on its own.
-                    for member in remaining { commit([member], connection: &connection) }
+                    for member in remaining { commit([member]) }
                     return
                 } else {
                     for member in remaining { member.finish(.failure(error)) }

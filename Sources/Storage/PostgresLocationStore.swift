@@ -39,8 +39,8 @@ public enum LocationStoreError: Error, Sendable, Hashable, CustomStringConvertib
 /// binding is announced once per transaction: `added` when its row is new, `refreshed` when it
 /// replaced one, or the kind its delete named (deletes of rows already gone are not announced).
 public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
-    // @unchecked: `pending`, `accepting`, `writerRunning` and the counters are only touched under
-    // `condition`; the writer's connection is a local of the writer thread.
+    // @unchecked: the counters are only touched under `queue.locked`; `connection` only on the
+    // writer thread (and after it ended, in `shutdown`).
     /// The channel binding changes are announced on; payload `<kind> <aor> <binding id>`.
     public static let notificationChannel = "rouse_bindings"
 
@@ -51,12 +51,12 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
     public let maxBatchChanges: Int
     private let readers: PostgresWorkerPool
     private let ownsReaders: Bool
-    private let condition = NSCondition()
-    private var pending: [PendingBatch] = []
-    private var accepting = true
-    private var writerRunning = true
+    private let queue: BatchQueue<PendingBatch>
+    /// Only under `queue.locked`.
     private var transactions = 0
     private var changesCommitted = 0
+    /// Only on the writer thread.
+    private var connection: PostgresConnection?
 
     private struct PendingBatch {
         let changes: [BindingChange]
@@ -78,35 +78,24 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
             self.readers = PostgresWorkerPool(settings: settings, threads: 1, name: "rouse-location-read")
             ownsReaders = true
         }
-        let thread = Thread { [self] in writerLoop() }
-        thread.name = "rouse-location-write"
-        thread.start()
+        queue = BatchQueue(limit: self.maxBatchChanges) { $0.changes.count }
+        queue.start(name: "rouse-location-write") { [self] batch in
+            let results = commit(batch)
+            for (member, result) in zip(batch, results) { member.completion(result) }
+        }
     }
 
     /// Transactions committed so far (each carries one or more batches).
-    public var transactionCount: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return transactions
-    }
+    public var transactionCount: Int { queue.locked { transactions } }
 
     /// Changes committed so far.
-    public var committedChangeCount: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return changesCommitted
-    }
+    public var committedChangeCount: Int { queue.locked { changesCommitted } }
 
     public func apply(_ changes: [BindingChange], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        condition.lock()
-        guard accepting else {
-            condition.unlock()
+        guard queue.enqueue(PendingBatch(changes: changes, completion: completion)) else {
             DispatchQueue.global().async { completion(.failure(LocationStoreError.stopped)) }
             return
         }
-        pending.append(PendingBatch(changes: changes, completion: completion))
-        condition.signal()
-        condition.unlock()
     }
 
     public func loadBindings(now: Date) throws -> [Binding] {
@@ -163,49 +152,15 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
     /// Stops taking changes, commits what is queued, and waits for the writer (and the store's own
     /// reader pool) to end. Must not be called from a completion.
     public func shutdown() {
-        condition.lock()
-        accepting = false
-        condition.broadcast()
-        while writerRunning { condition.wait() }
-        condition.unlock()
+        queue.shutdown()
+        connection = nil
         if ownsReaders { readers.shutdown() }
     }
 
     // MARK: - The writer
 
-    private func nextBatch() -> [PendingBatch]? {
-        condition.lock()
-        defer { condition.unlock() }
-        while pending.isEmpty && accepting { condition.wait() }
-        guard !pending.isEmpty else { return nil }
-        var taken = 0
-        var total = 0
-        while taken < pending.count {
-            let size = pending[taken].changes.count
-            if taken > 0 && total + size > maxBatchChanges { break }
-            total += size
-            taken += 1
-        }
-        let batch = Array(pending.prefix(taken))
-        pending.removeFirst(taken)
-        return batch
-    }
-
-    private func writerLoop() {
-        var connection: PostgresConnection? = nil
-        while let batch = nextBatch() {
-            let results = commit(batch, connection: &connection)
-            for (member, result) in zip(batch, results) { member.completion(result) }
-        }
-        connection = nil
-        condition.lock()
-        writerRunning = false
-        condition.broadcast()
-        condition.unlock()
-    }
-
     /// One transaction for the whole batch; one result per member.
-    private func commit(_ batch: [PendingBatch], connection: inout PostgresConnection?) -> [Result<Void, any Error>] {
+    private func commit(_ batch: [PendingBatch]) -> [Result<Void, any Error>] {
         var results = [Result<Void, any Error>](repeating: .success(()), count: batch.count)
         var plan = BindingRecords.WritePlan()
         for (index, member) in batch.enumerated() {
@@ -236,10 +191,10 @@ public final class PostgresLocationStore: LocationStore, @unchecked Sendable {
                 throw error
             }
             for (member, error) in outcome.failedMembers { results[member] = .failure(error) }
-            condition.lock()
-            transactions += 1
-            changesCommitted += plan.changeCount
-            condition.unlock()
+            queue.locked {
+                transactions += 1
+                changesCommitted += plan.changeCount
+            }
         } catch {
             for index in plan.members { results[index] = .failure(error) }
         }
