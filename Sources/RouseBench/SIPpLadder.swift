@@ -13,9 +13,9 @@ import RouseTestSupport
 /// - **register**: each SIPp call is one phone's registration with digest, REGISTER → 401 →
 ///   REGISTER with SIPp's `[authentication]` (username and password from the injection CSV) →
 ///   200; phones taken in turn from the CSV;
-/// - **calls**: a SIPp UAS answers for `callees` extensions it registered through the server
-///   (register.xml with the UAS's address as contact); the SIPp UAC sends INVITE → 200 → ACK → BYE
-///   → 200 through the server (which trusts loopback: no 407), callees taken in turn.
+/// - **calls**: a SIPp registers `callees` extensions through the server and answers their calls
+///   from the same address (register.xml, `-oocsf uas.xml`); the SIPp UAC sends INVITE → 200 →
+///   ACK → BYE → 200 through the server (which trusts loopback: no 407), callees taken in turn.
 ///
 /// Each step offers `rate` calls per second for `seconds` (`-r`, `-m rate·seconds`); it records the
 /// passed rate (successful calls ÷ the step's wall time), failures, retransmissions, the response
@@ -124,7 +124,7 @@ enum SIPpLadder {
                         try injection(phones.map { "\($0);[authentication username=\($0) password=\(password)];127.0.0.1:\(port)" }, to: csv)
                         let step = try self.step(
                             "register", contender, rate: rate, scenario: "register.xml", csv: csv, port: port, settings: settings,
-                            cluster: cluster, work: work)
+                            cluster: cluster, work: work, notes: &result.notes)
                         result.steps.append(step)
                     }
                 }
@@ -144,7 +144,7 @@ enum SIPpLadder {
                     for contender in contenders where !gaveUp(result, "calls", contender.name) {
                         let step = try self.step(
                             "calls", contender, rate: rate, scenario: "uac.xml", csv: targets, port: try FreePort.pick(), settings: settings,
-                            cluster: cluster, work: work, also: answering[contender.name])
+                            cluster: cluster, work: work, also: answering[contender.name], notes: &result.notes)
                         result.steps.append(step)
                         // Rouse writes each call's journey after the call, off the signalling
                         // path: let that finish before the next server's step.
@@ -193,43 +193,59 @@ enum SIPpLadder {
         }
     }
 
-    /// A SIPp UAS answering every INVITE at its own port, and `callees` registered there through
-    /// `contender` (register.xml, 500 per second); returns the UAS.
+    /// The callees' SIPp: it registers every callee through `contender` from its own address
+    /// (register.xml at 500 per second, each registration then held for an hour with `-d`) and
+    /// answers the INVITEs that come to that address with uas.xml (`-oocsf`): a server that sends
+    /// to the flow a REGISTER came from (Rouse) and one that sends to the Contact (Kamailio) both
+    /// reach it. Returns it once its counts show every 200.
     private static func registerCallees(_ callees: [String], with contender: Contender, settings: Settings, work: String) throws -> ChildProcess {
         guard let endpoint = contender.server.endpoint(.udp) else { throw Failure(description: "\(contender.name) serves no UDP") }
-        let uasPort = try FreePort.pick()
-        let uas = try ChildProcess(
-            [
-                settings.sipp, "-sf", settings.scenarios + "/uas.xml", "-i", "127.0.0.1", "-p", String(uasPort), "-t", "u1", "-nostdin",
-                "-trace_err", "-error_file", work + "/uas-\(contender.name)-errors.log",
-            ], environment: ProcessInfo.processInfo.environment, outputPath: work + "/uas-\(contender.name).out")
+        let port = try FreePort.pick()
         let csv = work + "/callees-\(contender.name).csv"
-        try injection(callees.map { "\($0);[authentication username=\($0) password=\(password)];127.0.0.1:\(uasPort)" }, to: csv)
-        let registering = try ChildProcess(
-            sippArguments(settings, scenario: "register.xml", csv: csv, port: try FreePort.pick(), rate: 500, calls: callees.count, endpoint: endpoint, work: work),
-            environment: ProcessInfo.processInfo.environment, outputPath: work + "/callees-\(contender.name).out")
+        try injection(callees.map { "\($0);[authentication username=\($0) password=\(password)];127.0.0.1:\(port)" }, to: csv)
+        let folder = work + "/callees-\(contender.name)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        var arguments = sippArguments(settings, scenario: "register.xml", csv: csv, port: port, rate: 500, calls: callees.count, endpoint: endpoint, work: folder)
+        // Before the target (the last argument): answer calls, hold each registration, count.
+        arguments.insert(contentsOf: ["-oocsf", scenarioPath(settings, "uas.xml"), "-d", "3600000", "-trace_counts", "-timeout", "3600s"], at: arguments.count - 1)
+        let callee = try ChildProcess(arguments, environment: ProcessInfo.processInfo.environment, outputPath: folder + "/sipp.out")
         let deadline = Date().addingTimeInterval(Double(callees.count) / 500 + 30)
-        while registering.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        registering.stop()
-        let stats = lastStatistics(work + "/stat.csv")
-        let registered = stats["SuccessfulCall(C)"].flatMap { Int($0) } ?? 0
-        guard registered == callees.count else {
-            uas.stop()
+        var registered = 0
+        while callee.isRunning && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.2)
+            registered = registeredCount(in: folder)
+            if registered >= callees.count { break }
+        }
+        guard registered >= callees.count, callee.isRunning else {
+            callee.stop()
             throw Failure(description: "SIPp registered \(registered) of \(callees.count) callees through \(contender.name)")
         }
-        progress("sipp calls: \(callees.count) callees registered through \(contender.name) at the answering SIPp on port \(uasPort)")
-        return uas
+        progress("sipp calls: \(callees.count) callees registered through \(contender.name) by the answering SIPp on port \(port)")
+        return callee
+    }
+
+    /// The 200s to authenticated REGISTERs so far, from SIPp's `-trace_counts` file in `folder`
+    /// (the last column named `<index>_200_Recv`).
+    private static func registeredCount(in folder: String) -> Int {
+        for file in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] where file.hasSuffix("_counts.csv") {
+            let counts = lastStatistics(folder + "/" + file)
+            guard let column = counts.keys.filter({ $0.hasSuffix("_200_Recv") }).max(by: { (Int($0.prefix { $0.isNumber }) ?? 0) < (Int($1.prefix { $0.isNumber }) ?? 0) })
+            else { continue }
+            return counts[column].flatMap { Int($0) } ?? 0
+        }
+        return 0
     }
 
     /// One step: SIPp offers `rate` per second for `seconds` to `contender`; `also` is another
     /// SIPp whose CPU counts as the generator's (the answering UAS of the call ladder).
     private static func step(
         _ ladder: String, _ contender: Contender, rate: Double, scenario: String, csv: String, port: UInt16, settings: Settings,
-        cluster: PostgresCluster?, work: String, also: ChildProcess? = nil
+        cluster: PostgresCluster?, work: String, also: ChildProcess? = nil, notes: inout [String]
     ) throws -> Step {
         guard let endpoint = contender.server.endpoint(.udp) else { throw Failure(description: "\(contender.name) serves no UDP") }
         let calls = max(Int((rate * settings.seconds).rounded()), 1)
         try? FileManager.default.removeItem(atPath: work + "/stat.csv")
+        try? FileManager.default.removeItem(atPath: work + "/errors.log")
         for rtt in (try? FileManager.default.contentsOfDirectory(atPath: work)) ?? [] where rtt.hasSuffix("_rtt.csv") {
             try? FileManager.default.removeItem(atPath: work + "/" + rtt)
         }
@@ -244,7 +260,6 @@ enum SIPpLadder {
         // Bounded: the offered stretch, then at most the receive timeout of the last calls.
         let deadline = started.addingTimeInterval(settings.seconds + 20)
         while sipp.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        let elapsed = Date().timeIntervalSince(started)
         let stillRunning = sipp.isRunning
         sipp.stop()
         let sippCPU = childrenCPUSeconds() - childrenBefore + ((also.flatMap { ProcessTree.cpuSeconds(of: $0.processIdentifier) } ?? 0) - alsoBefore)
@@ -253,6 +268,10 @@ enum SIPpLadder {
 
         let stats = lastStatistics(work + "/stat.csv")
         func value(_ name: String) -> Int { stats[name].flatMap { Int($0) } ?? 0 }
+        // SIPp's own clock, from its start to its last statistics (the fractional epoch ends each
+        // time field): not the process's start-up, reading the CSV and binding its socket.
+        func epoch(_ name: String) -> Double? { stats[name].flatMap { $0.split(separator: "\t").last }.flatMap { Double($0) } }
+        let elapsed = (epoch("CurrentTime").flatMap { end in epoch("StartTime").map { end - $0 } }) ?? Date().timeIntervalSince(started)
         let succeeded = value("SuccessfulCall(C)")
         let failed = value("FailedCall(C)")
         let times = responseTimes(in: work).sorted()
@@ -262,6 +281,10 @@ enum SIPpLadder {
             retransmissions: value("Retransmissions(C)"), passed: Double(succeeded) / max(elapsed, settings.seconds),
             p50Milliseconds: percentile(times, 0.5), p99Milliseconds: percentile(times, 0.99),
             serverMicros: serverCPU / divisor * 1e6, postgresMicros: postgresCPU / divisor * 1e6, sippMicros: sippCPU / divisor * 1e6)
+        if failed > 0, let errors = try? String(contentsOfFile: work + "/errors.log", encoding: .utf8) {
+            let first = errors.split(separator: "\n").dropFirst().prefix(4).joined(separator: " ").prefix(400)
+            notes.append("SIPp \(ladder) \(contender.name) at \(Int(rate))/s: \(failed) failed; SIPp's first error: \(first)")
+        }
         progress(
             "sipp \(ladder) \(contender.name) at \(Int(rate))/s: passed \(Int(step.passed.rounded()))/s (\(succeeded) of \(step.attempted),"
                 + " \(failed) failed, \(step.retransmissions) retransmissions\(stillRunning ? ", stopped at the deadline" : "")),"
@@ -276,18 +299,22 @@ enum SIPpLadder {
         _ settings: Settings, scenario: String, csv: String, port: UInt16, rate: Double, calls: Int, endpoint: (host: String, port: UInt16),
         work: String
     ) -> [String] {
-        let scenarioPath = settings.scenarios.hasPrefix("/") ? settings.scenarios + "/" + scenario
-            : FileManager.default.currentDirectoryPath + "/" + settings.scenarios + "/" + scenario
         let sipp = [
-            settings.sipp, "-sf", scenarioPath, "-inf", csv, "-key", "domain", domain, "-i", "127.0.0.1", "-p", String(port), "-t", "u1",
+            settings.sipp, "-sf", scenarioPath(settings, scenario), "-inf", csv, "-key", "domain", domain, "-i", "127.0.0.1", "-p", String(port), "-t", "u1",
             "-r", String(Int(rate.rounded())), "-rp", "1000", "-m", String(calls), "-l", String(max(Int(rate) * 4, 200)),
             "-recv_timeout", "4000", "-timeout", String(Int(settings.seconds) + 15) + "s", "-nostdin", "-max_socket", "1024",
             "-trace_stat", "-stf", work + "/stat.csv", "-fd", "1", "-trace_rtt", "-rtt_freq", "1",
+            "-trace_err", "-error_file", work + "/errors.log",
             "\(endpoint.host):\(endpoint.port)",
         ]
         // `sh -c 'cd work && exec sipp …'`: SIPp names its rtt file after the scenario, in the
         // current directory.
         return ["/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", work] + sipp
+    }
+
+    private static func scenarioPath(_ settings: Settings, _ scenario: String) -> String {
+        settings.scenarios.hasPrefix("/") ? settings.scenarios + "/" + scenario
+            : FileManager.default.currentDirectoryPath + "/" + settings.scenarios + "/" + scenario
     }
 
     private static func injection(_ lines: [String], to path: String) throws {
