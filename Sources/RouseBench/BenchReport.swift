@@ -402,7 +402,9 @@ struct BenchReport {
             text += "`rouse serve` under valgrind's callgrind, collection switched on for \(profile.registers) REGISTER refreshes (UDP, digest,"
             text += " durable commit): **\(Self.count(Int(profile.instructionsPerRegister.isFinite ? profile.instructionsPerRegister : 0))) instructions per REGISTER**"
             text += " in Rouse's process (PostgreSQL's own work is not counted). Instruction counts do not move with the machine's load, so"
-            text += " they compare across runs. The dump is written beside this report as `\((profile.outputFile as NSString).lastPathComponent)` (for callgrind_annotate; not kept in git). Costliest functions, self cost:\n\n"
+            text += " they compare across runs. Before issue 21's work (main at 67c82ed, or `--profile-before`): \(Self.count(Int(options.profileBefore)))"
+            text += " instructions per REGISTER; now ÷\(String(format: "%.2f", options.profileBefore / profile.instructionsPerRegister)) (the aim: ÷4)."
+            text += " The dump is written beside this report as `\((profile.outputFile as NSString).lastPathComponent)` (for callgrind_annotate; not kept in git). Costliest functions, self cost:\n\n"
             text += "| % | instructions per REGISTER | function |\n| ---: | ---: | --- |\n"
             for cost in profile.selfCosts.prefix(15) {
                 text += "| \(String(format: "%.2f", cost.percent)) | \(Self.count(Int(cost.instructions / Double(max(profile.registers, 1))))) | `\(Self.cell(cost.function))` |\n"

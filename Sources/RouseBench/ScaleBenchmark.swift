@@ -123,7 +123,8 @@ enum ScaleBenchmark {
     private static func start(_ settings: Settings) throws -> (RouseServerUnderTest, Double) {
         let started = Date()
         let rouse = try RouseServerUnderTest(
-            executable: settings.rouseExecutable, databaseURL: settings.databaseURL, environment: ["ROUSE_SIP_T1": "10ms"])
+            executable: settings.rouseExecutable, databaseURL: settings.databaseURL, environment: ["ROUSE_SIP_T1": "10ms"],
+            startTimeout: 900)
         return (rouse, Date().timeIntervalSince(started))
     }
 
