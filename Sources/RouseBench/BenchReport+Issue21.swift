@@ -201,8 +201,9 @@ extension BenchReport {
         text += " SELECT per REGISTER). A server that passed under 90 % of the offer or failed over 1 % is offered no higher step."
         text += " **register**: one SIPp call is one phone's registration, REGISTER → 401 → REGISTER with SIPp's `[authentication]`"
         text += " (credentials from the injection CSV) → 200, over \(Self.count(options.sippPhones)) phones in turn; CPU is per registration (two REGISTERs)."
-        text += " **calls**: a SIPp UAS registered \(Self.count(options.sippCallees)) callees through each server; the SIPp UAC sends INVITE → 200 → ACK → BYE → 200"
-        text += " through the server (which trusts loopback: no 407). Passed = successful calls ÷ the step's wall time; response time ="
+        text += " **calls**: one SIPp registered \(Self.count(options.sippCallees)) callees through each server and answers their calls from that address;"
+        text += " the caller SIPp sends INVITE → 200 → ACK → BYE → 200 through the server (which trusts loopback: no 407)."
+        text += " Passed = successful calls ÷ SIPp's elapsed time; response time ="
         text += " first request → final 200 (SIPp's `-trace_rtt`). CPU µs per successful call of the server's processes, PostgreSQL's"
         text += " backends, and SIPp (both SIPps in the call ladder).\n\n"
         for ladder in ["register", "calls"] {

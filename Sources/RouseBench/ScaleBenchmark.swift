@@ -83,17 +83,11 @@ enum ScaleBenchmark {
         result.directorySeconds = Date().timeIntervalSince(clock)
         progress("scale: \(count) extensions in the scale database in \(String(format: "%.1f", result.directorySeconds)) s")
 
-        do {
-            let (rouse, started) = try start(settings)
-            defer { rouse.stop() }
-            result.emptyStartSeconds = started
-            Thread.sleep(forTimeInterval: 1)
-            result.emptyResidentBytes = rouse.child.residentBytes() ?? .nan
-            progress(
-                "scale: rouse served SIP \(String(format: "%.2f", started)) s after start with \(count) extensions and no binding,"
-                    + " resident \(mebibytes(result.emptyResidentBytes)) MiB")
-            result.few = try latency(rouse, numbers: numbers, phones: phones, bindings: phones, settings: settings)
-        }
+        let empty = try measure(settings, numbers: numbers, phones: phones, bindings: phones, holding: "\(count) extensions and no binding")
+        result.emptyStartSeconds = empty.seconds
+        result.emptyResidentBytes = empty.resident
+        result.few = empty.run
+        result.notes += empty.notes
 
         clock = Date()
         let inserted = try cloneBindings(settings.databaseURL)
@@ -102,30 +96,34 @@ enum ScaleBenchmark {
         result.loaded = inserted
         progress("scale: \(inserted) bindings bulk-inserted in \(String(format: "%.1f", result.insertSeconds)) s (\(result.bindings) in all)")
 
-        let (rouse, reload) = try start(settings)
-        defer { rouse.stop() }
-        result.reloadSeconds = reload
-        Thread.sleep(forTimeInterval: 1)
-        result.fullResidentBytes = rouse.child.residentBytes() ?? .nan
-        progress(
-            "scale: rouse reloaded \(result.loaded) bindings and served SIP in \(String(format: "%.2f", reload)) s,"
-                + " resident \(mebibytes(result.fullResidentBytes)) MiB (\(Int(result.perBinding.isFinite ? result.perBinding : -1)) bytes per binding)")
-        result.full = try latency(rouse, numbers: numbers, phones: phones, bindings: result.bindings, settings: settings)
-        for line in rouse.outputText.split(separator: "\n") where line.contains("level=error") {
-            result.notes.append("scale: rouse logged: \(line.prefix(300))")
-            break
-        }
+        let full = try measure(settings, numbers: numbers, phones: phones, bindings: result.bindings, holding: "\(inserted) bindings reloaded")
+        result.reloadSeconds = full.seconds
+        result.fullResidentBytes = full.resident
+        result.full = full.run
+        result.notes += full.notes
+        progress("scale: \(Int(result.perBinding.isFinite ? result.perBinding : -1)) bytes per binding")
         try BenchDirectory.clearBindings(settings.databaseURL, domain: domain)
         return result
     }
 
-    /// Starts `rouse serve` and returns it with the seconds until it served SIP.
-    private static func start(_ settings: Settings) throws -> (RouseServerUnderTest, Double) {
+    /// Starts `rouse serve` on the scale database: the seconds until it served SIP, its resident
+    /// memory a second later (once what start-up freed has been given back), the latency run of
+    /// the phones with `bindings` held, and the first error it logged; then stops it.
+    private static func measure(_ settings: Settings, numbers: [String], phones: Int, bindings: Int, holding: String) throws -> (
+        seconds: Double, resident: Double, run: Run, notes: [String]
+    ) {
         let started = Date()
         let rouse = try RouseServerUnderTest(
             executable: settings.rouseExecutable, databaseURL: settings.databaseURL, environment: ["ROUSE_SIP_T1": "10ms"],
             startTimeout: 900)
-        return (rouse, Date().timeIntervalSince(started))
+        defer { rouse.stop() }
+        let seconds = Date().timeIntervalSince(started)
+        Thread.sleep(forTimeInterval: 1)
+        let resident = rouse.child.residentBytes() ?? .nan
+        progress("scale: rouse served SIP \(String(format: "%.2f", seconds)) s after start with \(holding), resident \(mebibytes(resident)) MiB")
+        let run = try latency(rouse, numbers: numbers, phones: phones, bindings: bindings, settings: settings)
+        let errors = rouse.outputText.split(separator: "\n").filter { $0.contains("level=error") }
+        return (seconds, resident, run, errors.prefix(1).map { "scale: rouse (\(holding)) logged \(errors.count) error line(s), the first: \($0.prefix(300))" })
     }
 
     /// Phones `0..<phones` challenged, registered (their bindings made or refreshed), then a
