@@ -188,7 +188,38 @@ extension BenchReport {
         text += " The wake figures of issue 17 follow in the next table.\n\n"
         text += "| aim | measured | |\n| --- | --- | --- |\n"
         for row in rows { text += "| \(row.aim) | \(row.measured) | \(row.verdict) |\n" }
+        if rows.contains(where: { $0.met == false }) { text += "\nWhere the time goes:\n\n" + issue21Shortfalls() }
         return text + "\n"
+    }
+
+    /// For the aims missed: the CPU of each side per registration and per call at the highest
+    /// rate both passed, and the start-up's share of the reload.
+    private func issue21Shortfalls() -> String {
+        var text = ""
+        if let sipp {
+            for ladder in ["register", "calls"] {
+                let both = sipp.steps.filter { $0.ladder == ladder && $0.server == "rouse" && $0.kept }.compactMap { rouse in
+                    sipp.steps.first { $0.ladder == ladder && $0.server == "kamailio.memory" && $0.offered == rouse.offered && $0.kept }.map { (rouse, $0) }
+                }
+                guard let (rouse, kamailio) = both.last, !(rouse.totalMicros <= kamailio.totalMicros) else { continue }
+                let what = ladder == "register" ? "registration (401 and authenticated REGISTER)" : "call (INVITE, ACK, BYE)"
+                text += "- **SIPp \(ladder), \(Int(rouse.offered))/s**: per \(what) Rouse used \(Self.micro(rouse.serverMicros)) of CPU and PostgreSQL"
+                text += " \(Self.micro(rouse.postgresMicros)) for it; Kamailio in memory \(Self.micro(kamailio.serverMicros)) and \(Self.micro(kamailio.postgresMicros))."
+                text += rouse.serverMicros > kamailio.serverMicros
+                    ? " Rouse's own process is the larger part: the profile below names its costliest functions.\n"
+                    : " PostgreSQL's work for Rouse (the durable commit of each binding) is the larger part.\n"
+            }
+        }
+        if let scale, scale.reloadSeconds > 30 || scale.emptyStartSeconds > 10 {
+            text += "- **Start-up**: with \(Self.count(scale.extensions)) extensions and no binding Rouse took \(String(format: "%.1f", scale.emptyStartSeconds)) s"
+            text += " to serve SIP; with \(Self.count(scale.loaded)) bindings \(String(format: "%.1f", scale.reloadSeconds)) s. The first figure is loading"
+            text += " the extensions (their sealed HA1s), the difference is reading and indexing the bindings.\n"
+        }
+        if let register, let idle = register.memory.filter({ $0.server == "rouse" }).map(\.idleBytes).max(), idle > 100 * 1_048_576 {
+            text += "- **Resident memory at rest**: \(Self.mebibytes(idle)) MiB with \(Self.count(options.memoryBindings)) extensions and no binding:"
+            text += " the extensions' HA1s held by the registrar and the HTTP API, and the process's own heap and libraries.\n"
+        }
+        return text
     }
 
     func sippSection() -> String {
