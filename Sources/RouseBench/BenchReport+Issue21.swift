@@ -201,7 +201,8 @@ extension BenchReport {
                 let both = sipp.steps.filter { $0.ladder == ladder && $0.server == "rouse" && $0.kept }.compactMap { rouse in
                     sipp.steps.first { $0.ladder == ladder && $0.server == "kamailio.memory" && $0.offered == rouse.offered && $0.kept }.map { (rouse, $0) }
                 }
-                guard let (rouse, kamailio) = both.last, !(rouse.totalMicros <= kamailio.totalMicros) else { continue }
+                guard let pair = both.last, !(pair.0.totalMicros <= pair.1.totalMicros) else { continue }
+                let (rouse, kamailio) = pair
                 let what = ladder == "register" ? "registration (401 and authenticated REGISTER)" : "call (INVITE, ACK, BYE)"
                 text += "- **SIPp \(ladder), \(Int(rouse.offered))/s**: per \(what) Rouse used \(Self.micro(rouse.serverMicros)) of CPU and PostgreSQL"
                 text += " \(Self.micro(rouse.postgresMicros)) for it; Kamailio in memory \(Self.micro(kamailio.serverMicros)) and \(Self.micro(kamailio.postgresMicros))."
