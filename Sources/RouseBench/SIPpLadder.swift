@@ -94,7 +94,7 @@ enum SIPpLadder {
     static let domain = RegisterComparison.domain
     static let password = RegisterComparison.password
 
-    static func run(_ settings: Settings, ladders: Set<String> = ["register", "calls"]) throws -> Result {
+    static func run(_ settings: Settings) throws -> Result {
         guard FileManager.default.isExecutableFile(atPath: settings.sipp) else {
             throw Failure(description: "no SIPp at \(settings.sipp) (apt-get install sip-tester; scripts/bench.sh installs it)")
         }
@@ -114,9 +114,9 @@ enum SIPpLadder {
         let cluster = PostgresCluster(conninfo: settings.rouseDatabaseURL)
         if cluster == nil { result.notes.append("SIPp ladder: PostgreSQL's CPU was not measured (its postmaster.pid was not found).") }
 
-        if ladders.contains("register") {
+        if !settings.registerRates.isEmpty {
             let phones = Array(numbers.prefix(settings.phones))
-            try withServers(settings, transactionTimerT1: "10ms") { contenders in
+            try withServers(settings, rouseEnvironment: ["ROUSE_SIP_T1": "10ms"]) { contenders in
                 for rate in settings.registerRates {
                     for contender in contenders where !gaveUp(result, "register", contender.name) {
                         let port = try FreePort.pick()
@@ -130,9 +130,10 @@ enum SIPpLadder {
                 }
             }
         }
-        if ladders.contains("calls") {
+        if !settings.callRates.isEmpty {
             let callees = Array(numbers.prefix(settings.callees))
-            try withServers(settings, transactionTimerT1: nil) { contenders in
+            // The callers' INVITEs come from loopback, trusted as Kamailio's route trusts it.
+            try withServers(settings, rouseEnvironment: ["ROUSE_TRUSTED_PEERS": "127.0.0.1"]) { contenders in
                 var answering: [String: ChildProcess] = [:]
                 defer { for (_, uas) in answering { uas.stop() } }
                 for contender in contenders {
@@ -162,14 +163,15 @@ enum SIPpLadder {
         return !last.kept
     }
 
-    /// Starts Rouse (durable) and both Kamailios, runs `body`, and stops them.
-    private static func withServers(_ settings: Settings, transactionTimerT1: String?, _ body: ([Contender]) throws -> Void) throws {
+    /// Starts Rouse (durable, with `rouseEnvironment`) and both Kamailios, runs `body`, and stops
+    /// them. The register ladder runs Rouse as the REGISTER comparison does, with a T1 of 10 ms:
+    /// Timer J of 640 ms instead of 32 s, so completed REGISTER transactions (Kamailio keeps none)
+    /// do not pile up, and no retransmission happens on loopback within 10 ms. The call ladder
+    /// keeps the default T1 (INVITEs wait on the callee).
+    private static func withServers(_ settings: Settings, rouseEnvironment environment: [String: String], _ body: ([Contender]) throws -> Void)
+        throws
+    {
         try BenchDirectory.clearBindings(settings.rouseDatabaseURL, domain: domain)
-        var environment = ["ROUSE_TRUSTED_PEERS": "127.0.0.1"]
-        // As in the REGISTER comparison: Timer J of 640 ms instead of 32 s, so completed REGISTER
-        // transactions (Kamailio keeps none) do not pile up; no retransmission happens on loopback
-        // within 10 ms. The call ladder keeps the default T1 (INVITEs wait on the callee).
-        if let transactionTimerT1 { environment["ROUSE_SIP_T1"] = transactionTimerT1 }
         var contenders = [
             Contender(
                 name: "rouse",
