@@ -78,10 +78,11 @@ enum SIPpLadder {
         var notes: [String] = []
         var sippVersion: String?
 
-        /// The highest rate `server` passed on `ladder` (a step kept), or the best passed rate.
+        /// The highest rate `server` passed on `ladder` with at most 1 % of calls failed (a step
+        /// kept or the slower step after it), or the best passed rate of any step.
         func highest(_ ladder: String, _ server: String) -> Double {
             let mine = steps.filter { $0.ladder == ladder && $0.server == server }
-            return mine.filter(\.kept).map(\.passed).max() ?? mine.map(\.passed).max() ?? .nan
+            return mine.filter { $0.failureFraction <= 0.01 }.map(\.passed).max() ?? mine.map(\.passed).max() ?? .nan
         }
     }
 
@@ -284,7 +285,11 @@ enum SIPpLadder {
             p50Milliseconds: percentile(times, 0.5), p99Milliseconds: percentile(times, 0.99),
             serverMicros: serverCPU / divisor * 1e6, postgresMicros: postgresCPU / divisor * 1e6, sippMicros: sippCPU / divisor * 1e6)
         if failed > 0, let errors = try? String(contentsOfFile: work + "/errors.log", encoding: .utf8) {
-            let first = errors.split(separator: "\n").dropFirst().prefix(4).joined(separator: " ").prefix(400)
+            // The first call SIPp aborted says why; "dead call" lines are late answers to calls
+            // already ended (retransmissions), a symptom.
+            let lines = errors.split(separator: "\n").dropFirst()
+            let start = lines.firstIndex { $0.contains("Aborting call") } ?? lines.startIndex
+            let first = lines[start...].prefix(4).joined(separator: " ").prefix(400)
             notes.append("SIPp \(ladder) \(contender.name) at \(Int(rate))/s: \(failed) failed; SIPp's first error: \(first)")
         }
         progress(

@@ -56,6 +56,8 @@ enum ScaleBenchmark {
         var fullResidentBytes = Double.nan
         var few: Run?
         var full: Run?
+        /// Why Rouse did not serve SIP with every binding, if it did not.
+        var reloadFailure: String?
         var notes: [String] = []
         /// Bindings Rouse loaded at its second start (every extension but the phones', which
         /// register again after it).
@@ -96,13 +98,20 @@ enum ScaleBenchmark {
         result.loaded = inserted
         progress("scale: \(inserted) bindings bulk-inserted in \(String(format: "%.1f", result.insertSeconds)) s (\(result.bindings) in all)")
 
-        let full = try measure(settings, numbers: numbers, phones: phones, bindings: result.bindings, holding: "\(inserted) bindings reloaded")
-        result.reloadSeconds = full.seconds
-        result.fullResidentBytes = full.resident
-        result.full = full.run
-        result.notes += full.notes
-        progress("scale: \(Int(result.perBinding.isFinite ? result.perBinding : -1)) bytes per binding")
-        try BenchDirectory.clearBindings(settings.databaseURL, domain: domain)
+        // What was measured so far stays in the report when Rouse cannot start with every binding.
+        defer { try? BenchDirectory.clearBindings(settings.databaseURL, domain: domain) }
+        do {
+            let full = try measure(settings, numbers: numbers, phones: phones, bindings: result.bindings, holding: "\(inserted) bindings reloaded")
+            result.reloadSeconds = full.seconds
+            result.fullResidentBytes = full.resident
+            result.full = full.run
+            result.notes += full.notes
+            progress("scale: \(Int(result.perBinding.isFinite ? result.perBinding : -1)) bytes per binding")
+        } catch {
+            result.reloadFailure = String(describing: error).prefix(400).trimmingCharacters(in: .whitespacesAndNewlines)
+            result.notes.append("scale: rouse did not serve SIP with \(inserted) bindings to reload: \(result.reloadFailure ?? "")")
+            progress("scale: rouse did not start with \(inserted) bindings: \(result.reloadFailure ?? "")")
+        }
         return result
     }
 
