@@ -4,8 +4,10 @@
 # durable 200 costs an honest commit) with a database for Rouse, one with synchronous_commit=off
 # (Rouse's fastest setting) and one for Kamailio (its tables from /usr/share/kamailio/postgres),
 # and runs rouse-bench, which measures parser, OPTIONS, REGISTERs against Rouse and Kamailio in
-# interleaved runs, posting, push, calls (with Kamailio beside Rouse) and wake-then-ring, and
-# counts a REGISTER's instructions under callgrind. The report goes to bench/results/<YYYY-MM-DD>.md
+# interleaved runs, SIPp ladders of REGISTER with digest and of call setups against Rouse and
+# Kamailio (in memory and durable), posting, push, calls (with Kamailio beside Rouse) and
+# wake-then-ring, one instance holding 1,000,000 bindings (scale), and counts a REGISTER's
+# instructions under callgrind. The report goes to bench/results/<YYYY-MM-DD>.md
 # and .json (docs/benchmarks.md says how to read it).
 #
 # BENCH_QUICK=1 runs short phases with fewer extensions (for trying things, not for publishing);
@@ -18,7 +20,7 @@ bash scripts/deps.sh
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-bench_packages=(kamailio kamailio-postgres-modules valgrind)
+bench_packages=(kamailio kamailio-postgres-modules sip-tester valgrind)
 missing=()
 for package in "${bench_packages[@]}"; do installed "$package" || missing+=("$package"); done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -58,8 +60,9 @@ psql "$(url)" -q -v ON_ERROR_STOP=1 \
     -c 'CREATE DATABASE rouse_bench' \
     -c 'CREATE DATABASE rouse_bench_async' \
     -c 'ALTER DATABASE rouse_bench_async SET synchronous_commit = off' \
-    -c 'CREATE DATABASE kamailio_bench' >/dev/null
-for schema in standard auth_db usrloc; do
+    -c 'CREATE DATABASE kamailio_bench' \
+    -c 'CREATE DATABASE rouse_bench_scale' >/dev/null
+for schema in standard auth_db usrloc htable; do
     psql "$(url kamailio_bench)" -q -v ON_ERROR_STOP=1 -f "/usr/share/kamailio/postgres/$schema-create.sql" >/dev/null
 done
 echo "rouse: bench PostgreSQL on socket $pgdir/cluster port $port (fsync on)"
@@ -70,6 +73,7 @@ arguments=(
     --kamailio "$(command -v kamailio || echo /usr/sbin/kamailio)"
     --kamailio-config bench/kamailio/kamailio.cfg
     --kamailio-database-url "$(url kamailio_bench)"
+    --scale-database-url "$(url rouse_bench_scale)"
     --report-dir bench/results
 )
 if [ -n "${BENCH_QUICK:-}" ] && [ "${BENCH_QUICK}" != 0 ]; then arguments+=(--quick); fi

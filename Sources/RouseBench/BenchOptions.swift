@@ -8,8 +8,9 @@ struct BenchOptions {
     var jsonPath: String?
     /// How the OPTIONS throughput phase releases requests.
     var pacing = UDPLoadGenerator.Pacing.window(64)
-    /// Which phases run, in this order: parser, options, register, posting, push, calls, profile.
-    var phases: Set<String> = ["parser", "options", "register", "posting", "push", "calls", "profile"]
+    /// Which phases run, in this order: parser, options, register, sipp, posting, push, calls,
+    /// scale, profile.
+    var phases: Set<String> = phaseNames
     /// libpq conninfo of a scratch database; without it the REGISTER and posting phases are skipped.
     var databaseURL: String?
     /// The `rouse` executable the REGISTER phase starts; by default the one beside rouse-bench.
@@ -57,7 +58,26 @@ struct BenchOptions {
     var callsPushSamples = 300
     var callsWakeSamples = 200
 
-    static let phaseNames: Set<String> = ["parser", "options", "register", "posting", "push", "calls", "profile"]
+    /// The SIPp ladders: SIPp itself, the offered rates of each ladder, each step's length, and
+    /// the phones and callees they cycle through.
+    var sippExecutable = "/usr/bin/sipp"
+    var sippRegisterRates: [Double] = [1_000, 2_000, 4_000, 6_000, 8_000, 12_000]
+    var sippCallRates: [Double] = [100, 200, 400, 600, 800, 1_200]
+    var sippSeconds = 5.0
+    var sippPhones = 10_000
+    var sippCallees = 1_000
+    /// The scale phase: its own database, the bindings loaded, and the REGISTER rate and phones
+    /// of its latency runs.
+    var scaleDatabaseURL: String?
+    var scaleBindings = 1_000_000
+    var scaleRate = 1_000.0
+    var scalePhones = 10_000
+    var scaleSeconds = 8.0
+    /// Instructions per REGISTER before this work (issue 21's baseline at main 67c82ed), for the
+    /// profile's before/after; replaced by --profile-before.
+    var profileBefore = 687_273.0
+
+    static let phaseNames: Set<String> = ["parser", "options", "register", "sipp", "posting", "push", "calls", "scale", "profile"]
 
     static let usage = """
         usage: rouse-bench [options]   (`make bench` passes the databases, Kamailio and --report-dir)
@@ -69,8 +89,8 @@ struct BenchOptions {
           --quick       shorter runs and fewer extensions, for trying things (not for publishing)
           --window N    requests kept in flight in the OPTIONS throughput phase (default 64)
           --rate R      instead of a window, send R OPTIONS requests per second
-          --phases LIST comma list of parser, options, register, posting, push, calls, profile
-                        (default all)
+          --phases LIST comma list of parser, options, register, sipp, posting, push, calls,
+                        scale, profile (default all)
 
         REGISTER comparison (needs PostgreSQL; `make bench` starts one and passes its databases):
           --database-url CONNINFO   Rouse's scratch database (synchronous_commit on); without it
@@ -95,6 +115,23 @@ struct BenchOptions {
           --register-modes LIST     durable, memory (default both)
           --register-transports LIST  udp, tcp (default both)
           --tcp-connections N       TCP connections the phones share (default 64)
+
+        sipp phase (SIPp ladders against Rouse durable, Kamailio in memory and durable; needs
+        --database-url, and --kamailio for the rivals):
+          --sipp PATH               the SIPp executable (default /usr/bin/sipp)
+          --sipp-register-rates LIST  registrations per second offered, step by step
+                                    (default 1000,2000,4000,6000,8000,12000)
+          --sipp-call-rates LIST    call setups per second offered (default 100,200,400,600,800,1200)
+          --sipp-seconds N          length of each step (default 5)
+          --sipp-phones N           phones the register ladder cycles through (default 10000)
+          --sipp-callees N          extensions the call ladder calls in turn (default 1000)
+
+        scale phase (one instance holding many bindings; needs --scale-database-url):
+          --scale-database-url CONNINFO  a database of its own (synchronous_commit on)
+          --scale-bindings N        bindings bulk-inserted before Rouse starts (default 1000000)
+          --scale-rate R            REGISTERs per second of its latency runs (default 1000)
+          --scale-phones N          phones of its latency runs (default 10000)
+          --scale-seconds N         length of each latency run (default 8)
 
         posting phase (POST /api/v1/push/register over HTTP/1.1 keep-alive; needs --database-url):
           --posting-extensions N    extensions the posts cycle through (default 1000)
@@ -122,6 +159,8 @@ struct BenchOptions {
         profile phase (valgrind's callgrind on rouse serve; needs --database-url and valgrind):
           --profile-registers N     authenticated REGISTERs counted (default 1000)
           --profile-notes FILE      notes copied into the report (default bench/profiling.md)
+          --profile-before N        instructions per REGISTER before this work, for the
+                                    before/after (default 687273, issue 21's baseline)
         """
 
     /// Reads the arguments (without the program name); the error is a message for the user.
@@ -138,6 +177,14 @@ struct BenchOptions {
                 throw UsageError(message: "\(flag) needs a whole number between \(range.lowerBound) and \(range.upperBound)")
             }
             return count
+        }
+        func rates(_ flag: String) throws(UsageError) -> [Double] {
+            let text = try value(flag)
+            let values = text.split(separator: ",").compactMap { Double($0) }
+            guard !values.isEmpty, values.count == text.split(separator: ",").count, values.allSatisfy({ $0 >= 1 && $0 <= 100_000 }) else {
+                throw UsageError(message: "\(flag) takes a comma list of rates per second between 1 and 100000")
+            }
+            return values
         }
         while index < arguments.count {
             let flag = arguments[index]
@@ -162,7 +209,7 @@ struct BenchOptions {
             case "--phases":
                 let names = Set(try value(flag).split(separator: ",").map { String($0) })
                 guard !names.isEmpty, names.isSubset(of: phaseNames) else {
-                    throw UsageError(message: "--phases takes a comma list of parser, options, register, posting, push, calls, profile")
+                    throw UsageError(message: "--phases takes a comma list of " + phaseNames.sorted().joined(separator: ", "))
                 }
                 options.phases = names
             case "--database-url":
@@ -258,6 +305,15 @@ struct BenchOptions {
                 options.postingSeconds = 2
                 options.pushCount = 1_000
                 options.profileRegisters = 500
+                options.sippRegisterRates = [1_000, 3_000]
+                options.sippCallRates = [100, 300]
+                options.sippSeconds = 3
+                options.sippPhones = 2_000
+                options.sippCallees = 200
+                options.scaleBindings = 100_000
+                options.scalePhones = 2_000
+                options.scaleRate = 500
+                options.scaleSeconds = 3
             case "--memory-database-url":
                 options.memoryDatabaseURL = try value(flag)
             case "--kamailio":
@@ -297,6 +353,30 @@ struct BenchOptions {
                 options.profileNotes = try value(flag)
             case "--profile-registers":
                 options.profileRegisters = try number(flag, 100...100_000)
+            case "--sipp":
+                options.sippExecutable = try value(flag)
+            case "--sipp-register-rates":
+                options.sippRegisterRates = try rates(flag)
+            case "--sipp-call-rates":
+                options.sippCallRates = try rates(flag)
+            case "--sipp-seconds":
+                options.sippSeconds = Double(try number(flag, 1...600))
+            case "--sipp-phones":
+                options.sippPhones = try number(flag, 1...1_000_000)
+            case "--sipp-callees":
+                options.sippCallees = try number(flag, 1...100_000)
+            case "--scale-database-url":
+                options.scaleDatabaseURL = try value(flag)
+            case "--scale-bindings":
+                options.scaleBindings = try number(flag, 1...5_000_000)
+            case "--scale-rate":
+                options.scaleRate = Double(try number(flag, 1...100_000))
+            case "--scale-phones":
+                options.scalePhones = try number(flag, 1...1_000_000)
+            case "--scale-seconds":
+                options.scaleSeconds = Double(try number(flag, 1...600))
+            case "--profile-before":
+                options.profileBefore = Double(try number(flag, 1...100_000_000))
             case "--help", "-h":
                 throw UsageError(message: nil)
             default:

@@ -14,6 +14,8 @@ struct BenchReport {
     var figures: [BenchFigure] = []
     var register: RegisterComparison.Result?
     var calls: CallBenchmark.Outcome?
+    var sipp: SIPpLadder.Result?
+    var scale: ScaleBenchmark.Result?
     var profile: ProfileBenchmark.Result?
     var notes: [String] = []
     private let loadBefore: String
@@ -98,6 +100,9 @@ struct BenchReport {
         }
     }
 
+    /// The notes of the run and of every phase.
+    var allNotes: [String] { notes + (register?.notes ?? []) + (calls?.notes ?? []) + (sipp?.notes ?? []) + (scale?.notes ?? []) }
+
     // MARK: Writing
 
     /// Writes `<date>.md` and `<date>.json` in `directory` (made if missing); returns their paths.
@@ -114,15 +119,18 @@ struct BenchReport {
         text += "Written by `make bench` (`scripts/bench.sh` → `rouse-bench`); [docs/benchmarks.md](../../docs/benchmarks.md) says how to run it"
         text += " and how to read each table. Figures are measured, never asserted.\n\n"
         text += machineSection()
+        text += issue21AimsSection()
         text += aimsSection()
         text += registerSection()
+        text += sippSection()
         text += callsSection()
         text += wakeSection()
         text += memorySection()
+        text += scaleSection()
         text += profileSection()
-        if !notes.isEmpty || !(register?.notes.isEmpty ?? true) || !(calls?.notes.isEmpty ?? true) {
+        if !allNotes.isEmpty {
             text += "## Notes of this run\n\n"
-            for note in notes + (register?.notes ?? []) + (calls?.notes ?? []) { text += "- \(note)\n" }
+            for note in allNotes { text += "- \(note)\n" }
             text += "\n"
         }
         text += "## Every figure\n\n```\n" + FigureReport.table(figures) + "\n```\n"
@@ -394,7 +402,9 @@ struct BenchReport {
             text += "`rouse serve` under valgrind's callgrind, collection switched on for \(profile.registers) REGISTER refreshes (UDP, digest,"
             text += " durable commit): **\(Self.count(Int(profile.instructionsPerRegister.isFinite ? profile.instructionsPerRegister : 0))) instructions per REGISTER**"
             text += " in Rouse's process (PostgreSQL's own work is not counted). Instruction counts do not move with the machine's load, so"
-            text += " they compare across runs. The dump is written beside this report as `\((profile.outputFile as NSString).lastPathComponent)` (for callgrind_annotate; not kept in git). Costliest functions, self cost:\n\n"
+            text += " they compare across runs. Before issue 21's work (main at 67c82ed, or `--profile-before`): \(Self.count(Int(options.profileBefore)))"
+            text += " instructions per REGISTER; now ÷\(String(format: "%.2f", options.profileBefore / profile.instructionsPerRegister)) (the aim: ÷4)."
+            text += " The dump is written beside this report as `\((profile.outputFile as NSString).lastPathComponent)` (for callgrind_annotate; not kept in git). Costliest functions, self cost:\n\n"
             text += "| % | instructions per REGISTER | function |\n| ---: | ---: | --- |\n"
             for cost in profile.selfCosts.prefix(15) {
                 text += "| \(String(format: "%.2f", cost.percent)) | \(Self.count(Int(cost.instructions / Double(max(profile.registers, 1))))) | `\(Self.cell(cost.function))` |\n"
@@ -426,7 +436,7 @@ struct BenchReport {
             ] as [String: Any],
             "rouse": Self.rouseVersion(options.rouseExecutable),
             "figures": figures.filter(\.value.isFinite).map { ["name": $0.name, "value": $0.value, "unit": $0.unit] as [String: Any] },
-            "notes": notes + (register?.notes ?? []) + (calls?.notes ?? []),
+            "notes": allNotes,
         ]
         if let register {
             document["kamailio"] = register.kamailioVersion ?? NSNull()
@@ -497,6 +507,7 @@ struct BenchReport {
                 } ?? NSNull(),
             ] as [String: Any]
         }
+        addIssue21(to: &document)
         if let profile {
             document["profile"] = [
                 "registers": profile.registers, "instructions_per_register": Self.finite(profile.instructionsPerRegister),
@@ -509,16 +520,16 @@ struct BenchReport {
 
     // MARK: Formatting and facts
 
-    private static func finite(_ value: Double) -> Any { value.isFinite ? value : NSNull() }
-    private static func rate(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) : "–" }
-    private static func ratio(_ value: Double) -> String { value.isFinite ? String(format: "%.2f×", value) : "–" }
-    private static func micro(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) + " µs" : "–" }
-    private static func seconds(_ value: Double) -> String { value.isFinite ? String(format: "%.3f", value) : "–" }
-    private static func number(_ value: Double) -> String { value.isFinite ? FigureReport.format(value) : "–" }
-    private static func count(_ value: Int) -> String { FigureReport.format(Double(value)) }
-    private static func bytes(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) + " B" : "–" }
-    private static func mebibytes(_ value: Double) -> String { value.isFinite ? String(format: "%.1f", value / 1_048_576) : "–" }
-    private static func cell(_ text: String) -> String {
+    static func finite(_ value: Double) -> Any { value.isFinite ? value : NSNull() }
+    static func rate(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) : "–" }
+    static func ratio(_ value: Double) -> String { value.isFinite ? String(format: "%.2f×", value) : "–" }
+    static func micro(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) + " µs" : "–" }
+    static func seconds(_ value: Double) -> String { value.isFinite ? String(format: "%.3f", value) : "–" }
+    static func number(_ value: Double) -> String { value.isFinite ? FigureReport.format(value) : "–" }
+    static func count(_ value: Int) -> String { FigureReport.format(Double(value)) }
+    static func bytes(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) + " B" : "–" }
+    static func mebibytes(_ value: Double) -> String { value.isFinite ? String(format: "%.1f", value / 1_048_576) : "–" }
+    static func cell(_ text: String) -> String {
         let flat = text.replacingOccurrences(of: "|", with: "\\|").replacingOccurrences(of: "`", with: "'")
         return flat.count > 140 ? String(flat.prefix(137)) + "…" : flat
     }

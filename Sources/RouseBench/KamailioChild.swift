@@ -3,7 +3,8 @@ import Glibc
 import RouseTestSupport
 
 /// A Kamailio process tree the benchmark starts as its rival: the configuration in `bench/kamailio/`
-/// rendered for this run (loopback port, children, database, usrloc `db_mode`), run in the
+/// rendered for this run (loopback port, children, database, usrloc `db_mode`, HA1s in memory or
+/// read from PostgreSQL), run in the
 /// foreground (`-DD -E`) with its own runtime folder, and stopped with SIGTERM (then SIGKILL) by
 /// `stop()` or when the value goes away.
 ///
@@ -25,6 +26,9 @@ final class KamailioChild {
         var databaseConninfo: String
         /// usrloc `db_mode`: 1 write-through, 0 memory only.
         var databaseMode = 1
+        /// HA1s loaded at start into a shared-memory hash table (`-A HA1_IN_MEMORY`: htable and
+        /// pv_auth_check) instead of one auth_db SELECT per REGISTER.
+        var credentialsInMemory = false
         /// UDP receiver processes, and TCP workers.
         var children = 4
         /// Shared memory, in MiB (mapped at start, resident only as it is used).
@@ -84,7 +88,7 @@ final class KamailioChild {
         let arguments = [
             settings.executable, "-DD", "-E", "-f", configPath, "-m", String(settings.sharedMemoryMiB), "-M", String(settings.privateMemoryMiB),
             "-Y", runDirectory, "-w", runDirectory,
-        ]
+        ] + (settings.credentialsInMemory ? ["-A", "HA1_IN_MEMORY"] : [])
         var environment = ProcessInfo.processInfo.environment
         environment["PGHOST"] = socketFolder
         environment["PGPORT"] = databasePort

@@ -25,8 +25,8 @@ final class RouseServerUnderTest: MeasuredServer {
     private let points: [ListenPoint]
 
     /// Starts `rouse serve` on `databaseURL` with `environment` added to the benchmark's settings,
-    /// and waits (up to 120 s) until it serves SIP.
-    init(executable: String, databaseURL: String, environment: [String: String] = [:]) throws {
+    /// and waits (up to `startTimeout` seconds) until it serves SIP.
+    init(executable: String, databaseURL: String, environment: [String: String] = [:], startTimeout: TimeInterval = 120) throws {
         var settings = [
             "ROUSE_DATABASE_URL": databaseURL,
             "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0,tcp:127.0.0.1:0",
@@ -35,7 +35,7 @@ final class RouseServerUnderTest: MeasuredServer {
         ]
         settings.merge(environment) { $1 }
         child = try RouseChild(executable: executable, arguments: ["serve"], environment: settings)
-        guard let line = child.waitForLine(containing: "serving SIP on ", timeout: 120) else {
+        guard let line = child.waitForLine(containing: "serving SIP on ", timeout: startTimeout) else {
             throw RegisterComparison.Failure(description: "rouse serve did not start:\n\(child.outputText.suffix(3_000))")
         }
         points = (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ")

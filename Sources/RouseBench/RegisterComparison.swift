@@ -6,7 +6,8 @@ import Foundation
 ///
 /// For each mode (durable: Rouse's bindings committed with `synchronous_commit` on against
 /// Kamailio's usrloc `db_mode` 1 write-through; memory: Rouse on a database with
-/// `synchronous_commit=off`, Rouse's fastest setting, against Kamailio's `db_mode` 0) and each
+/// `synchronous_commit=off`, Rouse's fastest setting, against Kamailio at its fastest: `db_mode` 0
+/// and the HA1s in a shared-memory hash table) and each
 /// transport (UDP, TCP), both servers are started afresh with no bindings, and then:
 ///
 /// 1. phones `0..<small` learn a nonce (401) and register once (new bindings), on each server;
@@ -175,6 +176,7 @@ enum RegisterComparison {
         if var kamailio = settings.kamailio {
             try KamailioDirectory.clearLocations(kamailio.databaseConninfo)
             kamailio.databaseMode = mode == .durable ? 1 : 0
+            kamailio.credentialsInMemory = mode == .memory
             servers.append(try KamailioServerUnderTest(kamailio))
         }
         Thread.sleep(forTimeInterval: 0.5)

@@ -65,6 +65,25 @@ if options.phases.contains("register") {
     }
 }
 
+if options.phases.contains("sipp") {
+    if let databaseURL = options.databaseURL {
+        print(
+            "SIPp ladders on loopback: REGISTER with digest and call setups, Rouse durable"
+                + "\(kamailio == nil ? "" : " and Kamailio in memory and durable, interleaved"), \(Int(options.sippSeconds)) s per step…")
+        phase("SIPp ladders") {
+            let result = try SIPpLadder.run(
+                SIPpLadder.Settings(
+                    sipp: options.sippExecutable, rouseExecutable: options.rouseExecutable, rouseDatabaseURL: databaseURL, kamailio: kamailio,
+                    registerRates: options.sippRegisterRates, callRates: options.sippCallRates, seconds: options.sippSeconds,
+                    phones: options.sippPhones, callees: options.sippCallees))
+            report.sipp = result
+            report.figures += BenchReport.figures(of: result)
+        }
+    } else {
+        print("sipp phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
+    }
+}
+
 if options.phases.contains("posting") {
     if let databaseURL = options.databaseURL {
         print(
@@ -106,6 +125,29 @@ if options.phases.contains("calls") {
         }
     } else {
         print("calls phase skipped: it needs --database-url (make bench starts PostgreSQL and passes one)")
+    }
+}
+
+if options.phases.contains("scale") {
+    if let databaseURL = options.scaleDatabaseURL {
+        print("scale: \(options.scaleBindings) bindings in one instance (bulk-loaded, then reloaded at start), REGISTER latency at \(Int(options.scaleRate))/s…")
+        phase("scale") {
+            let result = try ScaleBenchmark.run(
+                ScaleBenchmark.Settings(
+                    databaseURL: databaseURL, rouseExecutable: options.rouseExecutable, bindings: options.scaleBindings,
+                    phones: options.scalePhones, rate: options.scaleRate, seconds: options.scaleSeconds))
+            report.scale = result
+            report.figures += [
+                BenchFigure(name: "scale.reload_seconds", value: result.reloadSeconds, unit: "s"),
+                BenchFigure(name: "scale.resident", value: result.fullResidentBytes / 1_048_576, unit: "MiB"),
+                BenchFigure(name: "scale.resident_no_bindings", value: result.emptyResidentBytes / 1_048_576, unit: "MiB"),
+                BenchFigure(name: "scale.per_binding", value: result.perBinding, unit: "bytes"),
+                BenchFigure(name: "scale.few.latency_p99", value: result.few?.p99 ?? .nan, unit: "µs"),
+                BenchFigure(name: "scale.full.latency_p99", value: result.full?.p99 ?? .nan, unit: "µs"),
+            ]
+        }
+    } else {
+        print("scale phase skipped: it needs --scale-database-url (make bench makes one)")
     }
 }
 
