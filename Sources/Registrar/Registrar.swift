@@ -169,11 +169,12 @@ public final class Registrar: ExtensionDirectory, @unchecked Sendable {
         queue.sync { core.directory }
     }
 
-    /// The live bindings with push channels that expire before `deadline` (binding-refresh
-    /// pushes); `completion` runs on the registrar's queue and must not block.
+    /// The live bindings with push channels that expire by `deadline` (binding-refresh pushes),
+    /// each registration once (`RegistrarCore.takeRefreshCandidates`); `completion` runs on the
+    /// registrar's queue and must not block.
     public func pushBindings(expiringBefore deadline: Date, completion: @escaping @Sendable ([Binding]) -> Void) {
         queue.async { [self] in
-            completion(core.bindings.values.flatMap { $0.filter { !$0.pushChannels.isEmpty && $0.expiresAt <= deadline } })
+            completion(core.takeRefreshCandidates(expiringBy: deadline))
         }
     }
 
