@@ -382,8 +382,13 @@ public struct RegistrarCore: Sendable {
         if let instance = address.instance {
             return list.first { $0.instance == instance && $0.regID == regID }
         }
+        // A refresh sends the Contact it sent before: the same text is the same URI, with no parse.
+        let text = address.uri.description
+        if let same = list.first(where: { $0.instance == nil && $0.contact == text }) { return same }
+        let others = list.filter { $0.instance == nil }
+        guard !others.isEmpty else { return nil }
         let key = RegistrarCore.comparisonKey(address.uri)
-        return list.first { $0.instance == nil && (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
+        return others.first { (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
     }
 
     /// The parts of a URI that RFC 3261 §19.1.4 compares: scheme, user, host (case-insensitive),
@@ -435,8 +440,8 @@ public struct RegistrarCore: Sendable {
             if let q = binding.q { parameters.set("q", String(q)) }
             if let instance = binding.instance { parameters.set("+sip.instance", SIPHeaderValueScanner.quote(instance)) }
             if let regID = binding.regID { parameters.set("reg-id", String(regID)) }
-            let uri = (try? SIPURI(parsing: binding.contact)).map(\.description) ?? binding.contact
-            response.headers.add(.contact, "<\(uri)>" + parameters.serialized)
+            // `contact` is the URI as `SIPURI.description` wrote it when the binding was made.
+            response.headers.add(.contact, "<\(binding.contact)>" + parameters.serialized)
         }
         for value in request.headers.lines(.path) { response.headers.add(.path, value) }
         var announced: Set<PushProviderFamily> = []
