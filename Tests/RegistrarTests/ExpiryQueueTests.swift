@@ -91,7 +91,7 @@ final class ExpiryQueueTests: XCTestCase {
     /// queues; the input array is gone by the second count. A plain phone (a Contact of 60 bytes,
     /// a Call-ID, a User-Agent) meets the aim; a push binding as an app registers it (a 200-byte
     /// Contact carrying a 140-character FCM token, the token again in its channel) does not yet:
-    /// ~620 bytes of it are the phone's own texts (docs/registrar-performance.md).
+    /// ~620 bytes of it are the phone's own texts (docs/registrar.md, "Expiry, refresh pushes and what a binding costs").
     func testMemoryPerBindingInTheIndex() throws {
         let plain = try bytesPerBinding(push: false)
         let push = try bytesPerBinding(push: true)
