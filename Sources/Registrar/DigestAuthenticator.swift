@@ -68,20 +68,20 @@ public struct DigestCredentials: Hashable, Sendable {
         func slice(_ range: Range<Int>) -> Substring {
             Substring(utf8[utf8.index(utf8.startIndex, offsetBy: range.lowerBound)..<utf8.index(utf8.startIndex, offsetBy: range.upperBound)])
         }
-        let whole = trim(bytes, 0..<bytes.count)
+        let whole = SIPHeaderValueScanner.trim(bytes, 0..<bytes.count)
         guard whole.count > 7, lowercasedEquals(bytes, whole.lowerBound..<whole.lowerBound + 6, "digest"),
             bytes[whole.lowerBound + 6] == 0x20 || bytes[whole.lowerBound + 6] == 0x09
         else { return nil }
         var result = DigestCredentials()
         var start = whole.lowerBound + 7
         while start <= whole.upperBound {
-            let end = elementEnd(bytes, start..<whole.upperBound)
+            let end = SIPHeaderValueScanner.listElementEnd(bytes, start..<whole.upperBound)
             defer { start = end + 1 }
-            let element = trim(bytes, start..<end)
+            let element = SIPHeaderValueScanner.trim(bytes, start..<end)
             if element.isEmpty { continue }
             guard let eq = (element.lowerBound..<element.upperBound).first(where: { bytes[$0] == UInt8(ascii: "=") }) else { return nil }
-            let name = trim(bytes, element.lowerBound..<eq)
-            let valueRange = trim(bytes, eq + 1..<element.upperBound)
+            let name = SIPHeaderValueScanner.trim(bytes, element.lowerBound..<eq)
+            let valueRange = SIPHeaderValueScanner.trim(bytes, eq + 1..<element.upperBound)
             guard !name.isEmpty else { return nil }
             let value: Substring
             if valueRange.count >= 2, bytes[valueRange.lowerBound] == UInt8(ascii: "\""), bytes[valueRange.upperBound - 1] == UInt8(ascii: "\"") {
@@ -150,44 +150,6 @@ public struct DigestCredentials: Hashable, Sendable {
     var slices: KnownFields { fields }
 
     // MARK: Bytes
-
-    @inline(__always)
-    private static func isWhitespace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x09 || c == 0x0D || c == 0x0A }
-
-    private static func trim(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Range<Int> {
-        var lower = range.lowerBound, upper = range.upperBound
-        while lower < upper, isWhitespace(bytes[lower]) { lower += 1 }
-        while upper > lower, isWhitespace(bytes[upper - 1]) { upper -= 1 }
-        return lower..<upper
-    }
-
-    /// The comma ending the element that begins the range (none inside a quoted string or `<…>`),
-    /// or the range's end: how SIP splits a list header.
-    private static func elementEnd(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int {
-        var inQuotes = false
-        var angle = 0
-        var i = range.lowerBound
-        while i < range.upperBound {
-            let c = bytes[i]
-            if inQuotes {
-                if c == UInt8(ascii: "\\") {
-                    i += 2
-                    continue
-                }
-                if c == UInt8(ascii: "\"") { inQuotes = false }
-            } else if c == UInt8(ascii: "\"") {
-                inQuotes = true
-            } else if c == UInt8(ascii: "<") {
-                angle += 1
-            } else if c == UInt8(ascii: ">") {
-                if angle > 0 { angle -= 1 }
-            } else if c == UInt8(ascii: ","), angle == 0 {
-                return i
-            }
-            i += 1
-        }
-        return range.upperBound
-    }
 
     private static func unescape(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> String {
         var out: [UInt8] = []
