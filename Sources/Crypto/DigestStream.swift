@@ -39,8 +39,9 @@ public struct DigestOutput: Sendable, Equatable {
     }
 
     /// Whether `text` is this digest in hex (either case), in time that depends only on the lengths.
-    public func matchesHex<Text: Collection<UInt8>>(_ text: Text) -> Bool {
-        withUnsafeBytes { Hex.matches($0, hex: text) }
+    public func matchesHex(_ text: Substring) -> Bool {
+        var text = text
+        return text.withUTF8 { hex in withUnsafeBytes { Hex.matches($0, hex: UnsafeRawBufferPointer(hex)) } }
     }
 }
 
@@ -151,19 +152,17 @@ public final class HMACSHA256Key: @unchecked Sendable {
 }
 
 extension Hex {
-    /// Whether `hex` spells `bytes` (either case), in time that depends only on the lengths.
-    public static func matches<Bytes: Collection<UInt8>, Text: Collection<UInt8>>(_ bytes: Bytes, hex text: Text) -> Bool {
+    /// Whether `hex` spells `bytes` (either case), in time that depends only on the lengths. On
+    /// raw buffers, not generic: called across modules, a generic one ran unspecialised.
+    public static func matches(_ bytes: UnsafeRawBufferPointer, hex text: UnsafeRawBufferPointer) -> Bool {
         guard text.count == bytes.count * 2 else { return false }
         var difference: UInt8 = 0
         var valid = true
-        var position = text.startIndex
-        for byte in bytes {
-            let high = value(text[position])
-            position = text.index(after: position)
-            let low = value(text[position])
-            position = text.index(after: position)
+        for index in 0..<bytes.count {
+            let high = value(text[2 * index])
+            let low = value(text[2 * index + 1])
             valid = valid && high != nil && low != nil
-            difference |= byte ^ ((high ?? 0) << 4 | (low ?? 0))
+            difference |= bytes[index] ^ ((high ?? 0) << 4 | (low ?? 0))
         }
         return valid && difference == 0
     }

@@ -294,7 +294,7 @@ public final class DigestAuthenticator: @unchecked Sendable {
             expected.update(":auth:")
         }
         expected.update(hexOf: ha2Digest)
-        let matches = expected.finish().matchesHex(response.utf8)
+        let matches = expected.finish().matchesHex(response)
         guard matches, stored != nil else { return .rejected }
         guard let issued = nonceIssue(nonce) else { return .rejected }
         if now.timeIntervalSince(issued.time) > nonceLifetime || issued.time.timeIntervalSince(now) > 60 { return .stale }
@@ -333,8 +333,11 @@ public final class DigestAuthenticator: @unchecked Sendable {
             }
             let mac = nonceKey.mac(UnsafeRawBufferPointer(body))
             // The HMAC prefix must match the nonce's last 32 hex digits.
-            let given = nonce.utf8.suffix(32)
-            guard mac.withUnsafeBytes({ Hex.matches($0.prefix(16), hex: given) }) else { return nil }
+            var given = Substring(nonce.utf8.suffix(32))
+            let signed = given.withUTF8 { hex in
+                mac.withUnsafeBytes { Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(hex)) }
+            }
+            guard signed else { return nil }
             var milliseconds: UInt64 = 0
             var random: UInt64 = 0
             for index in 0..<8 {

@@ -75,11 +75,12 @@ final class DigestStreamTests: XCTestCase {
 
     func testHexComparisonTakesEitherCaseAndNothingElse() {
         let digest = DigestStream(.md5).finish()  // d41d8cd98f00b204e9800998ecf8427e
-        XCTAssertTrue(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427e".utf8))
-        XCTAssertTrue(digest.matchesHex("D41D8CD98F00B204E9800998ECF8427E".utf8))
-        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427f".utf8))
-        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427".utf8))
-        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427g".utf8))
-        XCTAssertTrue(Hex.matches([0x00, 0xFF], hex: "00Ff".utf8))
+        XCTAssertTrue(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427e"[...]))
+        XCTAssertTrue(digest.matchesHex("D41D8CD98F00B204E9800998ECF8427E"[...]))
+        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427f"[...]))
+        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427"[...]))
+        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427g"[...]))
+        let matches = [UInt8]([0x00, 0xFF]).withUnsafeBytes { bytes in Array("00Ff".utf8).withUnsafeBytes { Hex.matches(bytes, hex: $0) } }
+        XCTAssertTrue(matches)
     }
 }
