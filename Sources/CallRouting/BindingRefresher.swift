@@ -7,7 +7,9 @@ public import RouseVocabulary
 
 /// The bindings a refresh may be due for (the registrar implements it).
 public protocol RefreshCandidateSource: Sendable {
-    /// Live bindings with push channels expiring before `deadline`; the completion must not block.
+    /// Live bindings with push channels expiring by `deadline`; the completion must not block. A
+    /// source may hand each registration out once (the registrar does, from a queue keyed by
+    /// expiry): the refresher keeps what it holds back for a later tick itself.
     func pushBindings(expiringBefore deadline: Date, completion: @escaping @Sendable ([Binding]) -> Void)
 }
 
@@ -35,7 +37,7 @@ extension PushService: BindingRefreshPushing {}
 ///
 /// Threading: its state lives on one serial queue; `tick` may be called from any thread.
 public final class BindingRefresher: @unchecked Sendable {
-    // @unchecked: `timer` and `lastPushByToken` are only touched on `queue`.
+    // @unchecked: `timer`, `lastPushByToken` and `heldBack` are only touched on `queue`.
     private let queue = DispatchQueue(label: "rouse.binding-refresh")
     private let source: any RefreshCandidateSource
     private let claims: any RefreshClaims
@@ -45,6 +47,9 @@ public final class BindingRefresher: @unchecked Sendable {
     private let logger: Logger
     private var timer: (any DispatchSourceTimer)?
     private var lastPushByToken: [PushTokenID: Date] = [:]
+    /// Candidates not pushed yet (their token was pushed within `minimumInterval`, or the claim
+    /// could not be made): offered again at the next tick, since the source hands each out once.
+    private var heldBack: [Binding] = []
 
     /// - Parameter lead: how long before expiry the push goes; raised to 120 s when shorter.
     public init(
@@ -95,9 +100,15 @@ public final class BindingRefresher: @unchecked Sendable {
             queue.async { [self] in
                 // Once per token: the flows (reg-ids) of one device share it, and one push wakes it.
                 var due: [(binding: Binding, channel: PushChannel)] = []
-                for item in Self.due(bindings, now: now) {
+                let fresh = Set(bindings.map(\.id))
+                let candidates = heldBack.filter { !fresh.contains($0.id) } + bindings
+                heldBack = []
+                for item in Self.due(candidates, now: now) {
                     let key = item.channel.tokenID
-                    guard lastPushByToken[key].map({ now.timeIntervalSince($0) >= minimumInterval }) ?? true else { continue }
+                    guard lastPushByToken[key].map({ now.timeIntervalSince($0) >= minimumInterval }) ?? true else {
+                        heldBack.append(item.binding)
+                        continue
+                    }
                     lastPushByToken[key] = now
                     due.append(item)
                 }
@@ -122,6 +133,7 @@ public final class BindingRefresher: @unchecked Sendable {
             guard try await claims.claim(bindingID: item.binding.id) else { return nil }
         } catch {
             logger.info("binding.refresh_unclaimed", ["aor": item.binding.aor.description, "error": "\(error)"])
+            queue.async { [self] in heldBack.append(item.binding) }  // tried again at the next tick
             return nil
         }
         let outcome = await pusher.sendBindingRefresh(aor: item.binding.aor.description, expiresAt: item.binding.expiresAt, to: item.channel)

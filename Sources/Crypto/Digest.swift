@@ -8,13 +8,21 @@ public enum Digest {
         case md5 = "MD5"
         case sha256 = "SHA-256"
 
+        /// The implementation, fetched from OpenSSL's default provider once: a legacy `EVP_md5()`
+        /// handle is fetched again on every `EVP_DigestInit_ex`, most of the cost of a short hash.
         var evp: OpaquePointer? {
             switch self {
-            case .md5: return EVP_md5()
-            case .sha256: return EVP_sha256()
+            case .md5: return Digest.fetchedMD5
+            case .sha256: return Digest.fetchedSHA256
             }
         }
+
+        /// The length of the digest in bytes.
+        public var byteCount: Int { self == .md5 ? 16 : 32 }
     }
+
+    nonisolated(unsafe) static let fetchedMD5: OpaquePointer? = EVP_MD_fetch(nil, "MD5", nil) ?? EVP_md5()
+    nonisolated(unsafe) static let fetchedSHA256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
 
     /// The raw digest of `bytes`.
     public static func hash<Bytes: Collection>(_ algorithm: Algorithm, _ bytes: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
@@ -32,24 +40,14 @@ public enum Digest {
 
     /// The digest of a string's UTF-8 bytes, as lower-case hex (what SIP digest exchanges).
     public static func hex(_ algorithm: Algorithm, _ text: String) -> String {
-        Hex.encode(hash(algorithm, Array(text.utf8)))
+        var stream = DigestStream(algorithm)
+        stream.update(text)
+        return stream.finish().hex
     }
 
     /// HMAC-SHA256 of `message` under `key`.
     public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        key.withUnsafeBytes { keyBytes in
-            message.withUnsafeBytes { messageBytes in
-                output.withUnsafeMutableBufferPointer { out in
-                    _ = HMAC(
-                        EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count),
-                        messageBytes.baseAddress?.assumingMemoryBound(to: UInt8.self), messageBytes.count,
-                        out.baseAddress, &length)
-                }
-            }
-        }
-        return Array(output.prefix(Int(length)))
+        HMACSHA256Key(key).mac(message).bytes
     }
 
     /// Compares two byte strings in time that depends only on their lengths.
@@ -101,7 +99,8 @@ public enum Hex {
         return out
     }
 
-    private static func value(_ c: UInt8) -> UInt8? {
+    /// The value of one hex digit (either case); nil for any other byte.
+    public static func value(_ c: UInt8) -> UInt8? {
         switch c {
         case 0x30...0x39: return c - 0x30
         case 0x41...0x46: return c - 0x41 + 10

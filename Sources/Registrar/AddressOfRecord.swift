@@ -6,7 +6,8 @@ public struct AddressOfRecord: Hashable, Sendable, Comparable, CustomStringConve
 
     public init(number: String, domain: String) {
         self.number = number
-        self.domain = domain.lowercased()
+        // Most domains arrive lower-cased already (the registrar lower-cases the To host once).
+        self.domain = domain.utf8.allSatisfy { $0 < 0x41 || ($0 > 0x5A && $0 < 0x80) } ? domain : domain.lowercased()
     }
 
     /// Parses `number@domain`; nil unless both parts are present and well formed.

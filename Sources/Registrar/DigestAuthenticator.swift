@@ -2,41 +2,183 @@ public import Crypto
 public import Foundation
 import SIPMessage
 
-/// The parameters of a `Digest` Authorization header (RFC 7616 §3.4, RFC 3261 §22.4).
+/// The parameters of a `Digest` Authorization header (RFC 7616 §3.4, RFC 3261 §22.4), read in one
+/// pass over the header's bytes: each value is a slice of the header (a new String only for a
+/// quoted value with escapes), so parsing allocates nothing for a usual answer. A value.
 public struct DigestCredentials: Hashable, Sendable {
-    public var parameters: [String: String]
+    /// The parameters every answer may carry, in the order `fields` holds them.
+    static let knownNames = ["username", "realm", "nonce", "uri", "response", "cnonce", "qop", "nc", "opaque", "algorithm"]
+    private var fields = KnownFields()
+    /// Parameters not in `knownNames`, in the order written (lower-case names).
+    private var others: [Other] = []
 
-    /// Parses `Digest username="1001", realm="example.com", ...`; nil when it is not a Digest
-    /// header or is malformed.
-    public init?(header: String) {
-        let trimmed = header.trimmingSIPWhitespace
-        guard trimmed.count > 7, trimmed.prefix(6).lowercased() == "digest",
-            trimmed.dropFirst(6).first.map({ $0 == " " || $0 == "\t" }) == true
-        else { return nil }
-        var result: [String: String] = [:]
-        for element in SIPHeaderValueScanner.splitList(String(trimmed.dropFirst(7))) {
-            guard let eq = element.firstIndex(of: "=") else { return nil }
-            let name = String(element[..<eq]).trimmingSIPWhitespace.lowercased()
-            let value = SIPHeaderValueScanner.unquote(String(element[element.index(after: eq)...]).trimmingSIPWhitespace)
-            guard !name.isEmpty, result[name] == nil else { return nil }
-            result[name] = value
+    /// The known parameters: ten optional slices, stored inline (no array, no dictionary).
+    struct KnownFields: Hashable {
+        var username, realm, nonce, uri, response, cnonce, qop, nc, opaque, algorithm: Substring?
+
+        subscript(index: Int) -> Substring? {
+            get {
+                switch index {
+                case 0: username
+                case 1: realm
+                case 2: nonce
+                case 3: uri
+                case 4: response
+                case 5: cnonce
+                case 6: qop
+                case 7: nc
+                case 8: opaque
+                default: algorithm
+                }
+            }
+            set {
+                switch index {
+                case 0: username = newValue
+                case 1: realm = newValue
+                case 2: nonce = newValue
+                case 3: uri = newValue
+                case 4: response = newValue
+                case 5: cnonce = newValue
+                case 6: qop = newValue
+                case 7: nc = newValue
+                case 8: opaque = newValue
+                default: algorithm = newValue
+                }
+            }
         }
-        parameters = result
     }
 
-    public var username: String? { parameters["username"] }
-    public var realm: String? { parameters["realm"] }
-    public var nonce: String? { parameters["nonce"] }
-    public var uri: String? { parameters["uri"] }
-    public var response: String? { parameters["response"] }
-    public var cnonce: String? { parameters["cnonce"] }
-    public var qop: String? { parameters["qop"] }
-    public var nc: String? { parameters["nc"] }
-    public var opaque: String? { parameters["opaque"] }
+    private struct Other: Hashable {
+        var name: String
+        var value: Substring
+    }
+
+    private init() {}
+
+    /// Parses `Digest username="1001", realm="example.com", ...`; nil when it is not a Digest
+    /// header or is malformed (an element without `=`, an empty or repeated name).
+    public init?(header: String) {
+        var copy = header
+        guard let parsed = copy.withUTF8({ DigestCredentials.parse($0, of: header) }) else { return nil }
+        self = parsed
+    }
+
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, of header: String) -> DigestCredentials? {
+        let utf8 = header.utf8
+        func slice(_ range: Range<Int>) -> Substring {
+            Substring(utf8[utf8.index(utf8.startIndex, offsetBy: range.lowerBound)..<utf8.index(utf8.startIndex, offsetBy: range.upperBound)])
+        }
+        let whole = SIPHeaderValueScanner.trim(bytes, 0..<bytes.count)
+        guard whole.count > 7, lowercasedEquals(bytes, whole.lowerBound..<whole.lowerBound + 6, "digest"),
+            bytes[whole.lowerBound + 6] == 0x20 || bytes[whole.lowerBound + 6] == 0x09
+        else { return nil }
+        var result = DigestCredentials()
+        var start = whole.lowerBound + 7
+        while start <= whole.upperBound {
+            let end = SIPHeaderValueScanner.listElementEnd(bytes, start..<whole.upperBound)
+            defer { start = end + 1 }
+            let element = SIPHeaderValueScanner.trim(bytes, start..<end)
+            if element.isEmpty { continue }
+            guard let eq = (element.lowerBound..<element.upperBound).first(where: { bytes[$0] == UInt8(ascii: "=") }) else { return nil }
+            let name = SIPHeaderValueScanner.trim(bytes, element.lowerBound..<eq)
+            let valueRange = SIPHeaderValueScanner.trim(bytes, eq + 1..<element.upperBound)
+            guard !name.isEmpty else { return nil }
+            let value: Substring
+            if valueRange.count >= 2, bytes[valueRange.lowerBound] == UInt8(ascii: "\""), bytes[valueRange.upperBound - 1] == UInt8(ascii: "\"") {
+                let content = valueRange.lowerBound + 1..<valueRange.upperBound - 1
+                value = content.contains(where: { bytes[$0] == UInt8(ascii: "\\") }) ? Substring(unescape(bytes, content)) : slice(content)
+            } else {
+                value = slice(valueRange)
+            }
+            if let known = knownNames.firstIndex(where: { lowercasedEquals(bytes, name, $0) }) {
+                guard result.fields[known] == nil else { return nil }
+                result.fields[known] = value
+            } else {
+                let lowered = String(slice(name)).lowercased()
+                guard !result.others.contains(where: { $0.name == lowered }) else { return nil }
+                result.others.append(Other(name: lowered, value: value))
+            }
+        }
+        return result
+    }
+
+    /// Every parameter by lower-case name. Setting it replaces them all.
+    public var parameters: [String: String] {
+        get {
+            var all: [String: String] = [:]
+            for (index, name) in DigestCredentials.knownNames.enumerated() {
+                if let value = fields[index] { all[name] = String(value) }
+            }
+            for other in others { all[other.name] = String(other.value) }
+            return all
+        }
+        set {
+            fields = KnownFields()
+            others = []
+            for (name, value) in newValue.sorted(by: { $0.key < $1.key }) {
+                let lowered = name.lowercased()
+                if let known = DigestCredentials.knownNames.firstIndex(of: lowered) {
+                    fields[known] = Substring(value)
+                } else {
+                    others.append(Other(name: lowered, value: Substring(value)))
+                }
+            }
+        }
+    }
+
+    public var username: String? { fields.username.map(String.init) }
+    public var realm: String? { fields.realm.map(String.init) }
+    public var nonce: String? { fields.nonce.map(String.init) }
+    public var uri: String? { fields.uri.map(String.init) }
+    public var response: String? { fields.response.map(String.init) }
+    public var cnonce: String? { fields.cnonce.map(String.init) }
+    public var qop: String? { fields.qop.map(String.init) }
+    public var nc: String? { fields.nc.map(String.init) }
+    public var opaque: String? { fields.opaque.map(String.init) }
     /// The algorithm named (MD5 when absent, RFC 7616 §3.3).
     public var algorithm: Digest.Algorithm? {
-        guard let name = parameters["algorithm"] else { return .md5 }
-        return Digest.Algorithm.allCases.first { $0.rawValue.caseInsensitiveEquals(name) }
+        guard let name = fields.algorithm else { return .md5 }
+        return Digest.Algorithm.allCases.first { DigestCredentials.asciiCaseInsensitiveEquals(name, $0.rawValue) }
+    }
+
+    /// The realm named, compared without regard to ASCII case (the realm is a domain).
+    func realmIs(_ realm: String) -> Bool {
+        fields.realm.map { DigestCredentials.asciiCaseInsensitiveEquals($0, realm) } ?? false
+    }
+
+    /// The known parameters as slices of the header (what `verify` reads, without a String each).
+    var slices: KnownFields { fields }
+
+    // MARK: Bytes
+
+    private static func unescape(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(range.count)
+        var i = range.lowerBound
+        while i < range.upperBound {
+            if bytes[i] == UInt8(ascii: "\\"), i + 1 < range.upperBound { i += 1 }
+            out.append(bytes[i])
+            i += 1
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Whether the bytes in `range` are `lowercase` (ASCII letters in any case).
+    private static func lowercasedEquals(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lowercase: String) -> Bool {
+        guard range.count == lowercase.utf8.count else { return false }
+        return zip(range, lowercase.utf8).allSatisfy { index, expected in
+            let c = bytes[index]
+            return (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) == expected
+        }
+    }
+
+    /// Compares two texts, ASCII letters without regard to case.
+    static func asciiCaseInsensitiveEquals(_ a: Substring, _ b: String) -> Bool {
+        let x = a.utf8, y = b.utf8
+        guard x.count == y.count else { return false }
+        return zip(x, y).allSatisfy { p, q in
+            p == q || ((p | 0x20) == (q | 0x20) && (p | 0x20) >= 0x61 && (p | 0x20) <= 0x7A)
+        }
     }
 }
 
@@ -65,13 +207,17 @@ public final class DigestAuthenticator: @unchecked Sendable {
         case stale
     }
 
-    private let secret: [UInt8]
+    /// The secret made ready for the nonces' HMAC (the padded blocks hashed once).
+    private let nonceKey: HMACSHA256Key
+    /// What stands in for an unknown extension's password in the same hash work (hex of the
+    /// secret's first 4 bytes).
+    private let unknownExtensionSalt: String
     public let nonceLifetime: TimeInterval
     /// The algorithms challenged with, most preferred first (never empty).
     public let algorithms: [Digest.Algorithm]
     private let opaque: String
     private let lock = NSLock()
-    private var seenCounts: [String: (count: UInt32, issued: Date)] = [:]
+    private var seenCounts: [NonceKey: (count: UInt32, issued: Date)] = [:]
     private var lastPurge = Date.distantPast
 
     /// The MD5-only default of `digest_algorithms`.
@@ -79,7 +225,8 @@ public final class DigestAuthenticator: @unchecked Sendable {
 
     public init(secret: [UInt8], nonceLifetime: TimeInterval, algorithms: [Digest.Algorithm] = DigestAuthenticator.defaultAlgorithms) {
         precondition(!algorithms.isEmpty, "digest_algorithms names at least one algorithm")
-        self.secret = secret
+        self.nonceKey = HMACSHA256Key(secret)
+        self.unknownExtensionSalt = Hex.encode(secret.prefix(4))
         self.nonceLifetime = nonceLifetime
         self.algorithms = algorithms
         self.opaque = Hex.encode(Digest.hmacSHA256(key: secret, message: Array("rouse-opaque".utf8)).prefix(8))
@@ -99,41 +246,60 @@ public final class DigestAuthenticator: @unchecked Sendable {
 
     /// Checks `credentials` for `method` against the extension they name. `lookup` finds an
     /// extension's stored hashes; for an unknown one the same hash work is done on a stand-in, so
-    /// a probe cannot tell the two apart by timing (decisions.md).
+    /// a probe cannot tell the two apart by timing (decisions.md). The hashes are taken piece by
+    /// piece and the answer compared as bytes: no String is built but the extension's number.
     public func verify(
         _ credentials: DigestCredentials, method: String, realm: String, now: Date,
         lookup: (AddressOfRecord) -> ExtensionCredentials?
     ) -> Verdict {
-        guard let algorithm = credentials.algorithm, algorithms.contains(algorithm), let username = credentials.username,
-            let nonce = credentials.nonce, let uri = credentials.uri, let response = credentials.response,
-            credentials.realm.map({ $0.lowercased() == realm.lowercased() }) == true
+        let answer = credentials.slices
+        guard let algorithm = credentials.algorithm, algorithms.contains(algorithm), let username = answer.username,
+            let nonce = answer.nonce, let uri = answer.uri, let response = answer.response, credentials.realmIs(realm)
         else { return .rejected }
         // The digest username is the number, or number@domain (decisions.md).
         var number = username
-        if let at = username.firstIndex(of: "@") {
-            guard username[username.index(after: at)...].lowercased() == realm.lowercased() else { return .rejected }
-            number = String(username[..<at])
+        if let at = username.utf8.firstIndex(of: UInt8(ascii: "@")) {
+            guard DigestCredentials.asciiCaseInsensitiveEquals(username[username.utf8.index(after: at)...], realm) else { return .rejected }
+            number = username[..<at]
         }
-        let aor = AddressOfRecord(number: number, domain: realm)
+        let aor = AddressOfRecord(number: String(number), domain: realm)
         let stored = lookup(aor)
-        let ha1 = stored?.ha1(for: algorithm) ?? Digest.hex(algorithm, "\(number):\(realm):\(Hex.encode(secret.prefix(4)))")
-        let ha2 = Digest.hex(algorithm, "\(method):\(uri)")
-        let expected: String
-        switch credentials.qop?.lowercased() {
-        case "auth":
-            guard let cnonce = credentials.cnonce, let nc = credentials.nc else { return .rejected }
-            expected = Digest.hex(algorithm, "\(ha1):\(nonce):\(nc):\(cnonce):auth:\(ha2)")
-        case nil:
-            expected = Digest.hex(algorithm, "\(ha1):\(nonce):\(ha2)")  // RFC 2069 compatibility
-        default:
-            return .rejected
+        let colon = UInt8(ascii: ":")
+        var ha2 = DigestStream(algorithm)
+        ha2.update(method)
+        ha2.update(byte: colon)
+        ha2.update(uri)
+        let ha2Digest = ha2.finish()
+        var expected = DigestStream(algorithm)
+        if let stored {
+            expected.update(stored.ha1(for: algorithm))
+        } else {
+            var standIn = DigestStream(algorithm)
+            standIn.update(number)
+            standIn.update(byte: colon)
+            standIn.update(realm)
+            standIn.update(byte: colon)
+            standIn.update(unknownExtensionSalt)
+            expected.update(hexOf: standIn.finish())
         }
-        let matches = Digest.constantTimeEquals(Array(expected.utf8), Array(response.lowercased().utf8))
+        expected.update(byte: colon)
+        expected.update(nonce)
+        expected.update(byte: colon)
+        if let qop = answer.qop {
+            // RFC 2069 compatibility when absent; `auth` alone otherwise.
+            guard DigestCredentials.asciiCaseInsensitiveEquals(qop, "auth"), let cnonce = answer.cnonce, let nc = answer.nc else { return .rejected }
+            expected.update(nc)
+            expected.update(byte: colon)
+            expected.update(cnonce)
+            expected.update(":auth:")
+        }
+        expected.update(hexOf: ha2Digest)
+        let matches = expected.finish().matchesHex(response)
         guard matches, stored != nil else { return .rejected }
-        guard let issued = nonceIssueTime(nonce) else { return .rejected }
-        if now.timeIntervalSince(issued) > nonceLifetime || issued.timeIntervalSince(now) > 60 { return .stale }
-        if credentials.qop != nil {
-            guard let count = credentials.nc.flatMap({ UInt32($0, radix: 16) }), acceptCount(count, for: nonce, issued: issued, now: now)
+        guard let issued = nonceIssue(nonce) else { return .rejected }
+        if now.timeIntervalSince(issued.time) > nonceLifetime || issued.time.timeIntervalSince(now) > 60 { return .stale }
+        if answer.qop != nil {
+            guard let count = answer.nc.flatMap({ UInt32($0, radix: 16) }), acceptCount(count, for: issued.key, issued: issued.time, now: now)
             else { return .rejected }
         }
         return .authenticated(aor)
@@ -145,22 +311,51 @@ public final class DigestAuthenticator: @unchecked Sendable {
         let milliseconds = UInt64(max(0, now.timeIntervalSince1970 * 1000))
         for shift in stride(from: 56, through: 0, by: -8) { body.append(UInt8(truncatingIfNeeded: milliseconds >> UInt64(shift))) }
         body += SecureRandom.bytes(8)
-        let mac = Digest.hmacSHA256(key: secret, message: body).prefix(16)
+        let mac = nonceKey.mac(body).bytes.prefix(16)
         return Hex.encode(body) + Hex.encode(mac)
     }
 
     /// The issue time of a nonce this server (or another sharing its secret) made; nil otherwise.
     func nonceIssueTime(_ nonce: String) -> Date? {
-        guard nonce.utf8.count == 64, let bytes = Hex.decode(nonce) else { return nil }
-        let body = Array(bytes.prefix(16))
-        let mac = Array(Digest.hmacSHA256(key: secret, message: body).prefix(16))
-        guard Digest.constantTimeEquals(mac, Array(bytes.suffix(16))) else { return nil }
-        let milliseconds = body.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-        return Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+        nonceIssue(Substring(nonce))?.time
+    }
+
+    /// A nonce's issue time and its first 16 bytes (time and random: what tells nonces apart),
+    /// decoded on the stack; nil unless its HMAC is right.
+    private func nonceIssue(_ nonce: Substring) -> (time: Date, key: NonceKey)? {
+        guard nonce.utf8.count == 64 else { return nil }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { body -> (time: Date, key: NonceKey)? in
+            var digits = nonce.utf8.makeIterator()
+            for index in 0..<16 {
+                guard let high = digits.next().flatMap(Hex.value), let low = digits.next().flatMap(Hex.value)
+                else { return nil }
+                body[index] = high << 4 | low
+            }
+            let mac = nonceKey.mac(UnsafeRawBufferPointer(body))
+            // The HMAC prefix must match the nonce's last 32 hex digits.
+            var given = Substring(nonce.utf8.suffix(32))
+            let signed = given.withUTF8 { hex in
+                mac.withUnsafeBytes { Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(hex)) }
+            }
+            guard signed else { return nil }
+            var milliseconds: UInt64 = 0
+            var random: UInt64 = 0
+            for index in 0..<8 {
+                milliseconds = milliseconds << 8 | UInt64(body[index])
+                random = random << 8 | UInt64(body[8 + index])
+            }
+            return (Date(timeIntervalSince1970: Double(milliseconds) / 1000), NonceKey(milliseconds: milliseconds, random: random))
+        }
+    }
+
+    /// What identifies a nonce in the replay window: its issue time and random part.
+    struct NonceKey: Hashable {
+        var milliseconds: UInt64
+        var random: UInt64
     }
 
     /// RFC 7616 §3.4.5: each use of a nonce must carry a higher nonce count than the last.
-    private func acceptCount(_ count: UInt32, for nonce: String, issued: Date, now: Date) -> Bool {
+    private func acceptCount(_ count: UInt32, for nonce: NonceKey, issued: Date, now: Date) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         if now.timeIntervalSince(lastPurge) > 10 {

@@ -303,13 +303,14 @@ public final class Registrar: ExtensionDirectory, Sendable {
         shards[0].queue.sync { shards[0].core.directory }
     }
 
-    /// The live bindings with push channels that expire before `deadline` (binding-refresh
-    /// pushes), from every shard; `completion` runs on a shard's queue and must not block.
+    /// The live bindings with push channels that expire by `deadline` (binding-refresh pushes),
+    /// from every shard, each registration once (`RegistrarCore.takeRefreshCandidates`);
+    /// `completion` runs on a shard's queue and must not block.
     public func pushBindings(expiringBefore deadline: Date, completion: @escaping @Sendable ([Binding]) -> Void) {
         gather(over: shards.indices, { index, done in
             let shard = shards[index]
             shard.queue.async {
-                done(shard.core.bindings.values.flatMap { $0.filter { !$0.pushChannels.isEmpty && $0.expiresAt <= deadline } })
+                done(shard.core.takeRefreshCandidates(expiringBy: deadline))
             }
         }, completion: { completion($0.flatMap { $0 }) })
     }

@@ -38,8 +38,12 @@ public struct RegistrarCore: Sendable {
     public private(set) var bindings: [AddressOfRecord: [Binding]] = [:]
     /// Which bindings hold each push token (decisions.md: a token lives on one device of one
     /// extension; the flows of one RFC 5626 instance share it).
-    private var tokenOwners: [PushTokenID: Set<UUID>] = [:]
+    private var tokenOwners: [PushTokenID: TokenOwners] = [:]
     private var bindingAOR: [UUID: AddressOfRecord] = [:]
+    /// Every binding by expiry: `expire` takes what is due from it.
+    private var expiryQueue = ExpiryQueue()
+    /// The bindings a refresh push may be due for (push channels, no `+sip.pnsreg`), by expiry.
+    private var refreshQueue = ExpiryQueue()
 
     public init(
         policy: RegistrationPolicy, directory: DirectorySnapshot, supportedPushProviders: Set<PushProviderFamily>,
@@ -59,6 +63,8 @@ public struct RegistrarCore: Sendable {
         bindings = [:]
         tokenOwners = [:]
         bindingAOR = [:]
+        expiryQueue = ExpiryQueue()
+        refreshQueue = ExpiryQueue()
         for binding in loaded { insert(binding) }
     }
 
@@ -80,8 +86,34 @@ public struct RegistrarCore: Sendable {
         bindings[binding.aor, default: []].append(binding)
         bindingAOR[binding.id] = binding.aor
         for channel in binding.pushChannels {
-            tokenOwners[channel.tokenID, default: []].insert(binding.id)
+            tokenOwners[channel.tokenID, default: TokenOwners()].insert(binding.id)
         }
+        expiryQueue.insert(binding.id, due: binding.expiresAt)
+        if RegistrarCore.wantsRefreshPush(binding) { refreshQueue.insert(binding.id, due: binding.expiresAt) }
+        if expiryQueue.needsCompaction(live: bindingAOR.count) || refreshQueue.needsCompaction(live: bindingAOR.count) {
+            compactQueues()
+        }
+    }
+
+    /// Drops the queues' entries of earlier registrations (amortised O(1) per insert).
+    private mutating func compactQueues() {
+        var expiry = expiryQueue
+        var refresh = refreshQueue
+        expiryQueue = ExpiryQueue()
+        refreshQueue = ExpiryQueue()
+        if expiry.needsCompaction(live: bindingAOR.count) {
+            expiry.compact { id, due in binding(withID: id)?.expiresAt == due }
+        }
+        if refresh.needsCompaction(live: bindingAOR.count) {
+            refresh.compact { id, due in binding(withID: id).map { $0.expiresAt == due && RegistrarCore.wantsRefreshPush($0) } ?? false }
+        }
+        expiryQueue = expiry
+        refreshQueue = refresh
+    }
+
+    /// A binding the UA does not refresh by itself and that has a channel to push: RFC 8599 §5.5.
+    private static func wantsRefreshPush(_ binding: Binding) -> Bool {
+        !binding.pushChannels.isEmpty && !binding.refreshesItself
     }
 
     private mutating func removeFromIndex(_ binding: Binding) {
@@ -101,18 +133,30 @@ public struct RegistrarCore: Sendable {
         return bindings[aor]?.first { $0.id == id }
     }
 
-    /// Removes every binding expired at `now`; returns what to make durable and announce.
+    /// Removes every binding expired at `now`; returns what to make durable and announce. Takes
+    /// only what is due from the expiry queue: O(expired · log n).
     public mutating func expire(now: Date) -> (changes: [BindingChange], events: [BindingEvent]) {
         var changes: [BindingChange] = []
         var events: [BindingEvent] = []
-        for (_, list) in bindings {
-            for binding in list where binding.expiresAt <= now {
-                removeFromIndex(binding)
-                changes.append(.delete(binding, .expired))
-                events.append(BindingEvent(kind: .expired, binding: binding))
-            }
+        for entry in expiryQueue.popDue(through: now) {
+            // An entry left by an earlier registration of a binding since refreshed or removed.
+            guard let binding = binding(withID: entry.id), binding.expiresAt == entry.due else { continue }
+            removeFromIndex(binding)
+            changes.append(.delete(binding, .expired))
+            events.append(BindingEvent(kind: .expired, binding: binding))
         }
         return (changes, events)
+    }
+
+    /// The live push bindings expiring by `deadline` that need a refresh push (RFC 8599 §5.5),
+    /// each registration handed out once: what is handed out leaves the refresh queue, and a
+    /// binding comes back only when it is registered again. O(due · log n).
+    public mutating func takeRefreshCandidates(expiringBy deadline: Date) -> [Binding] {
+        refreshQueue.popDue(through: deadline).compactMap { entry in
+            guard let binding = binding(withID: entry.id), binding.expiresAt == entry.due, RegistrarCore.wantsRefreshPush(binding)
+            else { return nil }
+            return binding
+        }
     }
 
     // MARK: REGISTER
@@ -276,7 +320,7 @@ public struct RegistrarCore: Sendable {
             // other flows of the same instance (RFC 5626 reg-ids) are that device and keep it.
             for channel in channels {
                 let key = channel.tokenID
-                for ownerID in tokenOwners[key] ?? [] where ownerID != existing?.id {
+                for ownerID in tokenOwners[key]?.ids ?? [] where ownerID != existing?.id {
                     guard var owner = binding(withID: ownerID) else { continue }
                     if owner.aor == target, let instance = item.address.instance, owner.instance == instance { continue }
                     if previousAll[owner.aor] == nil { previousAll[owner.aor] = bindings[owner.aor] ?? [] }
@@ -338,8 +382,13 @@ public struct RegistrarCore: Sendable {
         if let instance = address.instance {
             return list.first { $0.instance == instance && $0.regID == regID }
         }
+        // A refresh sends the Contact it sent before: the same text is the same URI, with no parse.
+        let text = address.uri.description
+        if let same = list.first(where: { $0.instance == nil && $0.contact == text }) { return same }
+        let others = list.filter { $0.instance == nil }
+        guard !others.isEmpty else { return nil }
         let key = RegistrarCore.comparisonKey(address.uri)
-        return list.first { $0.instance == nil && (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
+        return others.first { (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
     }
 
     /// The parts of a URI that RFC 3261 §19.1.4 compares: scheme, user, host (case-insensitive),
@@ -391,8 +440,8 @@ public struct RegistrarCore: Sendable {
             if let q = binding.q { parameters.set("q", String(q)) }
             if let instance = binding.instance { parameters.set("+sip.instance", SIPHeaderValueScanner.quote(instance)) }
             if let regID = binding.regID { parameters.set("reg-id", String(regID)) }
-            let uri = (try? SIPURI(parsing: binding.contact)).map(\.description) ?? binding.contact
-            response.headers.add(.contact, "<\(uri)>" + parameters.serialized)
+            // `contact` is the URI as `SIPURI.description` wrote it when the binding was made.
+            response.headers.add(.contact, "<\(binding.contact)>" + parameters.serialized)
         }
         for value in request.headers.lines(.path) { response.headers.add(.path, value) }
         var announced: Set<PushProviderFamily> = []
@@ -455,6 +504,32 @@ public struct RegistrarCore: Sendable {
 extension RegistrarCore {
     /// `Flow-Timer` (RFC 5626 §5.4): how often, in seconds, the edge proxy wants a flow kept alive.
     static let flowTimer = SIPHeaderName("Flow-Timer")
+}
+
+/// The bindings holding one push token: nearly always one, kept inline (a Set per token would
+/// cost each push binding a hundred bytes more). A value.
+struct TokenOwners: Sendable {
+    /// The first owner, inline; any others (the flows of one RFC 5626 instance) after it.
+    private var first: UUID?
+    private var others: [UUID] = []
+
+    /// In the order they took the token.
+    var ids: [UUID] { (first.map { [$0] } ?? []) + others }
+
+    var isEmpty: Bool { first == nil && others.isEmpty }
+
+    mutating func insert(_ id: UUID) {
+        guard first != id, !others.contains(id) else { return }
+        if first == nil { first = id } else { others.append(id) }
+    }
+
+    mutating func remove(_ id: UUID) {
+        if first == id {
+            first = others.isEmpty ? nil : others.removeFirst()
+        } else {
+            others.removeAll { $0 == id }
+        }
+    }
 }
 
 /// What a REGISTER says about RFC 5626 outbound as a whole (§6): whether the UA supports it, and

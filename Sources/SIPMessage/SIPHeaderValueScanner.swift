@@ -37,7 +37,7 @@ public enum SIPHeaderValueScanner {
 
     /// The index of the comma ending the list element that begins at `range.lowerBound` (commas
     /// inside quoted strings and `<...>` do not count), or `range.upperBound`.
-    static func listElementEnd(_ bytes: Bytes, _ range: Range<Int>) -> Int {
+    public static func listElementEnd(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int {
         var inQuotes = false
         var angle = 0
         var i = range.lowerBound
@@ -70,7 +70,7 @@ public enum SIPHeaderValueScanner {
 
     /// The range without leading and trailing white space.
     @inline(__always)
-    static func trim(_ bytes: Bytes, _ range: Range<Int>) -> Range<Int> {
+    public static func trim(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Range<Int> {
         var lower = range.lowerBound, upper = range.upperBound
         while lower < upper, isWhitespace(bytes[lower]) { lower += 1 }
         while upper > lower, isWhitespace(bytes[upper - 1]) { upper -= 1 }

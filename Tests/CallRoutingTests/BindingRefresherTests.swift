@@ -23,17 +23,6 @@ final class BindingRefresherTests: XCTestCase {
     let voip = PushChannel(provider: .apns, token: String(repeating: "aa", count: 32), param: nil, kind: .voip)
     let remote = PushChannel(provider: .apns, token: String(repeating: "bb", count: 32), param: nil, kind: .remote)
 
-    func run(_ refresher: BindingRefresher, at time: Date) throws -> [BindingRefreshPush] {
-        let done = expectation(description: "tick")
-        let box = Pushes()
-        refresher.tick(now: time) { pushes in
-            box.set(pushes)
-            done.fulfill()
-        }
-        wait(for: [done], timeout: 10)
-        return box.value
-    }
-
     func testDueBindingsGetOnePushOnTheirVisibleChannelAndNeverVoIP() throws {
         let due = binding(expiresIn: 100, channels: [fcm])
         let iPhone = binding(expiresIn: 110, channels: [voip, remote])
@@ -93,6 +82,57 @@ final class BindingRefresherTests: XCTestCase {
         let refresher = BindingRefresher(source: MemoryCandidates([expired, claimedElsewhere]), claims: claims, pusher: pusher, lead: 120)
         XCTAssertTrue(try run(refresher, at: now).isEmpty)
         XCTAssertTrue(pusher.sent.isEmpty)
+    }
+}
+
+/// The refresher with the registrar itself as its source, which hands each registration out once
+/// (from its queue keyed by expiry): what the per-token limit holds back is still pushed later.
+final class BindingRefresherRegistrarTests: XCTestCase {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    func testARegistrationHeldBackByTheTokenLimitIsPushedOnceTheLimitHasPassed() throws {
+        let aor = AddressOfRecord(number: "1002", domain: "example.com")
+        let fcm = PushChannel(provider: .fcm, token: "fcm-1", param: "p", kind: .standard)
+        func flow(_ regID: Int) -> Binding {
+            Binding(
+                aor: aor, contact: "sip:app@192.0.2.6:5060;transport=tcp", instance: "<urn:uuid:app>", regID: regID, callID: "c", cseq: 1,
+                registeredAt: now, expiresAt: now.addingTimeInterval(100 + Double(regID)),
+                flow: BindingFlow(transport: .tcp, source: SocketAddress(parsing: "192.0.2.6:4000\(regID)"), connectionID: FlowConnectionID("tcp#\(regID)"), local: nil, instanceID: "i"),
+                pushChannels: [fcm])
+        }
+        let store = InMemoryLocationStore()
+        store.apply([.save(flow(1)), .save(flow(2))]) { _ in }
+        let directory = DirectorySnapshot(domains: ["example.com"])
+        let core = RegistrarCore(
+            policy: RegistrationPolicy(), directory: directory, supportedPushProviders: [.fcm],
+            authenticator: DigestAuthenticator(secret: Array("s".utf8), nonceLifetime: 300), serverName: "Rouse/test")
+        let start = now
+        let registrar = Registrar(core: core, store: store, clock: { start })
+        try registrar.loadBindings()
+        let pusher = MemoryRefreshPusher()
+        let refresher = BindingRefresher(source: registrar, claims: MemoryClaims(), pusher: pusher, lead: 120, minimumInterval: 60)
+
+        // Both flows of the device are due; one push wakes it, the other flow waits for the limit.
+        XCTAssertEqual(try run(refresher, at: now).count, 1)
+        XCTAssertTrue(try run(refresher, at: now.addingTimeInterval(30)).isEmpty)
+        let later = try run(refresher, at: now.addingTimeInterval(61))
+        XCTAssertEqual(later.count, 1, "the held-back flow, though the registrar handed it out only once")
+        XCTAssertEqual(Set(pusher.sent.map(\.expiresAt)), [now.addingTimeInterval(101), now.addingTimeInterval(102)])
+        XCTAssertTrue(try run(refresher, at: now.addingTimeInterval(95)).isEmpty, "nothing is left to push")
+    }
+}
+
+extension XCTestCase {
+    /// Runs one refresh tick at `time` and waits for its pushes.
+    fileprivate func run(_ refresher: BindingRefresher, at time: Date) throws -> [BindingRefreshPush] {
+        let done = expectation(description: "tick")
+        let box = Pushes()
+        refresher.tick(now: time) { pushes in
+            box.set(pushes)
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 10)
+        return box.value
     }
 }
 

@@ -42,3 +42,45 @@ final class DigestTests: XCTestCase {
         XCTAssertFalse(Digest.constantTimeEquals([1, 2, 3], [1, 2, 4]))
     }
 }
+
+/// The piecewise hash, the prepared HMAC key and the hex comparison the digest check uses.
+final class DigestStreamTests: XCTestCase {
+    func testPiecesHashAsTheWholeText() {
+        for algorithm in Digest.Algorithm.allCases {
+            var stream = DigestStream(algorithm)
+            stream.update("Mufasa")
+            stream.update(byte: UInt8(ascii: ":"))
+            stream.update("http-auth@example.org:Circle of Life"[...])
+            let digest = stream.finish()
+            XCTAssertEqual(digest.hex, Digest.hex(algorithm, "Mufasa:http-auth@example.org:Circle of Life"))
+            XCTAssertEqual(digest.count, algorithm.byteCount)
+
+            var outer = DigestStream(algorithm)
+            outer.update(hexOf: digest)
+            let nested = outer.finish()
+            XCTAssertEqual(nested.hex, Digest.hex(algorithm, digest.hex), "a digest enters the next one as lower-case hex")
+        }
+    }
+
+    func testPreparedHMACKeyMatchesRFC4231() {
+        // RFC 4231 test case 2, and case 6 (a key longer than the block is hashed first).
+        XCTAssertEqual(
+            HMACSHA256Key(Array("Jefe".utf8)).mac(Array("what do ya want for nothing?".utf8)).hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        let key = HMACSHA256Key([UInt8](repeating: 0xAA, count: 131))
+        let message = Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8)
+        XCTAssertEqual(key.mac(message).hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        XCTAssertEqual(key.mac(message), key.mac(message), "the key is reused, not used up")
+    }
+
+    func testHexComparisonTakesEitherCaseAndNothingElse() {
+        let digest = DigestStream(.md5).finish()  // d41d8cd98f00b204e9800998ecf8427e
+        XCTAssertTrue(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427e"[...]))
+        XCTAssertTrue(digest.matchesHex("D41D8CD98F00B204E9800998ECF8427E"[...]))
+        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427f"[...]))
+        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427"[...]))
+        XCTAssertFalse(digest.matchesHex("d41d8cd98f00b204e9800998ecf8427g"[...]))
+        let matches = [UInt8]([0x00, 0xFF]).withUnsafeBytes { bytes in Array("00Ff".utf8).withUnsafeBytes { Hex.matches(bytes, hex: $0) } }
+        XCTAssertTrue(matches)
+    }
+}

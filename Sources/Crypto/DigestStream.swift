@@ -1,0 +1,175 @@
+import COpenSSL
+
+/// A digest as bytes held inline (at most 32: SHA-256), so a hash needs no array. A value.
+public struct DigestOutput: Sendable, Equatable {
+    private var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+    /// How many bytes of the 32 are the digest (16 for MD5, 32 for SHA-256).
+    public private(set) var count: Int = 0
+
+    init(filling body: (UnsafeMutableRawBufferPointer) -> Int) {
+        count = withUnsafeMutableBytes(of: &words) { body($0) }
+    }
+
+    public static func == (lhs: DigestOutput, rhs: DigestOutput) -> Bool {
+        lhs.count == rhs.count && lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
+    }
+
+    /// The digest's bytes (only its `count` first).
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try Swift.withUnsafeBytes(of: words) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(count))) }
+    }
+
+    public var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
+
+    /// Lower-case hex, as SIP digest exchanges it.
+    public var hex: String {
+        String(unsafeUninitializedCapacity: count * 2) { out in writeHex(into: UnsafeMutableRawBufferPointer(out)) }
+    }
+
+    /// Writes lower-case hex into `out` (at least `2 * count` bytes); returns the bytes written.
+    @discardableResult
+    public func writeHex(into out: UnsafeMutableRawBufferPointer) -> Int {
+        withUnsafeBytes { digest in
+            for (index, byte) in digest.enumerated() {
+                out[2 * index] = Hex.digit(byte >> 4)
+                out[2 * index + 1] = Hex.digit(byte & 0x0F)
+            }
+        }
+        return count * 2
+    }
+
+    /// Whether `text` is this digest in hex (either case), in time that depends only on the lengths.
+    public func matchesHex(_ text: Substring) -> Bool {
+        var text = text
+        return text.withUTF8 { hex in withUnsafeBytes { Hex.matches($0, hex: UnsafeRawBufferPointer(hex)) } }
+    }
+}
+
+/// An incremental hash (one OpenSSL `EVP_MD_CTX`): `a:b:c` is hashed piece by piece, never built
+/// as a String. Owned by one caller at a time (not copyable); frees its context when it ends.
+public struct DigestStream: ~Copyable {
+    private let context: OpaquePointer
+
+    public init(_ algorithm: Digest.Algorithm) {
+        context = EVP_MD_CTX_new()
+        let ok = EVP_DigestInit_ex(context, algorithm.evp, nil)
+        precondition(ok == 1, "EVP_DigestInit_ex failed for \(algorithm.rawValue)")
+    }
+
+    /// Continues from a context holding a hash already begun (an HMAC key's padded block).
+    init(copying template: OpaquePointer) {
+        context = EVP_MD_CTX_new()
+        let ok = EVP_MD_CTX_copy_ex(context, template)
+        precondition(ok == 1, "EVP_MD_CTX_copy_ex failed")
+    }
+
+    deinit { EVP_MD_CTX_free(context) }
+
+    public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
+        _ = EVP_DigestUpdate(context, base, bytes.count)
+    }
+
+    /// Hashes a text's UTF-8 bytes.
+    public mutating func update(_ text: Substring) {
+        var text = text
+        text.withUTF8 { update(UnsafeRawBufferPointer($0)) }
+    }
+
+    public mutating func update(_ text: String) {
+        var text = text
+        text.withUTF8 { update(UnsafeRawBufferPointer($0)) }
+    }
+
+    public mutating func update(byte: UInt8) {
+        Swift.withUnsafeBytes(of: byte) { update($0) }
+    }
+
+    /// Hashes `digest` written as lower-case hex (HA1 and HA2 enter the response so).
+    public mutating func update(hexOf digest: DigestOutput) {
+        withUnsafeTemporaryAllocation(byteCount: 64, alignment: 1) { buffer in
+            let written = digest.writeHex(into: buffer)
+            update(UnsafeRawBufferPointer(rebasing: buffer.prefix(written)))
+        }
+    }
+
+    public consuming func finish() -> DigestOutput {
+        let context = self.context
+        return DigestOutput { out in
+            var length: UInt32 = 0
+            let ok = EVP_DigestFinal_ex(context, out.baseAddress?.assumingMemoryBound(to: UInt8.self), &length)
+            precondition(ok == 1, "EVP_DigestFinal_ex failed")
+            return Int(length)
+        }
+    }
+}
+
+/// An HMAC-SHA256 key made ready once (RFC 2104): the inner and outer padded blocks are hashed at
+/// `init`, so each MAC costs two short hashes and no key schedule or algorithm fetch.
+///
+/// Threading: immutable after `init`; `mac` may be called from any thread.
+public final class HMACSHA256Key: @unchecked Sendable {
+    // @unchecked: the two contexts are written only in `init` and only copied from afterwards.
+    private let inner: OpaquePointer
+    private let outer: OpaquePointer
+
+    public init(_ key: [UInt8]) {
+        var block = [UInt8](repeating: 0, count: 64)
+        if key.count > 64 {
+            Digest.hash(.sha256, key).withUnsafeBytes { block.replaceSubrange(0..<32, with: $0) }
+        } else {
+            block.replaceSubrange(0..<key.count, with: key)
+        }
+        func padded(_ pad: UInt8) -> OpaquePointer {
+            let context = EVP_MD_CTX_new()!
+            let ok = EVP_DigestInit_ex(context, Digest.Algorithm.sha256.evp, nil)
+            precondition(ok == 1, "EVP_DigestInit_ex failed for SHA-256")
+            let bytes = block.map { $0 ^ pad }
+            _ = bytes.withUnsafeBytes { EVP_DigestUpdate(context, $0.baseAddress, $0.count) }
+            return context
+        }
+        inner = padded(0x36)
+        outer = padded(0x5C)
+    }
+
+    deinit {
+        EVP_MD_CTX_free(inner)
+        EVP_MD_CTX_free(outer)
+    }
+
+    public func mac(_ message: UnsafeRawBufferPointer) -> DigestOutput {
+        var first = DigestStream(copying: inner)
+        first.update(message)
+        let innerDigest = first.finish()
+        var second = DigestStream(copying: outer)
+        innerDigest.withUnsafeBytes { second.update($0) }
+        return second.finish()
+    }
+
+    public func mac(_ message: [UInt8]) -> DigestOutput {
+        message.withUnsafeBytes { mac($0) }
+    }
+}
+
+extension Hex {
+    /// Whether `hex` spells `bytes` (either case), in time that depends only on the lengths. On
+    /// raw buffers, not generic: called across modules, a generic one ran unspecialised.
+    public static func matches(_ bytes: UnsafeRawBufferPointer, hex text: UnsafeRawBufferPointer) -> Bool {
+        guard text.count == bytes.count * 2 else { return false }
+        var difference: UInt8 = 0
+        var valid = true
+        for index in 0..<bytes.count {
+            let high = value(text[2 * index])
+            let low = value(text[2 * index + 1])
+            valid = valid && high != nil && low != nil
+            difference |= bytes[index] ^ ((high ?? 0) << 4 | (low ?? 0))
+        }
+        return valid && difference == 0
+    }
+
+    /// The lower-case hex digit of a nibble.
+    @inline(__always)
+    static func digit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 + nibble : 0x61 - 10 + nibble
+    }
+}
