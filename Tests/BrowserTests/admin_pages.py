@@ -142,8 +142,17 @@ class AdminPagesRobot:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+        def replaced(driver):
+            # Selenium's staleness_of lets Chromium's "does not belong to the document" escape.
+            try:
+                page.is_enabled()
+                return False
+            except (StaleElementReferenceException, WebDriverException) as error:
+                if not self.renumbered(error):
+                    raise
+                return True
         try:
-            self.wait().until(EC.staleness_of(page))
+            self.wait().until(replaced)
         except TimeoutException:
             raise StepFailed(f"{button_css} led nowhere within {self.step_timeout} s")
         self.element("body")
