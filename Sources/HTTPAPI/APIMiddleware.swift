@@ -59,19 +59,8 @@ struct Store: Sendable {
 
     /// Runs `job` on a worker of the pool.
     func perform<T: Sendable>(_ job: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
-        try await bounded { try await pool.perform(within: $0, job) }
-    }
-
-    /// Runs `job` in a transaction shared with other requests' (the pool's group commit), for a
-    /// small write made at a high rate; the job must not begin or end a transaction itself.
-    func performGrouped<T: Sendable>(_ job: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
-        try await bounded { try await pool.groupCommit.perform(within: $0, job) }
-    }
-
-    /// `body` given the seconds left; a failure past the deadline becomes `StorageDeadlinePassed`.
-    private func bounded<T: Sendable>(_ body: (Double) async throws -> T) async throws -> T {
         do {
-            return try await body(remaining)
+            return try await pool.perform(within: remaining, job)
         } catch let error as PostgresError where deadline.timeIntervalSinceNow <= 0 {
             throw StorageDeadlinePassed(cause: error)
         }

@@ -17,8 +17,7 @@ import Storage
 ///
 /// Threading: the handlers are async and never block: the password is checked (by
 /// `ExtensionAuthentication`) against the in-memory directory, and writes are awaited on the
-/// pool's group-commit lane (several posts in one transaction) until the route's
-/// `DatabaseDeadline` (then 503).
+/// worker pool until the route's `DatabaseDeadline` (then 503).
 public enum PushRegistrationAPI {
     public static let path = "/api/v1/push/register"
     /// Seconds a posting or removal waits for PostgreSQL before it is answered 503.
@@ -123,15 +122,16 @@ public enum PushRegistrationAPI {
         guard posting.sipUser == authenticated else {
             return .error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser")
         }
-        // Group commit: the posts that arrive together share one transaction (one WAL flush), and a
-        // subscription's token and keys commit together in it.
-        let stored = try await context.store().performGrouped { connection -> Bool in
-            guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
-            else { return false }
-            if let keys = posting.webPushKeys {
-                try PostgresWebPushSubscriptions.store(endpoint: posting.channel.token, keys: keys, on: connection)
+        // One transaction: the token, its sign of life and a subscription's keys commit together.
+        let stored = try await context.store().perform { connection -> Bool in
+            try connection.transaction { connection -> Bool in
+                guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
+                else { return false }
+                if let keys = posting.webPushKeys {
+                    try PostgresWebPushSubscriptions.store(endpoint: posting.channel.token, keys: keys, on: connection)
+                }
+                return true
             }
-            return true
         }
         return stored ? .json(200, Done(status: "stored")) : ExtensionAuthentication.unauthorized
     }

@@ -1,9 +1,8 @@
 import Foundation
 
-/// The queue and writer thread of the storage layer's group-commit writers (the location store,
-/// the group-commit lane): callers `enqueue` items, and one thread takes every item queued at once
-/// (the first always, then as many as fit in `limit` by `size`) and hands the batch to the
-/// writer's body, so whatever arrived while one transaction ran goes in the next.
+/// The queue and writer thread of a group-commit writer (the location store's): callers
+/// `enqueue` items, and one thread takes every item queued at once (the first always, then as
+/// many as fit in `limit` by `size`) and hands the batch to the writer's body, so whatever arrived while one transaction ran goes in the next.
 ///
 /// Threading: `enqueue`, `locked` and `count` may be called from any thread and never wait for
 /// the writer; the body runs on the writer thread only. `shutdown()` blocks until the body has

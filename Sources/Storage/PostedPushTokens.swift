@@ -52,7 +52,7 @@ public enum PostedPushTokens {
     /// token of the same kind, clearing a dead mark, stripping the token from other extensions'
     /// bindings and both announcements (`rouse_bindings` for each stripped binding,
     /// `rouse_posted_tokens` unless nothing changed) commit together or not at all; then the
-    /// device's sign of life. Run it inside a transaction (the HTTP API's group commit) for the
+    /// device's sign of life. Run it inside a transaction (the HTTP API does) for the
     /// two to commit together.
     public static func store(
         _ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord, on connection: PostgresConnection

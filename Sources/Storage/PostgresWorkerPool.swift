@@ -57,14 +57,11 @@ public final class PostgresWorkerPool: @unchecked Sendable {
     private var jobHead = 0
     private var accepting = true
     private var liveThreads = 0
-    private var groupLane: PostgresGroupCommit?
-    private let threadName: String
 
     /// Starts `threads` workers (at least one). No connection opens until a job needs it.
     public init(settings: PostgresSettings, threads: Int = 2, name: String = "rouse-postgres") {
         self.settings = settings
         self.threadCount = max(1, threads)
-        threadName = name
         liveThreads = threadCount
         for index in 0..<threadCount {
             let thread = Thread { [self] in workerLoop() }
@@ -159,28 +156,14 @@ public final class PostgresWorkerPool: @unchecked Sendable {
         }
     }
 
-    /// The pool's group-commit lane, for small writes many callers make at once (one transaction
-    /// for a burst of them): started on first use with the pool's settings, on a thread and
-    /// connection of its own, and shut down with the pool.
-    public var groupCommit: PostgresGroupCommit {
-        condition.lock()
-        defer { condition.unlock() }
-        if let groupLane { return groupLane }
-        let lane = PostgresGroupCommit(settings: settings, name: "\(threadName)-group")
-        groupLane = lane
-        return lane
-    }
-
     /// Stops taking jobs, lets the queued ones finish, closes the connections and waits for the
-    /// threads to end (and the group-commit lane's). Must not be called from a job or completion.
+    /// threads to end. Must not be called from a job or completion.
     public func shutdown() {
         condition.lock()
         accepting = false
         condition.broadcast()
         while liveThreads > 0 { condition.wait() }
-        let lane = groupLane
         condition.unlock()
-        lane?.shutdown()
     }
 
     private func nextJob() -> Job? {

@@ -284,46 +284,6 @@ final class PushRegistrationAPITests: XCTestCase {
 
     // MARK: - Token rotation (issue 20 item 1)
 
-    /// Posts that arrive while a transaction runs share the next one (group commit), and each is
-    /// answered only once it committed.
-    func testPostsArrivingTogetherCommitInOneTransaction() throws {
-        let lane = service.pool.groupCommit
-        let locker = try database.connect()
-        try locker.query("BEGIN")
-        try locker.query("LOCK TABLE posted_push_tokens IN ACCESS EXCLUSIVE MODE")
-        let statuses = StatusList()
-        let port = service.server.port
-        let threads = (0..<8).map { index in
-            Thread {
-                let body = Data(#"{"token": "fcm-grouped-\#(index)", "sipUser": "1001@example.com"}"#.utf8)
-                let status = (try? TestHTTPClient(port: port)).flatMap { http in
-                    try? http.send(
-                        "POST", "/api/v1/push/register",
-                        headers: [("Authorization", TestHTTPClient.basic("1001@example.com", "s3cret-1001")), ("Content-Type", "application/json")],
-                        body: body
-                    ).status
-                }
-                statuses.add(status ?? -1)
-            }
-        }
-        threads[0].start()
-        let probe = try database.connect()
-        func waiting() throws -> Int {
-            Int(try probe.query("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'posted_push_tokens'::regclass").rows[0][0] ?? "") ?? 0
-        }
-        let deadline = Date().addingTimeInterval(30)
-        while try waiting() < 1, Date() < deadline { usleep(10_000) }
-        for thread in threads.dropFirst() { thread.start() }
-        while lane.waitingJobCount < 7, Date() < deadline { usleep(10_000) }
-        XCTAssertEqual(lane.waitingJobCount, 7, "seven posts queued behind the one waiting for the lock")
-        XCTAssertEqual(statuses.all, [], "nobody is answered before their commit")
-        try locker.query("COMMIT")
-        while statuses.all.count < 8, Date() < deadline { usleep(10_000) }
-        XCTAssertEqual(statuses.all, Array(repeating: 200, count: 8))
-        XCTAssertEqual(try postedRows().map { $0[1] }, (0..<8).map { "fcm-grouped-\($0)" })
-        XCTAssertEqual(lane.transactionCount, 2, "the first post alone, the seven behind it together")
-    }
-
     func testARotatedTokenWithTheSameDeviceIdReplacesTheOldOneAndKeepsItsPair() throws {
         let http = try client()
         let voip = String(repeating: "a1", count: 32), remote = String(repeating: "b2", count: 32)
@@ -359,13 +319,4 @@ final class PushRegistrationAPITests: XCTestCase {
         let tokens = Set(try postedRows().filter { $0[2] == "1001" }.compactMap { $0[1] })
         XCTAssertEqual(tokens, [rotated, newRemote, "fcm-other"])
     }
-}
-
-/// Statuses collected from several threads. @unchecked Sendable: `statuses` only under `lock`.
-final class StatusList: @unchecked Sendable {
-    private let lock = NSLock()
-    private var statuses: [Int] = []
-
-    func add(_ status: Int) { lock.withLock { statuses.append(status) } }
-    var all: [Int] { lock.withLock { statuses } }
 }
