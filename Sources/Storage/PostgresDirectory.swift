@@ -110,9 +110,14 @@ public final class PostgresDirectory: DirectorySource, Sendable {
             for row in rows {
                 guard let number = row[1], let domain = row[2], let md5 = row[3], let sha256 = row[4] else { continue }
                 let aor = AddressOfRecord(number: number, domain: domain)
-                extensions[aor] = ExtensionCredentials(
-                    aor: aor, ha1MD5: try connection.openSecret(md5, context: Self.ha1Context(.md5, aor)),
-                    ha1SHA256: try connection.openSecret(sha256, context: Self.ha1Context(.sha256, aor)))
+                guard
+                    let credentials = ExtensionCredentials(
+                        aor: aor, ha1MD5: try connection.openSecret(md5, context: Self.ha1Context(.md5, aor)),
+                        ha1SHA256: try connection.openSecret(sha256, context: Self.ha1Context(.sha256, aor)))
+                else {
+                    throw PostgresError(kind: .unexpectedResult, message: "the stored password hashes of \(aor) are not MD5 and SHA-256 hex")
+                }
+                extensions[aor] = credentials
                 if let name = row[5] { names[aor] = name }
             }
             after = rows.count < pageSize ? nil : rows.last?[0]
