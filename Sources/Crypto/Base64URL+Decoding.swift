@@ -20,7 +20,9 @@ extension Base64URL {
         var index = 0
         while index + 3 < values.count {
             let n = UInt32(values[index]) << 18 | UInt32(values[index + 1]) << 12 | UInt32(values[index + 2]) << 6 | UInt32(values[index + 3])
-            output += [UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)]
+            output.append(UInt8(n >> 16 & 0xFF))
+            output.append(UInt8(n >> 8 & 0xFF))
+            output.append(UInt8(n & 0xFF))
             index += 4
         }
         switch values.count - index {
@@ -31,7 +33,8 @@ extension Base64URL {
         case 3:
             let n = UInt32(values[index]) << 18 | UInt32(values[index + 1]) << 12 | UInt32(values[index + 2]) << 6
             guard n & 0xFF == 0 else { return nil }
-            output += [UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF)]
+            output.append(UInt8(n >> 16 & 0xFF))
+            output.append(UInt8(n >> 8 & 0xFF))
         default: break
         }
         return output

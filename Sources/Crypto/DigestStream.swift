@@ -38,10 +38,39 @@ public struct DigestOutput: Sendable, Equatable {
         return count * 2
     }
 
+    /// The digest `text` spells in hex (either case) when it is that of an MD5 or SHA-256 (32 or
+    /// 64 digits); nil otherwise.
+    public init?(hex text: String) {
+        var text = text
+        let parsed = text.withUTF8 { hex -> DigestOutput? in
+            guard hex.count == 32 || hex.count == 64 else { return nil }
+            var valid = true
+            let output = DigestOutput { out in
+                for index in 0..<hex.count / 2 {
+                    guard let high = Hex.value(hex[2 * index]), let low = Hex.value(hex[2 * index + 1]) else {
+                        valid = false
+                        return 0
+                    }
+                    out[index] = high << 4 | low
+                }
+                return hex.count / 2
+            }
+            return valid ? output : nil
+        }
+        guard let parsed else { return nil }
+        self = parsed
+    }
+
     /// Whether `text` is this digest in hex (either case), in time that depends only on the lengths.
     public func matchesHex(_ text: Substring) -> Bool {
         var text = text
         return text.withUTF8 { hex in withUnsafeBytes { Hex.matches($0, hex: UnsafeRawBufferPointer(hex)) } }
+    }
+}
+
+extension DigestOutput: Hashable {
+    public func hash(into hasher: inout Hasher) {
+        withUnsafeBytes { hasher.combine(bytes: $0) }
     }
 }
 

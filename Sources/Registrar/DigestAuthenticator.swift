@@ -272,7 +272,7 @@ public final class DigestAuthenticator: @unchecked Sendable {
         let ha2Digest = ha2.finish()
         var expected = DigestStream(algorithm)
         if let stored {
-            expected.update(stored.ha1(for: algorithm))
+            expected.update(hexOf: stored.ha1Digest(for: algorithm))
         } else {
             var standIn = DigestStream(algorithm)
             standIn.update(number)

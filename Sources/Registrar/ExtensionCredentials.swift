@@ -2,32 +2,61 @@ public import Crypto
 
 /// What Rouse keeps of an extension's SIP password: the digest HA1 hashes for MD5 and SHA-256
 /// (RFC 7616 §3.4.2: H(username:realm:password), with the number as username and the domain as
-/// realm). The password itself is never stored.
+/// realm), as bytes held inline (no heap allocation: a directory of a million extensions holds no
+/// hex text). The password itself is never stored. A value, safe to share.
 public struct ExtensionCredentials: Hashable, Sendable {
     public let aor: AddressOfRecord
-    public let ha1MD5: String
-    public let ha1SHA256: String
+    /// H(number:domain:password) with MD5 (16 bytes).
+    public let md5: DigestOutput
+    /// H(number:domain:password) with SHA-256 (32 bytes).
+    public let sha256: DigestOutput
 
-    public init(aor: AddressOfRecord, ha1MD5: String, ha1SHA256: String) {
+    public init(aor: AddressOfRecord, md5: DigestOutput, sha256: DigestOutput) {
         self.aor = aor
-        self.ha1MD5 = ha1MD5
-        self.ha1SHA256 = ha1SHA256
+        self.md5 = md5
+        self.sha256 = sha256
+    }
+
+    /// The hashes from their hex text (as stored); nil when either is not the hex of its digest.
+    public init?(aor: AddressOfRecord, ha1MD5: String, ha1SHA256: String) {
+        guard let md5 = DigestOutput(hex: ha1MD5), md5.count == 16, let sha256 = DigestOutput(hex: ha1SHA256), sha256.count == 32
+        else { return nil }
+        self.init(aor: aor, md5: md5, sha256: sha256)
     }
 
     /// Hashes a password for an extension.
     public init(aor: AddressOfRecord, password: String) {
         self.init(
-            aor: aor,
-            ha1MD5: ExtensionCredentials.ha1(.md5, number: aor.number, realm: aor.domain, password: password),
-            ha1SHA256: ExtensionCredentials.ha1(.sha256, number: aor.number, realm: aor.domain, password: password))
+            aor: aor, md5: ExtensionCredentials.ha1Digest(.md5, number: aor.number, realm: aor.domain, password: password),
+            sha256: ExtensionCredentials.ha1Digest(.sha256, number: aor.number, realm: aor.domain, password: password))
+    }
+
+    /// The MD5 HA1 in lower-case hex (as stored, and as HTTP Basic compares it).
+    public var ha1MD5: String { md5.hex }
+    /// The SHA-256 HA1 in lower-case hex.
+    public var ha1SHA256: String { sha256.hex }
+
+    /// The HA1 of `algorithm`, as bytes (the REGISTER check hashes its hex without a String).
+    public func ha1Digest(for algorithm: Digest.Algorithm) -> DigestOutput {
+        algorithm == .md5 ? md5 : sha256
     }
 
     public func ha1(for algorithm: Digest.Algorithm) -> String {
-        algorithm == .md5 ? ha1MD5 : ha1SHA256
+        ha1Digest(for: algorithm).hex
     }
 
     public static func ha1(_ algorithm: Digest.Algorithm, number: String, realm: String, password: String) -> String {
-        Digest.hex(algorithm, "\(number):\(realm):\(password)")
+        ha1Digest(algorithm, number: number, realm: realm, password: password).hex
+    }
+
+    public static func ha1Digest(_ algorithm: Digest.Algorithm, number: String, realm: String, password: String) -> DigestOutput {
+        var stream = DigestStream(algorithm)
+        stream.update(number)
+        stream.update(byte: UInt8(ascii: ":"))
+        stream.update(realm)
+        stream.update(byte: UInt8(ascii: ":"))
+        stream.update(password)
+        return stream.finish()
     }
 }
 

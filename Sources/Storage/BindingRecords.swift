@@ -310,10 +310,23 @@ enum BindingRecords {
                 FROM binding_push_channels c WHERE c.binding_id = b.id), '[]'::json)
         """
 
-    static let loadAllSQL = """
+    /// The first page of every live binding, in primary-key order (`$2` rows at most).
+    static let loadFirstPageSQL = """
         SELECT \(columns) FROM bindings b WHERE b.expires_at > to_timestamp($1)
-        ORDER BY b.aor, b.registered_at, b.id
+        ORDER BY b.id LIMIT $2
         """
+
+    /// The page after the binding id `$3` (keyset pagination: an index range scan of the primary
+    /// key, so every page costs the same however far into the table it is).
+    static let loadNextPageSQL = """
+        SELECT \(columns) FROM bindings b WHERE b.expires_at > to_timestamp($1) AND b.id > $3::uuid
+        ORDER BY b.id LIMIT $2
+        """
+
+    /// Rows one statement of the full load reads: small enough that a page takes a fraction of a
+    /// second (far below any `statement_timeout`), large enough that a million bindings take a few
+    /// hundred round trips.
+    static let defaultPageSize = 5000
 
     static let loadOneSQL = """
         SELECT \(columns) FROM bindings b WHERE b.aor = $2 AND b.expires_at > to_timestamp($1)
@@ -331,12 +344,36 @@ enum BindingRecords {
         SELECT \(columns) FROM gone b ORDER BY b.aor, b.id
         """
 
-    static func load(_ connection: PostgresConnection, aor: AddressOfRecord?, now: Date) throws -> [Binding] {
-        let rows: PostgresRows
+    /// The live bindings of one extension, or of all. All are read in pages of `pageSize`, each its
+    /// own short statement (inside the caller's transaction when it has one, so a snapshot read
+    /// stays one snapshot), and come back ordered by registration time then id — as one
+    /// extension's do — so each extension's list is in the order it was before.
+    static func load(_ connection: PostgresConnection, aor: AddressOfRecord?, now: Date, pageSize: Int = defaultPageSize) throws -> [Binding] {
         if let aor {
-            rows = try connection.query(loadOneSQL, [String(now.timeIntervalSince1970), aor.description])
+            return try connection.query(loadOneSQL, [String(now.timeIntervalSince1970), aor.description]).rows.map(decodeBinding)
+        }
+        var bindings: [Binding] = []
+        var after: UUID?
+        repeat {
+            let page = try loadPage(connection, after: after, now: now, limit: pageSize)
+            bindings.append(contentsOf: page)
+            after = page.count < pageSize ? nil : page.last?.id
+        } while after != nil
+        // Stable: bindings registered at the same time stay in id order.
+        bindings.sort { $0.registeredAt < $1.registeredAt }
+        return bindings
+    }
+
+    /// One page of the live bindings: at most `limit`, those whose id sorts after `after` (from the
+    /// first when nil), in id order. One statement.
+    static func loadPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [Binding] {
+        let epoch = String(now.timeIntervalSince1970)
+        let size = String(max(1, limit))
+        let rows: PostgresRows
+        if let after {
+            rows = try connection.query(loadNextPageSQL, [epoch, size, UUIDText.string(after)])
         } else {
-            rows = try connection.query(loadAllSQL, [String(now.timeIntervalSince1970)])
+            rows = try connection.query(loadFirstPageSQL, [epoch, size])
         }
         return try rows.rows.map(decodeBinding)
     }
@@ -376,7 +413,7 @@ enum BindingRecords {
             }
             return value
         }
-        guard let id = UUID(uuidString: try required(0)) else {
+        guard let id = UUIDText.parse(try required(0)) else {
             throw PostgresError(kind: .unexpectedResult, message: "a stored binding has an unreadable id")
         }
         guard let aor = address(try required(1)) else {
@@ -389,20 +426,20 @@ enum BindingRecords {
         else {
             throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unknown flow transport")
         }
-        let path = (try? JSONSerialization.jsonObject(with: Data(try required(10).utf8))) as? [Any] ?? []
-        let channelRows = (try? JSONSerialization.jsonObject(with: Data(try required(17).utf8))) as? [[Any]] ?? []
-        let channels: [PushChannel] = channelRows.compactMap { item in
-            guard item.count == 4, let providerName = item[0] as? String, let provider = PushProvider(rawValue: providerName),
-                let token = item[1] as? String, let kindName = item[3] as? String, let kind = PushChannelKind(rawValue: kindName)
+        let path = JSONArrayReader.strings(try required(10)) ?? []
+        let channels: [PushChannel] = (JSONArrayReader.elements(try required(17)) ?? []).compactMap { element in
+            guard case .array(let item) = element, item.count == 4, let providerName = item[0].text,
+                let provider = PushProvider(rawValue: providerName), let token = item[1].text, let kindName = item[3].text,
+                let kind = PushChannelKind(rawValue: kindName)
             else { return nil }
-            return PushChannel(provider: provider, token: token, param: item[2] as? String, kind: kind)
+            return PushChannel(provider: provider, token: token, param: item[2].text, kind: kind)
         }
         return Binding(
             id: id, aor: aor, contact: try required(2), instance: row[3], regID: row[4].flatMap { Int($0) },
             q: row[5].flatMap { Double($0) }, callID: try required(6), cseq: UInt32(clamping: Int64(try required(7)) ?? 0),
             registeredAt: Date(timeIntervalSince1970: Double(try required(8)) ?? 0),
             expiresAt: Date(timeIntervalSince1970: Double(try required(9)) ?? 0),
-            path: path.compactMap { $0 as? String }, userAgent: row[11],
+            path: path, userAgent: row[11],
             flow: flow, pushChannels: channels)
     }
 

@@ -63,29 +63,69 @@ public final class PostgresDirectory: DirectorySource, Sendable {
     // MARK: - DirectorySource
 
     public func loadDirectory() throws -> DirectorySnapshot {
-        try run { connection in
-            try connection.transaction { connection in
-                let domains = try connection.query("SELECT domain FROM sip_domains").rows.compactMap { $0[0] }
-                let rows = try connection.query(
-                    """
-                    SELECT e.number, d.domain, e.ha1_md5, e.ha1_sha256
-                    FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
-                    """)
-                var extensions: [AddressOfRecord: ExtensionCredentials] = [:]
-                for row in rows.rows {
-                    guard let number = row[0], let domain = row[1], let md5 = row[2], let sha256 = row[3] else { continue }
-                    let aor = AddressOfRecord(number: number, domain: domain)
-                    extensions[aor] = ExtensionCredentials(
+        try run { connection in try Self.loadDirectory(on: connection) }
+    }
+
+    /// Rows one statement of the directory load reads (see `loadDirectory(on:pageSize:)`).
+    static let defaultPageSize = 5000
+
+    /// The directory read on `connection` in one repeatable-read transaction (one snapshot), the
+    /// extensions in pages of `pageSize` by primary key, each page its own short statement, so no
+    /// count of extensions reaches a `statement_timeout`; each page's rows are dropped once its
+    /// hashes are opened, so the load holds one page of rows at a time.
+    static func loadDirectory(on connection: PostgresConnection, pageSize: Int = defaultPageSize) throws -> DirectorySnapshot {
+        try connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        do {
+            let snapshot = try readDirectory(on: connection, pageSize: max(1, pageSize))
+            try connection.query("COMMIT")
+            return snapshot
+        } catch {
+            _ = try? connection.query("ROLLBACK")
+            throw error
+        }
+    }
+
+    private static func readDirectory(on connection: PostgresConnection, pageSize: Int) throws -> DirectorySnapshot {
+        let domains = try connection.query("SELECT domain FROM sip_domains").rows.compactMap { $0[0] }
+        // Display names travel with the extensions (migration 730; absent before it).
+        let hasNames = try !connection.query(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'extensions' AND column_name = 'display_name'").isEmpty
+        let nameColumn = hasNames ? "e.display_name" : "NULL::text"
+        let firstSQL = """
+            SELECT e.id, e.number, d.domain, e.ha1_md5, e.ha1_sha256, \(nameColumn)
+            FROM extensions e JOIN sip_domains d ON d.id = e.domain_id ORDER BY e.id LIMIT $1
+            """
+        let nextSQL = """
+            SELECT e.id, e.number, d.domain, e.ha1_md5, e.ha1_sha256, \(nameColumn)
+            FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE e.id > $2::bigint ORDER BY e.id LIMIT $1
+            """
+        var extensions: [AddressOfRecord: ExtensionCredentials] = [:]
+        var names: [AddressOfRecord: String] = [:]
+        if let count = try connection.query("SELECT count(*) FROM extensions").rows.first?[0].flatMap({ Int($0) }) {
+            extensions.reserveCapacity(count)
+        }
+        var after: String?
+        repeat {
+            let rows = try connection.query(after.map { _ in nextSQL } ?? firstSQL, [String(pageSize)] + (after.map { [$0] } ?? [])).rows
+            for row in rows {
+                guard let number = row[1], let domain = row[2], let md5 = row[3], let sha256 = row[4] else { continue }
+                let aor = AddressOfRecord(number: number, domain: domain)
+                guard
+                    let credentials = ExtensionCredentials(
                         aor: aor, ha1MD5: try connection.openSecret(md5, context: Self.ha1Context(.md5, aor)),
                         ha1SHA256: try connection.openSecret(sha256, context: Self.ha1Context(.sha256, aor)))
+                else {
+                    throw PostgresError(kind: .unexpectedResult, message: "the stored password hashes of \(aor) are not MD5 and SHA-256 hex")
                 }
-                // Call forwarding travels with the directory (migration 602; absent before it).
-                let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
-                let diversions = hasDiversions ? try PostgresDiversions.all(on: connection) : [:]
-                return DirectorySnapshot(
-                    domains: Set(domains), extensions: extensions, diversions: diversions, displayNames: try Self.displayNames(on: connection))
+                extensions[aor] = credentials
+                if let name = row[5] { names[aor] = name }
             }
-        }
+            after = rows.count < pageSize ? nil : rows.last?[0]
+        } while after != nil
+        // Call forwarding travels with the directory (migration 602; absent before it).
+        let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
+        let diversions = hasDiversions ? try PostgresDiversions.all(on: connection) : [:]
+        return DirectorySnapshot(domains: Set(domains), extensions: extensions, diversions: diversions, displayNames: names)
     }
 
     // MARK: - Domains
@@ -260,24 +300,6 @@ public final class PostgresDirectory: DirectorySource, Sendable {
             """,
             [aor.domain, aor.number]
         ).rows.first?[0] ?? nil
-    }
-
-    /// Every extension's display name (those that have one); none before migration 730.
-    private static func displayNames(on connection: PostgresConnection) throws -> [AddressOfRecord: String] {
-        let hasColumn = try !connection.query(
-            "SELECT 1 FROM information_schema.columns WHERE table_name = 'extensions' AND column_name = 'display_name'").isEmpty
-        guard hasColumn else { return [:] }
-        let rows = try connection.query(
-            """
-            SELECT e.number, d.domain, e.display_name FROM extensions e JOIN sip_domains d ON d.id = e.domain_id
-            WHERE e.display_name IS NOT NULL
-            """)
-        var names: [AddressOfRecord: String] = [:]
-        for row in rows.rows {
-            guard let number = row[0], let domain = row[1], let name = row[2] else { continue }
-            names[AddressOfRecord(number: number, domain: domain)] = name
-        }
-        return names
     }
 
     /// Removes an extension and its bindings (each announced on `rouse_bindings` as `removed`).

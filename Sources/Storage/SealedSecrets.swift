@@ -1,4 +1,5 @@
 public import Crypto
+import Foundation
 
 /// Rouse's secrets at rest: every column that holds one, and how a value in it is sealed, opened,
 /// re-sealed under a new key, and sealed when it was stored before sealing (migration 740 marked
@@ -27,6 +28,12 @@ public enum SealedSecrets {
         let update: String
 
         func context(_ identity: String) -> String { "\(table).\(column):\(identity)" }
+
+        /// `select` without its row locks, for counting.
+        var unlockedSelect: String {
+            guard let lock = select.range(of: "FOR UPDATE", options: .backwards) else { return select }
+            return String(select[..<lock.lowerBound])
+        }
     }
 
     /// Every secret column Rouse has.
@@ -85,10 +92,28 @@ public enum SealedSecrets {
     @discardableResult
     public static func sealPlainValues(on connection: PostgresConnection) throws -> Count {
         let seal = try requireKeys(connection)
-        return try rewrite(on: connection) { stored, context in
+        // Nearly every start finds nothing to seal: columns are counted first, so their rows (a
+        // million extensions' hashes) are neither read into memory nor locked unless one is plain.
+        var untouched = Count()
+        var pending: [Column] = []
+        for column in columns where try tableExists(column.table, on: connection) {
+            let counts = try connection.query(
+                "SELECT count(*) FILTER (WHERE s.v LIKE 'plain:%'), count(*) FROM (\(column.unlockedSelect)) AS s(k, i, v) WHERE s.v IS NOT NULL"
+            ).rows.first
+            let plain = counts?[0].flatMap { Int($0) } ?? 0
+            if plain > 0 {
+                pending.append(column)
+            } else {
+                untouched.unchanged += counts?[1].flatMap { Int($0) } ?? 0
+            }
+        }
+        guard !pending.isEmpty else { return untouched }
+        var count = try rewrite(on: connection, columns: pending) { stored, context in
             guard stored.hasPrefix(plainMarker) else { return nil }
             return try seal.seal(String(stored.dropFirst(plainMarker.count)), context: context)
         }
+        count.unchanged += untouched.unchanged
+        return count
     }
 
     /// Opens every secret with the connection's keys and seals it again with `newSeal`'s current
@@ -128,7 +153,7 @@ public enum SealedSecrets {
 
     /// Rewrites, in one transaction, each value `transform` returns a new value for.
     private static func rewrite(
-        on connection: PostgresConnection, _ transform: (_ stored: String, _ context: String) throws -> String?
+        on connection: PostgresConnection, columns: [Column] = columns, _ transform: (_ stored: String, _ context: String) throws -> String?
     ) throws -> Count {
         try connection.transaction { connection in
             var count = Count()

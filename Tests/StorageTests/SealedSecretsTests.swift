@@ -171,6 +171,22 @@ final class SealedSecretsTests: XCTestCase {
         }
     }
 
+    func testAStartWithNothingPlainNeitherWaitsForNorTakesRowLocks() throws {
+        _ = try storeEverySecret()
+        // Another session holds an extension's row (an operator's change under way): a start that
+        // finds every secret sealed must not queue behind it for the row it need not rewrite.
+        let holder = try database.connect()
+        try holder.query("BEGIN")
+        try holder.query("SELECT id FROM extensions FOR UPDATE")
+        defer { _ = try? holder.query("ROLLBACK") }
+        let connection = try database.connect()
+        // Waiting for the held row would end in this timeout's error.
+        try connection.setStatementTimeout(seconds: 5)
+        let count = try SealedSecrets.sealPlainValues(on: connection)
+        XCTAssertEqual(count.sealed, 0)
+        XCTAssertGreaterThan(count.unchanged, 2)
+    }
+
     func testAnUpgradeSealsThePlainRowsAndLosesNothing() throws {
         let connection = try database.connect()
         try Migrator.migrate(connection, migrations: Migrator.all.filter { $0.version < 740 })
