@@ -5,12 +5,12 @@ public import Synchronization
 /// (§17.1.3, §17.2.3), drives their state machines, runs their timers through the injected
 /// `TimerScheduler`, and forgets each one when it terminates.
 ///
-/// Threading: every method is thread-safe and never blocks beyond a short `Mutex` section that
+/// Threading: every method is thread-safe and never blocks beyond a short locked section that
 /// does no I/O; `send`, `core` and `onResponse` closures run after the lock is released, on the
 /// thread that caused them (the transport's event loop, a timer's queue, a caller of `respond`),
 /// so they may call back into the layer and must not block. There is no lock over the whole
 /// layer: transactions are spread over `shardCount` shards by their key's hash, each with its own
-/// `Mutex`, so several SIP loops (and the registrar answering) work on different transactions at
+/// lock (`PthreadLocked`), so several SIP loops (and the registrar answering) work on different transactions at
 /// once and meet only when two keys fall in the same shard. One call holds at most one shard's
 /// lock at a time (`transportFailed` visits the shards one after the other).
 ///
@@ -570,7 +570,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     /// One independently locked part of the layer: the transactions whose keys hash to it.
     @usableFromInline
     final class Shard: Sendable {
-        @usableFromInline let state = Mutex(State())
+        @usableFromInline let state = PthreadLocked(State())
 
         @usableFromInline
         init() {}

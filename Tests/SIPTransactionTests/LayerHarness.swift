@@ -1,14 +1,18 @@
+import Foundation
 import SIPMessage
 import SIPTransaction
 import Synchronization
 
-/// A thread-safe list the layer's closures append to.
-final class Log<Element: Sendable>: Sendable {
-    private let storage = Mutex<[Element]>([])
+/// A thread-safe list the layer's closures append to. `@unchecked Sendable`: `storage` only under
+/// `lock`, an `NSLock` (a pthread mutex ThreadSanitizer sees; it does not see `Mutex`'s futex, and
+/// reported the appends of concurrent shards as a race once the layer's one lock was gone).
+final class Log<Element: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [Element] = []
 
-    func append(_ element: Element) { storage.withLock { $0.append(element) } }
-    var all: [Element] { storage.withLock { $0 } }
-    var count: Int { storage.withLock { $0.count } }
+    func append(_ element: Element) { lock.withLock { storage.append(element) } }
+    var all: [Element] { lock.withLock { storage } }
+    var count: Int { lock.withLock { storage.count } }
 }
 
 /// A transaction layer on flows named by integers, a manual clock, and logs of what it sent and
