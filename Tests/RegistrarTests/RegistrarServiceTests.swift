@@ -12,17 +12,6 @@ final class RegistrarServiceTests: XCTestCase {
         Registrar(core: F().core, store: store, clock: { F.start })
     }
 
-    func exchange(_ registrar: Registrar, _ text: String) throws -> SIPResponse {
-        let answered = expectation(description: "answer")
-        let box = ResponseBox()
-        registrar.handleRegister(try F.parse(text), flow: F.flow()) { response in
-            box.set(response)
-            answered.fulfill()
-        }
-        wait(for: [answered], timeout: 30)
-        return try XCTUnwrap(box.value)
-    }
-
     func authenticatedRegister(_ registrar: Registrar) throws -> SIPResponse {
         let challenge = try exchange(registrar, F.register())
         let authorization = F.answer(challenge.headers.lines(.wwwAuthenticate)[0], password: "alice-secret")
@@ -132,4 +121,18 @@ final class HeldLocationStore: LocationStore, @unchecked Sendable {
     }
 
     struct Failure: Error {}
+}
+
+extension XCTestCase {
+    /// Hands `text` to `registrar` over the fixture's flow and waits for its answer.
+    func exchange(_ registrar: Registrar, _ text: String) throws -> SIPResponse {
+        let answered = expectation(description: "answer")
+        let box = ResponseBox()
+        registrar.handleRegister(try RegistrarFixture.parse(text), flow: RegistrarFixture.flow()) { response in
+            box.set(response)
+            answered.fulfill()
+        }
+        wait(for: [answered], timeout: 30)
+        return try XCTUnwrap(box.value)
+    }
 }

@@ -23,17 +23,6 @@ final class RegistrarShardTests: XCTestCase {
             authenticator: DigestAuthenticator(secret: Array("test-secret".utf8), nonceLifetime: 300), serverName: "Rouse/test")
     }
 
-    func exchange(_ registrar: Registrar, _ text: String) throws -> SIPResponse {
-        let answered = expectation(description: "answer")
-        let box = ResponseBox()
-        registrar.handleRegister(try F.parse(text), flow: F.flow()) { response in
-            box.set(response)
-            answered.fulfill()
-        }
-        wait(for: [answered], timeout: 30)
-        return try XCTUnwrap(box.value)
-    }
-
     /// Registers `number` with one contact, answering the challenge; the final status.
     func register(_ registrar: Registrar, _ number: String, toDomain: String = F.domain, expires: Int = 3600, host: String = "192.0.2.7") throws -> Int {
         let aor = RegistrarShardTests.aor(number)
