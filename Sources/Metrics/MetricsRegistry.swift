@@ -89,16 +89,29 @@ public final class MetricsRegistry: @unchecked Sendable {
         families[name] = family
     }
 
-    /// Applies `change` to the series of `name` with `labels`, creating it at zero.
-    fileprivate func update(_ name: String, _ labels: [String: String], _ change: (inout Series, Family) -> Void) {
-        let sorted = labels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
-        let key = sorted.map { "\($0.0)=\($0.1)" }.joined(separator: "\u{0}")
+    /// Applies `change` to the series of `name` with `labels`, creating it at zero. `change` gets the
+    /// family's buckets. The series is changed in place (the family is not copied out, which would
+    /// copy its every series), and its key is built without a sorted copy for one label or none.
+    fileprivate func update(_ name: String, _ labels: [String: String], _ change: (inout Series, [Double]) -> Void) {
+        let key: String
+        if labels.count <= 1 {
+            key = labels.first.map { $0.key + "=" + $0.value } ?? ""
+        } else {
+            key = MetricsRegistry.sortedLabels(labels).map { $0.0 + "=" + $0.1 }.joined(separator: "\u{0}")
+        }
         lock.lock()
         defer { lock.unlock() }
-        guard let family = families[name] else { return }
-        var series = family.series[key] ?? Series(labels: sorted, bucketCounts: Array(repeating: 0, count: family.buckets.count))
-        change(&series, family)
-        families[name]!.series[key] = series
+        guard let index = families.index(forKey: name) else { return }
+        let buckets = families.values[index].buckets
+        change(
+            &families.values[index].series[
+                key, default: Series(labels: MetricsRegistry.sortedLabels(labels), bucketCounts: Array(repeating: 0, count: buckets.count))],
+            buckets)
+    }
+
+    /// A series' labels in name order.
+    private static func sortedLabels(_ labels: [String: String]) -> [(String, String)] {
+        labels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }
 
     /// The whole registry in the text format 0.0.4.
@@ -211,8 +224,8 @@ public final class MetricsRegistry: @unchecked Sendable {
         public let name: String
 
         public func observe(_ value: Double, _ labels: [String: String] = [:]) {
-            registry.update(name, labels) { series, family in
-                if let index = family.buckets.firstIndex(where: { value <= $0 }) { series.bucketCounts[index] += 1 }
+            registry.update(name, labels) { series, buckets in
+                if let index = buckets.firstIndex(where: { value <= $0 }) { series.bucketCounts[index] += 1 }
                 series.sum += value
                 series.count += 1
             }

@@ -146,6 +146,13 @@ public struct DigestCredentials: Hashable, Sendable {
         fields.realm.map { DigestCredentials.asciiCaseInsensitiveEquals($0, realm) } ?? false
     }
 
+    /// Whether `realm?.lowercased() == domain`, without a String for an ASCII realm (any realm).
+    func realmLowercasedEquals(_ domain: String) -> Bool {
+        guard let realm = fields.realm else { return false }
+        guard realm.utf8.allSatisfy({ $0 < 0x80 }), domain.utf8.allSatisfy({ $0 < 0x80 }) else { return String(realm).lowercased() == domain }
+        return realm.utf8.elementsEqual(domain.utf8) { given, lower in (given >= 0x41 && given <= 0x5A ? given | 0x20 : given) == lower }
+    }
+
     /// The known parameters as slices of the header (what `verify` reads, without a String each).
     var slices: KnownFields { fields }
 

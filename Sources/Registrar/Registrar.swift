@@ -33,6 +33,12 @@ final class RegistrarShard: @unchecked Sendable {
         var made = 0
         var failures = 0
         var before: [Binding]
+
+        /// One more REGISTER's write is out.
+        mutating func count() {
+            outstanding += 1
+            made += 1
+        }
     }
 
     init(core: RegistrarCore, store: any LocationStore, clock: @escaping @Sendable () -> Date, label: String, writesMade: WriteCounter) {
@@ -43,17 +49,15 @@ final class RegistrarShard: @unchecked Sendable {
         self.writesMade = writesMade
     }
 
-    func handleRegister(_ request: SIPRequest, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
+    /// `to`: the request's To, parsed (`request.to`).
+    func handleRegister(_ request: SIPRequest, to: SIPNameAddress?, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
         queue.async { [self] in
-            let decision = core.register(request, flow: flow, now: clock())
+            let decision = core.register(request, to: to, flow: flow, now: clock())
             switch decision {
             case .respond(let response):
                 respond(response)
             case .commit(let changes, let events, let response, let previous):
-                for (aor, list) in previous {
-                    unwritten[aor, default: UnwrittenChanges(before: list)].outstanding += 1
-                    unwritten[aor]?.made += 1
-                }
+                for (aor, list) in previous { unwritten[aor, default: UnwrittenChanges(before: list)].count() }
                 defer {
                     // Counted once the write is out, so a mark that includes it was taken after it.
                     let written = writesMade.next()
@@ -63,7 +67,7 @@ final class RegistrarShard: @unchecked Sendable {
                     let failed: Bool
                     if case .failure = result { failed = true } else { failed = false }
                     // Before the answer, so whoever reads the index after it sees it put right.
-                    queue.async { [self] in writeAnswered(Array(previous.keys), failed: failed) }
+                    queue.async { [self] in writeAnswered(previous.keys, failed: failed) }
                     switch result {
                     case .success:
                         respond(response)
@@ -84,7 +88,7 @@ final class RegistrarShard: @unchecked Sendable {
     /// is answered and any of them failed, the index is put back to what is durable: the bindings
     /// before the first when every write failed (each REGISTER built on the one before, so undoing
     /// only its own would keep the earlier failed change), else read back from the store.
-    private func writeAnswered(_ aors: [AddressOfRecord], failed: Bool) {
+    private func writeAnswered(_ aors: some Sequence<AddressOfRecord>, failed: Bool) {
         for aor in aors {
             guard var chain = unwritten[aor] else { continue }
             chain.outstanding -= 1
@@ -235,10 +239,10 @@ public final class Registrar: ExtensionDirectory, Sendable {
 
     private func shard(of aor: AddressOfRecord) -> RegistrarShard { shards[shardIndex(of: aor)] }
 
-    /// The shard of the extension a REGISTER's To names, as `RegistrarCore.register` reads it; the
-    /// first shard when it names none (that shard answers the error).
-    private func shard(of request: SIPRequest) -> RegistrarShard {
-        guard shards.count > 1, let to = request.to, to.uri.scheme != .tel, let number = to.uri.user else { return shards[0] }
+    /// The shard of the extension a REGISTER's To (`to`) names, as `RegistrarCore.register` reads
+    /// it; the first shard when it names none (that shard answers the error).
+    private func shard(of to: SIPNameAddress?) -> RegistrarShard {
+        guard shards.count > 1, let to, to.uri.scheme != .tel, let number = to.uri.user else { return shards[0] }
         return shard(of: AddressOfRecord(number: PushParameters.unescape(number), domain: to.uri.host))
     }
 
@@ -254,7 +258,9 @@ public final class Registrar: ExtensionDirectory, Sendable {
 
     /// Handles a REGISTER that arrived over `flow`; `respond` gets the answer once any change is durable.
     public func handleRegister(_ request: SIPRequest, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
-        shard(of: request).handleRegister(request, flow: flow, respond: respond)
+        // Parsed once, here: the shard is chosen by it and the core reads it.
+        let to = request.to
+        shard(of: to).handleRegister(request, to: to, flow: flow, respond: respond)
     }
 
     /// A mark of the local writes made so far: take it before reading the store, and hand it to

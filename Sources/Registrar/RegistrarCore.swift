@@ -44,6 +44,8 @@ public struct RegistrarCore: Sendable {
     private var expiryQueue = ExpiryQueue()
     /// The bindings a refresh push may be due for (push channels, no `+sip.pnsreg`), by expiry.
     private var refreshQueue = ExpiryQueue()
+    /// The last Date header made and the second it is for (one a second, not one per 200).
+    private var dateCache: (second: TimeInterval, text: String)?
 
     public init(
         policy: RegistrationPolicy, directory: DirectorySnapshot, supportedPushProviders: Set<PushProviderFamily>,
@@ -88,6 +90,39 @@ public struct RegistrarCore: Sendable {
         for channel in binding.pushChannels {
             tokenOwners[channel.tokenID, default: TokenOwners()].insert(binding.id)
         }
+        enqueue(binding)
+    }
+
+    /// `removeFromIndex(old)` then `insert(new)` for a binding registered again (same id, same
+    /// extension): without push channels it takes the same place at the end of its extension's list
+    /// without the list and the id map being taken apart and built again.
+    private mutating func reinsert(_ old: Binding, as new: Binding) {
+        guard old.id == new.id, old.aor == new.aor, old.pushChannels.isEmpty, new.pushChannels.isEmpty else {
+            removeFromIndex(old)
+            insert(new)
+            return
+        }
+        if !RegistrarCore.putLast(new, in: &bindings[new.aor, default: []]) { bindingAOR[new.id] = new.aor }
+        enqueue(new)
+    }
+
+    /// Puts `binding` at the end of `list` in place of the entry with its id; says whether there was one.
+    private static func putLast(_ binding: Binding, in list: inout [Binding]) -> Bool {
+        guard let index = list.firstIndex(where: { $0.id == binding.id }) else {
+            list.append(binding)
+            return false
+        }
+        if index == list.count - 1 {
+            list[index] = binding
+        } else {
+            list.remove(at: index)
+            list.append(binding)
+        }
+        return true
+    }
+
+    /// Queues a binding just put in the index for its expiry (and refresh push).
+    private mutating func enqueue(_ binding: Binding) {
         expiryQueue.insert(binding.id, due: binding.expiresAt)
         if RegistrarCore.wantsRefreshPush(binding) { refreshQueue.insert(binding.id, due: binding.expiresAt) }
         if expiryQueue.needsCompaction(live: bindingAOR.count) || refreshQueue.needsCompaction(live: bindingAOR.count) {
@@ -163,24 +198,35 @@ public struct RegistrarCore: Sendable {
 
     /// Decides a REGISTER that arrived over `flow` at `now`.
     public mutating func register(_ request: SIPRequest, flow: BindingFlow, now: Date) -> RegisterDecision {
+        register(request, to: request.to, flow: flow, now: now)
+    }
+
+    /// Decides a REGISTER whose To the caller has parsed already (`request.to`: the shard it was
+    /// routed to read it), so it is not parsed twice.
+    mutating func register(_ request: SIPRequest, to: SIPNameAddress?, flow: BindingFlow, now: Date) -> RegisterDecision {
         let sourceAddress = flow.source?.ip ?? ""
         if let throttle = authFailureThrottle, let left = throttle.isBlocked(sourceAddress, now: now) {
             var response = reply(request, 503, RegistrarCore.throttledReasonPhrase)
             response.headers.add(.retryAfter, String(max(1, Int(left.rounded(.up)))))
             return .respond(response)
         }
-        guard let to = request.to, to.uri.scheme != .tel, let number = to.uri.user else {
+        guard let to, to.uri.scheme != .tel, let number = to.uri.user else {
             return .respond(reply(request, 404, "Not Found"))
         }
-        let domain = to.uri.host.lowercased()
+        let domain = RegistrarCore.lowercased(to.uri.host)
         guard directory.domains.contains(domain) else {
             return .respond(reply(request, 404, "Domain Not Served Here"))
         }
         let target = AddressOfRecord(number: PushParameters.unescape(number), domain: domain)
 
         // RFC 3261 §22: challenge, then check the answer.
-        let credentials = request.headers.lines(.authorization).compactMap(DigestCredentials.init)
-            .first { $0.realm?.lowercased() == domain }
+        var credentials: DigestCredentials?
+        for line in request.headers.lines(.authorization) {
+            if let parsed = DigestCredentials(header: line), parsed.realmLowercasedEquals(domain) {
+                credentials = parsed
+                break
+            }
+        }
         // A woken app's wake credential stands in for digest, for its device's binding alone; a
         // wrong, used or expired one is no answer at all (docs/app-builders.md "Wake in one round trip").
         let woken = credentials == nil ? wakeCredentials?.spend(request, for: target, now: now) : nil
@@ -201,8 +247,12 @@ public struct RegistrarCore: Sendable {
             return .respond(challenge(request, realm: domain, stale: false, now: now))  // a credential registers, never lists or removes
         }
 
+        // Read once: each read of the request's Call-ID scans its headers, each CSeq parses.
+        let callID = request.callID
+        let cseqNumber = request.cseq?.number
+        let toTag = RegistrarCore.tag(callID: callID, cseq: cseqNumber ?? 0)
         guard request.headers.contains(.contact) else {
-            return .respond(okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil))
+            return .respond(okResponse(request, toTag: toTag, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil))
         }
         guard let contacts = request.contacts else { return .respond(reply(request, 400, "Invalid Contact header")) }
         let headerExpires = request.expires
@@ -213,7 +263,7 @@ public struct RegistrarCore: Sendable {
             guard contacts.count == 1, headerExpires == 0 else {
                 return .respond(reply(request, 400, "Invalid wildcard Contact"))
             }
-            if (bindings[target] ?? []).contains(where: { $0.callID == request.callID && $0.cseq >= (request.cseq?.number ?? 0) }) {
+            if (bindings[target] ?? []).contains(where: { $0.callID == callID && $0.cseq >= (cseqNumber ?? 0) }) {
                 return .respond(reply(request, 400, "Invalid CSeq number"))
             }
             var changes: [BindingChange] = []
@@ -223,13 +273,19 @@ public struct RegistrarCore: Sendable {
                 changes.append(.delete(binding, .removed))
                 events.append(BindingEvent(kind: .removed, binding: binding))
             }
-            let response = okResponse(request, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil)
+            let response = okResponse(request, toTag: toTag, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil)
             return changes.isEmpty ? .respond(response) : .commit(changes: changes, events: events, response: response, previous: previous)
         }
 
         // Check every contact before changing anything, so a request is applied whole or not at all.
         struct Planned {
             let address: SIPNameAddress
+            /// The URI as text (`SIPURI.description`): what is stored and what a refresh is matched by.
+            let contact: String
+            /// The binding it refers to, as found before anything changed.
+            let existing: Binding?
+            /// `+sip.pnsreg` offered (RFC 8599 §5.5).
+            let refreshesItself: Bool
             let expires: Int
             let push: PushParameters?
             /// The reg-id of an RFC 5626 flow; nil when outbound does not apply to the Contact.
@@ -257,10 +313,9 @@ public struct RegistrarCore: Sendable {
                     return .respond(reply(request, 555, nil))  // RFC 8599 §5.2
                 }
                 pushProviders.append(push.provider)
-                if address.parameters.contains("+sip.pnsreg") || address.uri.parameters.contains("+sip.pnsreg") {
-                    wantsRefresh = true
-                }
             }
+            let refreshesItself = address.parameters.contains("+sip.pnsreg") || address.uri.parameters.contains("+sip.pnsreg")
+            if push != nil, refreshesItself { wantsRefresh = true }
             let hasChannels = !(push?.channels.isEmpty ?? true)
             var expires = address.expires ?? headerExpires ?? policy.defaultExpires
             if expires > 0 {
@@ -282,12 +337,15 @@ public struct RegistrarCore: Sendable {
                 guard outbound.edgeSupportsOutbound else { return .respond(reply(request, 439, nil)) }
                 regID = value
             }
-            if let existing = match(address, regID: regID, in: target), existing.callID == request.callID,
-                let cseq = request.cseq?.number, cseq <= existing.cseq
-            {
+            let text = address.uri.description
+            let existing = match(address, text: text, regID: regID, in: target)
+            if let existing, existing.callID == callID, let cseq = cseqNumber, cseq <= existing.cseq {
                 return .respond(reply(request, 400, "Invalid CSeq number"))
             }
-            planned.append(Planned(address: address, expires: expires, push: push, regID: regID))
+            planned.append(
+                Planned(
+                    address: address, contact: text, existing: existing, refreshesItself: refreshesItself, expires: expires, push: push,
+                    regID: regID))
         }
         // RFC 5626 §6: a REGISTER that registers a flow (reg-id) registers only that Contact.
         if planned.contains(where: { $0.regID != nil && $0.expires > 0 }), planned.count(where: { $0.expires > 0 }) > 1 {
@@ -301,12 +359,13 @@ public struct RegistrarCore: Sendable {
 
         var changes: [BindingChange] = []
         var events: [BindingEvent] = []
-        var touched: Set<UUID> = []
+        var touched: [UUID] = []
         var previousAll = previous
         let path = request.headers.values(.path)
         let userAgent = request.headers[.userAgent]
-        for item in planned {
-            let existing = match(item.address, regID: item.regID, in: target)
+        for (offset, item) in planned.enumerated() {
+            // Nothing has changed before the first: what the checks found still holds.
+            let existing = offset == 0 ? item.existing : match(item.address, text: item.contact, regID: item.regID, in: target)
             if item.expires == 0 {
                 if let existing {
                     removeFromIndex(existing)
@@ -338,15 +397,13 @@ public struct RegistrarCore: Sendable {
                 }
             }
             let binding = Binding(
-                id: existing?.id ?? UUID(), aor: target, contact: item.address.uri.description,
+                id: existing?.id ?? UUID(), aor: target, contact: item.contact,
                 instance: item.address.instance, regID: item.regID, q: item.address.q,
-                callID: request.callID ?? "", cseq: request.cseq?.number ?? 0, registeredAt: now,
+                callID: callID ?? "", cseq: cseqNumber ?? 0, registeredAt: now,
                 expiresAt: now.addingTimeInterval(TimeInterval(item.expires)), path: path, userAgent: userAgent,
-                flow: flow, pushChannels: channels,
-                refreshesItself: item.address.parameters.contains("+sip.pnsreg") || item.address.uri.parameters.contains("+sip.pnsreg"))
-            if let existing { removeFromIndex(existing) }
-            insert(binding)
-            touched.insert(binding.id)
+                flow: flow, pushChannels: channels, refreshesItself: item.refreshesItself)
+            if let existing { reinsert(existing, as: binding) } else { insert(binding) }
+            touched.append(binding.id)
             changes.append(.save(binding))
             events.append(BindingEvent(kind: existing == nil ? .added : .refreshed, binding: binding))
         }
@@ -369,7 +426,8 @@ public struct RegistrarCore: Sendable {
         }
 
         let flowUse = planned.contains { $0.regID != nil } ? OutboundAnswer(isEdge: outbound.isFirstHop, transport: flow.transport) : nil
-        let response = okResponse(request, aor: target, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh, outbound: flowUse)
+        let response = okResponse(
+            request, toTag: toTag, aor: target, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh, outbound: flowUse)
         if changes.isEmpty { return .respond(response) }
         return .commit(changes: changes, events: events, response: response, previous: previousAll)
     }
@@ -377,13 +435,13 @@ public struct RegistrarCore: Sendable {
     /// The existing binding a Contact refers to: same `+sip.instance` and reg-id (RFC 5626 §6: one
     /// binding per flow of an instance, whatever the Call-ID or source port; `regID` nil when
     /// outbound does not apply, one binding per instance), else the same URI (RFC 3261 §19.1.4).
-    func match(_ address: SIPNameAddress, regID: Int?, in aor: AddressOfRecord) -> Binding? {
+    /// `text` is `address.uri.description`.
+    func match(_ address: SIPNameAddress, text: String, regID: Int?, in aor: AddressOfRecord) -> Binding? {
         let list = bindings[aor] ?? []
         if let instance = address.instance {
             return list.first { $0.instance == instance && $0.regID == regID }
         }
         // A refresh sends the Contact it sent before: the same text is the same URI, with no parse.
-        let text = address.uri.description
         if let same = list.first(where: { $0.instance == nil && $0.contact == text }) { return same }
         let others = list.filter { $0.instance == nil }
         guard !others.isEmpty else { return nil }
@@ -403,9 +461,11 @@ public struct RegistrarCore: Sendable {
 
     // MARK: Responses
 
-    func reply(_ request: SIPRequest, _ status: Int, _ reason: String?) -> SIPResponse {
-        var response = SIPResponse(replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: RegistrarCore.tag(for: request))
-        response.headers.add(.server, serverName)
+    /// `toTag`: `tag(for: request)` when the caller has it already.
+    func reply(_ request: SIPRequest, _ status: Int, _ reason: String?, toTag: String? = nil) -> SIPResponse {
+        var response = SIPResponse(
+            replyingTo: request, statusCode: status, reasonPhrase: reason, toTag: toTag ?? RegistrarCore.tag(for: request))
+        response.headers.add(SIPHeader(.server, serverName, spelled: Spelling.server))
         return response
     }
 
@@ -423,10 +483,11 @@ public struct RegistrarCore: Sendable {
     /// Path received (RFC 3327 §5.3), Feature-Caps for push (RFC 8599 §5.3), and for a flow
     /// `Require: outbound` with, when Rouse is the edge proxy of a TCP/TLS flow, `Flow-Timer`
     /// (RFC 5626 §6, §5.4).
-    func okResponse(
-        _ request: SIPRequest, aor: AddressOfRecord, now: Date, pushProviders: [PushProvider], wantsRefresh: Bool, outbound: OutboundAnswer?
+    mutating func okResponse(
+        _ request: SIPRequest, toTag: String, aor: AddressOfRecord, now: Date, pushProviders: [PushProvider], wantsRefresh: Bool,
+        outbound: OutboundAnswer?
     ) -> SIPResponse {
-        var response = reply(request, 200, "OK")
+        var response = reply(request, 200, "OK", toTag: toTag)
         if let outbound {
             response.headers.add(.require, "outbound")
             // UDP flows get none: without one a phone keeps a UDP flow alive every 24–29 s (RFC
@@ -435,13 +496,11 @@ public struct RegistrarCore: Sendable {
                 response.headers.add(RegistrarCore.flowTimer, String(policy.flowTimer))
             }
         }
-        for binding in bindings(for: aor) {
-            var parameters = SIPParameters([SIPParameter("expires", String(binding.remainingSeconds(at: now)))])
-            if let q = binding.q { parameters.set("q", String(q)) }
-            if let instance = binding.instance { parameters.set("+sip.instance", SIPHeaderValueScanner.quote(instance)) }
-            if let regID = binding.regID { parameters.set("reg-id", String(regID)) }
-            // `contact` is the URI as `SIPURI.description` wrote it when the binding was made.
-            response.headers.add(.contact, "<\(binding.contact)>" + parameters.serialized)
+        if let list = bindings[aor] {
+            // One binding (the usual case) needs no sorting: highest q first otherwise.
+            for binding in list.count == 1 ? list : list.sorted(by: { ($0.q ?? 1) > ($1.q ?? 1) }) {
+                response.headers.add(SIPHeader(.contact, RegistrarCore.contactValue(binding, now: now), spelled: Spelling.contact))
+            }
         }
         for value in request.headers.lines(.path) { response.headers.add(.path, value) }
         var announced: Set<PushProviderFamily> = []
@@ -452,8 +511,42 @@ public struct RegistrarCore: Sendable {
             if wantsRefresh { value += ";+sip.pnsreg=\"\(policy.bindingRefreshSeconds)\"" }
             response.headers.add(.featureCaps, value)
         }
-        response.headers.add(SIPHeaderName("Date"), RegistrarCore.httpDate(now))
+        response.headers.add(SIPHeader(RegistrarCore.date, dateText(now), spelled: Spelling.date))
         return response
+    }
+
+    /// A binding as a 200 lists it (RFC 3261 §10.3 step 8): `<uri>;expires=N`, then q,
+    /// `+sip.instance` and reg-id when it has them. `contact` is the URI as `SIPURI.description`
+    /// wrote it when the binding was made. Appended piece by piece into one String.
+    static func contactValue(_ binding: Binding, now: Date) -> String {
+        var value = ""
+        value.reserveCapacity(binding.contact.utf8.count + 24 + (binding.instance.map { $0.utf8.count + 18 } ?? 0))
+        value.append("<")
+        value.append(binding.contact)
+        value.append(">;expires=")
+        value.append(String(binding.remainingSeconds(at: now)))
+        if let q = binding.q {
+            value.append(";q=")
+            value.append(String(q))
+        }
+        if let instance = binding.instance {
+            value.append(";+sip.instance=")
+            value.append(SIPHeaderValueScanner.quote(instance))
+        }
+        if let regID = binding.regID {
+            value.append(";reg-id=")
+            value.append(String(regID))
+        }
+        return value
+    }
+
+    /// The Date header's value at `now`: made once a second (`httpDate`), then reused.
+    private mutating func dateText(_ now: Date) -> String {
+        let second = now.timeIntervalSince1970.rounded(.down)
+        if let cached = dateCache, cached.second == second { return cached.text }
+        let text = RegistrarCore.httpDate(now)
+        dateCache = (second, text)
+        return text
     }
 
     /// Whether Rouse can wake a device through `family`: a push app serves it, or (web push) the
@@ -465,11 +558,28 @@ public struct RegistrarCore: Sendable {
     /// A To tag that depends only on the request's Call-ID and CSeq (FNV-1a), so every instance
     /// and every restart answers a retransmission with the same tag.
     static func tag(for request: SIPRequest) -> String {
+        tag(callID: request.callID, cseq: request.cseq?.number ?? 0)
+    }
+
+    /// `tag(for:)` of a request with this Call-ID and CSeq number: the hash of `"<call-id> <cseq>"`,
+    /// its bytes fed one by one (no text is built).
+    static func tag(callID: String?, cseq: UInt32) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in (request.callID ?? "").utf8 + Array(" \(request.cseq?.number ?? 0)".utf8) {
-            hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+        for byte in (callID ?? "").utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        hash = (hash ^ UInt64(UInt8(ascii: " "))) &* 0x0000_0100_0000_01b3
+        var divisor: UInt32 = 1
+        while cseq / divisor >= 10 { divisor *= 10 }
+        while divisor > 0 {
+            hash = (hash ^ UInt64(UInt8(ascii: "0") + UInt8(cseq / divisor % 10))) &* 0x0000_0100_0000_01b3
+            divisor /= 10
         }
         return String(hash, radix: 36)
+    }
+
+    /// `text.lowercased()`, without a new String when the text is ASCII with no capitals (a host
+    /// as phones send it).
+    static func lowercased(_ text: String) -> String {
+        text.utf8.allSatisfy { $0 < 0x80 && !($0 >= 0x41 && $0 <= 0x5A) } ? text : text.lowercased()
     }
 
     /// An RFC 1123 date for the Date header (RFC 3261 §20.17), built by hand: a DateFormatter per
@@ -504,6 +614,14 @@ public struct RegistrarCore: Sendable {
 extension RegistrarCore {
     /// `Flow-Timer` (RFC 5626 §5.4): how often, in seconds, the edge proxy wants a flow kept alive.
     static let flowTimer = SIPHeaderName("Flow-Timer")
+    static let date = SIPHeaderName("Date")
+
+    /// The names of the lines every answer carries as SIP writes them, looked up once.
+    enum Spelling {
+        static let server = SIPHeader(.server, "").name
+        static let contact = SIPHeader(.contact, "").name
+        static let date = SIPHeader(RegistrarCore.date, "").name
+    }
 }
 
 /// The bindings holding one push token: nearly always one, kept inline (a Set per token would

@@ -35,6 +35,7 @@ public final class SIPService: Sendable {
     /// recorded there is not its own.
     public let instanceID: String
     let connections = ConnectionTable()
+    let localAddresses = ListenAddresses()
     /// Handles INVITEs for extensions when given; without it they get 405 (benchmarks of the
     /// registrar alone).
     let coordinator: CallCoordinator<SIPService>?
@@ -268,11 +269,12 @@ public final class SIPService: Sendable {
     }
 
     func bindingFlow(_ flow: FlowID, request: SIPRequest) -> BindingFlow {
-        let (source, local) = connections.endpoints(of: flow) ?? (flow.datagramPeer, nil)
+        // Only TCP/TLS connections are in the table (`ConnectionTable.note`): a UDP flow is its peer.
+        let (source, local) = flow.isReliable ? connections.endpoints(of: flow) ?? (flow.datagramPeer, nil) : (flow.datagramPeer, nil)
         let point = local ?? listeningPoints.first { $0.transport == flow.transport }
         return BindingFlow(
             transport: flow.transport, source: source, connectionID: FlowConnectionID(flow.description),
-            local: point.flatMap { try? SocketAddress(ip: $0.host, port: $0.port) }, instanceID: instanceID)
+            local: point.flatMap(localAddresses.address), instanceID: instanceID)
     }
 
     /// Whether a binding can be reached now, from this instance: over its own flow (a UDP flow
@@ -397,6 +399,25 @@ final class ConnectionTable: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return flowsByName[name]
+    }
+}
+
+/// The socket address of each listen point a binding records as its local end, canonicalised
+/// once (`SocketAddress(ip:port:)`) instead of on every REGISTER. Thread-safe behind a lock; one
+/// entry per point seen, so bounded by the points and the local addresses connections arrive on.
+final class ListenAddresses: @unchecked Sendable {
+    // @unchecked: `addresses` is only touched under `lock`.
+    private let lock = NSLock()
+    private var addresses: [ListenPoint: SocketAddress?] = [:]
+
+    /// The point's address; nil when its host is not an IP literal.
+    func address(_ point: ListenPoint) -> SocketAddress? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let known = addresses[point] { return known }
+        let address = try? SocketAddress(ip: point.host, port: point.port)
+        addresses[point] = .some(address)
+        return address
     }
 }
 
