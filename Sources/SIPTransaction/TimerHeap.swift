@@ -1,3 +1,5 @@
+import RouseVocabulary
+
 /// Pending timers in a binary min-heap by deadline: a value that is told the time and returns
 /// what has fallen due. It reads no clock and runs nothing; its owner (`HeapTimerScheduler`)
 /// keeps it behind one lock and wakes when `nextDeadline` comes, so thousands of transactions
@@ -8,12 +10,16 @@
 /// were scheduled. Not shared: its owner serialises the calls.
 public struct TimerHeap<Payload> {
     /// A heap entry: when, and which timer (ids increase, so they also break ties in order).
-    private struct Entry {
+    private struct Entry: Comparable {
         var deadline: Duration
         var id: UInt64
+
+        static func < (a: Entry, b: Entry) -> Bool {
+            a.deadline < b.deadline || (a.deadline == b.deadline && a.id < b.id)
+        }
     }
 
-    private var heap: [Entry] = []
+    private var heap = MinHeap<Entry>()
     private var payloads: [UInt64: Payload] = [:]
     private var nextID: UInt64 = 0
 
@@ -25,15 +31,14 @@ public struct TimerHeap<Payload> {
     /// The earliest deadline among the pending timers (nil when there are none).
     public mutating func nextDeadline() -> Duration? {
         dropCancelledTop()
-        return heap.first?.deadline
+        return heap.min?.deadline
     }
 
     /// Adds a timer due at `deadline`; returns its id (for `cancel`).
     public mutating func schedule(_ payload: Payload, at deadline: Duration) -> UInt64 {
         nextID += 1
         payloads[nextID] = payload
-        heap.append(Entry(deadline: deadline, id: nextID))
-        siftUp(heap.count - 1)
+        heap.insert(Entry(deadline: deadline, id: nextID))
         return nextID
     }
 
@@ -46,53 +51,15 @@ public struct TimerHeap<Payload> {
     /// Removes and returns every pending timer due at or before `now`, soonest first.
     public mutating func takeDue(at now: Duration) -> [Payload] {
         var due: [Payload] = []
-        while let top = heap.first, top.deadline <= now {
-            removeTop()
+        while let top = heap.min, top.deadline <= now {
+            heap.removeMin()
             if let payload = payloads.removeValue(forKey: top.id) { due.append(payload) }
         }
         return due
     }
 
     private mutating func dropCancelledTop() {
-        while let top = heap.first, payloads[top.id] == nil { removeTop() }
-    }
-
-    private static func precedes(_ a: Entry, _ b: Entry) -> Bool {
-        a.deadline < b.deadline || (a.deadline == b.deadline && a.id < b.id)
-    }
-
-    private mutating func removeTop() {
-        let last = heap.removeLast()
-        guard !heap.isEmpty else { return }
-        heap[0] = last
-        siftDown(0)
-    }
-
-    private mutating func siftUp(_ start: Int) {
-        var child = start
-        let entry = heap[child]
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard Self.precedes(entry, heap[parent]) else { break }
-            heap[child] = heap[parent]
-            child = parent
-        }
-        heap[child] = entry
-    }
-
-    private mutating func siftDown(_ start: Int) {
-        var parent = start
-        let entry = heap[parent]
-        let count = heap.count
-        while true {
-            var child = 2 * parent + 1
-            guard child < count else { break }
-            if child + 1 < count, Self.precedes(heap[child + 1], heap[child]) { child += 1 }
-            guard Self.precedes(heap[child], entry) else { break }
-            heap[parent] = heap[child]
-            parent = child
-        }
-        heap[parent] = entry
+        while let top = heap.min, payloads[top.id] == nil { heap.removeMin() }
     }
 }
 
