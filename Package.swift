@@ -29,7 +29,7 @@ var targets: [Target] = [
 
     // The SIP core: pure Swift, no I/O.
     .target(name: "SIPMessage"),
-    .target(name: "SIPTransaction", dependencies: ["SIPMessage"]),
+    .target(name: "SIPTransaction", dependencies: ["SIPMessage", "RouseVocabulary"]),
     // The datagram-versus-stream check shared by the differential fuzz harness and its replay test.
     .target(name: "SIPDifferential", dependencies: ["SIPMessage"]),
     // DNS for SIP: the message codec, RFC 3263 next-hop location, a stub resolver off the SIP loop.

@@ -1,4 +1,5 @@
 public import Foundation
+import RouseVocabulary
 
 /// Binding ids ordered by when something falls due for them (their expiry, or their refresh
 /// push): a binary min-heap, so finding what is due costs O(due · log n), never a walk of every
@@ -8,12 +9,14 @@ public import Foundation
 /// A value; not thread-safe: one owner.
 public struct ExpiryQueue: Sendable {
     /// One id and the moment it falls due (seconds since the reference date, as `Date` holds it).
-    struct Entry: Sendable {
+    struct Entry: Sendable, Comparable {
         var due: Double
         var id: UUID
+
+        static func < (a: Entry, b: Entry) -> Bool { a.due < b.due }
     }
 
-    private var heap: [Entry] = []
+    private var heap = MinHeap<Entry>()
 
     public init() {}
 
@@ -21,25 +24,20 @@ public struct ExpiryQueue: Sendable {
     public var count: Int { heap.count }
 
     /// The earliest due time held, if any.
-    public var earliest: Date? { heap.first.map { Date(timeIntervalSinceReferenceDate: $0.due) } }
+    public var earliest: Date? { heap.min.map { Date(timeIntervalSinceReferenceDate: $0.due) } }
 
     /// Adds `id`, due at `due`. O(log n).
     public mutating func insert(_ id: UUID, due: Date) {
-        heap.append(Entry(due: due.timeIntervalSinceReferenceDate, id: id))
-        siftUp(heap.count - 1)
+        heap.insert(Entry(due: due.timeIntervalSinceReferenceDate, id: id))
     }
 
     /// Removes and returns, earliest first, every entry due at or before `deadline`.
     public mutating func popDue(through deadline: Date) -> [(id: UUID, due: Date)] {
         let limit = deadline.timeIntervalSinceReferenceDate
         var due: [(id: UUID, due: Date)] = []
-        while let top = heap.first, top.due <= limit {
+        while let top = heap.min, top.due <= limit {
             due.append((top.id, Date(timeIntervalSinceReferenceDate: top.due)))
-            let last = heap.removeLast()
-            if !heap.isEmpty {
-                heap[0] = last
-                siftDown(0)
-            }
+            heap.removeMin()
         }
         return due
     }
@@ -53,34 +51,5 @@ public struct ExpiryQueue: Sendable {
     /// most once per `live + 1024` inserts, which makes it O(1) per insert over time.
     public mutating func compact(isCurrent: (UUID, Date) -> Bool) {
         heap.removeAll { !isCurrent($0.id, Date(timeIntervalSinceReferenceDate: $0.due)) }
-        guard heap.count > 1 else { return }
-        for index in stride(from: heap.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
-    }
-
-    private mutating func siftUp(_ start: Int) {
-        var child = start
-        let entry = heap[child]
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard entry.due < heap[parent].due else { break }
-            heap[child] = heap[parent]
-            child = parent
-        }
-        heap[child] = entry
-    }
-
-    private mutating func siftDown(_ start: Int) {
-        var parent = start
-        let entry = heap[parent]
-        let count = heap.count
-        while true {
-            var child = 2 * parent + 1
-            guard child < count else { break }
-            if child + 1 < count, heap[child + 1].due < heap[child].due { child += 1 }
-            guard heap[child].due < entry.due else { break }
-            heap[parent] = heap[child]
-            parent = child
-        }
-        heap[parent] = entry
     }
 }

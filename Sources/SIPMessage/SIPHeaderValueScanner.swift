@@ -7,31 +7,43 @@ public enum SIPHeaderValueScanner {
     /// Splits a list header value at commas outside quoted strings and `<...>` (RFC 3261 §7.3.1);
     /// trims each element and drops empty ones.
     public static func splitList(_ value: String) -> [String] {
-        value.withSIPBytes { bytes in
-            var result: [String] = []
-            var start = 0
-            while start <= bytes.count {
-                let end = listElementEnd(bytes, start..<bytes.count)
-                let element = trim(bytes, start..<end)
-                if !element.isEmpty { result.append(text(bytes, element)) }
-                start = end + 1
-            }
-            return result
+        value.withSIPBytes(splitList)
+    }
+
+    static func splitList(_ bytes: Bytes) -> [String] {
+        var result: [String] = []
+        forEachListElement(bytes) { element in
+            result.append(text(bytes, element))
+            return true
         }
+        return result
     }
 
     /// The first non-empty element of a list header value, as `splitList(value).first` would give
     /// it, without building the other elements.
     public static func firstListElement(_ value: String) -> String? {
-        value.withSIPBytes { bytes in
-            var start = 0
-            while start <= bytes.count {
-                let end = listElementEnd(bytes, start..<bytes.count)
-                let element = trim(bytes, start..<end)
-                if !element.isEmpty { return text(bytes, element) }
-                start = end + 1
-            }
-            return nil
+        value.withSIPBytes(firstListElement)
+    }
+
+    static func firstListElement(_ bytes: Bytes) -> String? {
+        var first: String?
+        forEachListElement(bytes) { element in
+            first = text(bytes, element)
+            return false
+        }
+        return first
+    }
+
+    /// Calls `body` with each non-empty element of a list value (trimmed), in order, while it
+    /// returns true.
+    @inline(__always)
+    static func forEachListElement(_ bytes: Bytes, _ body: (Range<Int>) -> Bool) {
+        var start = 0
+        while start <= bytes.count {
+            let end = listElementEnd(bytes, start..<bytes.count)
+            let element = trim(bytes, start..<end)
+            if !element.isEmpty, !body(element) { return }
+            start = end + 1
         }
     }
 

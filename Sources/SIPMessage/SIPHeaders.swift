@@ -1,23 +1,106 @@
 /// One header line of a message: its name as spelled on the wire and its value, trimmed of
 /// surrounding white space, with folded continuation lines joined by a single space.
+///
+/// A parsed line keeps its value as a range of the received message's bytes and makes a String
+/// of it only when `value` is read: most lines of a message are only checked, copied into a
+/// response or forwarded, which `withValueBytes` and the serializer do on the bytes themselves.
 public struct SIPHeader: Hashable, Sendable {
     /// The name as it was received or given (serialized as is).
     public var name: String
-    /// The value after the colon.
-    public var value: String
+    /// The value after the colon (decoded from the received bytes on each read of a parsed line).
+    public var value: String {
+        get {
+            switch storage {
+            case .text(let text): return text
+            case .received(let bytes, let lower, let upper):
+                return bytes.withUnsafeBufferPointer { whole in
+                    String(decoding: UnsafeBufferPointer(rebasing: whole[Int(lower)..<Int(upper)]), as: UTF8.self)
+                }
+            }
+        }
+        set { storage = .text(newValue) }
+    }
     /// The name as SIP compares it.
     public let key: SIPHeaderName
+    /// Where the value is held.
+    var storage: Storage
+
+    /// A value given as text, or a range of the bytes of the message it was parsed from (which the
+    /// line keeps alive; ranges are 32-bit so the enum stays two words and a tag).
+    enum Storage: Sendable {
+        case text(String)
+        case received([UInt8], UInt32, UInt32)
+    }
 
     public init(name: String, value: String) {
         self.name = name
-        self.value = value
+        self.storage = .text(value)
         self.key = SIPHeaderName(name)
     }
 
     public init(_ key: SIPHeaderName, _ value: String, spelled name: String? = nil) {
         self.name = name ?? SIPHeaders.preferredSpelling(of: key)
-        self.value = value
+        self.storage = .text(value)
         self.key = key
+    }
+
+    init(_ key: SIPHeaderName, storage: Storage, spelled name: String) {
+        self.name = name
+        self.storage = storage
+        self.key = key
+    }
+
+    /// This line's value under another name spelling (a response copying a request's line as
+    /// its own stack spells it), sharing the received bytes.
+    func respelled(_ name: String) -> SIPHeader { SIPHeader(key, storage: storage, spelled: name) }
+
+    /// Runs `body` over the value's UTF-8 bytes without making a String of a received value.
+    public func withValueBytes<T, E: Error>(_ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
+        switch storage {
+        case .text(let text):
+            return try text.parsingBytes(body)
+        case .received(let bytes, let lower, let upper):
+            return try bytes.withUnsafeBufferPointerTyped { whole throws(E) -> T in
+                try body(UnsafeBufferPointer(rebasing: whole[Int(lower)..<Int(upper)]))
+            }
+        }
+    }
+
+    /// The value's length in bytes.
+    var valueByteCount: Int {
+        switch storage {
+        case .text(let text): return text.utf8.count
+        case .received(_, let lower, let upper): return Int(upper - lower)
+        }
+    }
+
+    public static func == (lhs: SIPHeader, rhs: SIPHeader) -> Bool {
+        guard lhs.key == rhs.key, lhs.name == rhs.name, lhs.valueByteCount == rhs.valueByteCount else { return false }
+        return lhs.withValueBytes { left in rhs.withValueBytes { right in left.elementsEqual(right) } }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(key)
+        hasher.combine(name)
+        withValueBytes { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+}
+
+extension String {
+    /// Runs a throwing body over the string's contiguous UTF-8 bytes (made contiguous first when
+    /// it is bridged or a shared substring).
+    func parsingBytes<T, E: Error>(_ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
+        var text = self
+        let result = text.withUTF8 { bytes in Result<T, E>(catching: { () throws(E) -> T in try body(bytes) }) }
+        return try result.get()
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// `withUnsafeBufferPointer` with a typed throw.
+    func withUnsafeBufferPointerTyped<T, E: Error>(_ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
+        let result = withUnsafeBufferPointer { bytes in Result<T, E>(catching: { () throws(E) -> T in try body(bytes) }) }
+        return try result.get()
     }
 }
 
@@ -40,6 +123,11 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         fields.first { $0.key == key }?.value
     }
 
+    /// The first line with this name (its value undecoded: read it with `withValueBytes`).
+    public func first(_ key: SIPHeaderName) -> SIPHeader? {
+        fields.first { $0.key == key }
+    }
+
     /// The value of the first line with this name (any spelling or compact form).
     public subscript(_ name: String) -> String? { self[SIPHeaderName(name)] }
 
@@ -53,7 +141,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     public func values(_ key: SIPHeaderName) -> [String] {
         var result: [String] = []
         for field in fields where field.key == key {
-            result.append(contentsOf: SIPHeaderValueScanner.splitList(field.value))
+            result.append(contentsOf: field.withValueBytes(SIPHeaderValueScanner.splitList))
         }
         return result
     }
@@ -62,7 +150,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// the other lines (the top Via of a message with several).
     public func firstValue(_ key: SIPHeaderName) -> String? {
         for field in fields where field.key == key {
-            if let element = SIPHeaderValueScanner.firstListElement(field.value) { return element }
+            if let element = field.withValueBytes(SIPHeaderValueScanner.firstListElement) { return element }
         }
         return nil
     }
@@ -116,7 +204,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
             add(key, value)
             return
         }
-        let rest: String? = fields[index].value.withSIPBytes { bytes in
+        let rest: String? = fields[index].withValueBytes { bytes in
             let end = SIPHeaderValueScanner.listElementEnd(bytes, 0..<bytes.count)
             guard end < bytes.count else { return nil }
             let remaining = SIPHeaderValueScanner.trim(bytes, (end + 1)..<bytes.count)

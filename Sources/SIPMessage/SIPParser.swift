@@ -1,6 +1,7 @@
 /// Parses one SIP message from bytes: a UDP datagram, or one message cut from a stream by
-/// `SIPStreamFramer`. Scans the bytes in place and makes Strings only of what the message keeps.
-/// Pure and thread-safe (no state).
+/// `SIPStreamFramer`. Scans the bytes in place; the header values of the message it returns are
+/// ranges of those bytes (kept alive by the message), made Strings only when read as such, except
+/// Call-ID, which most handlers read as text. Pure and thread-safe (no state).
 ///
 /// What it enforces, and the answer each failure calls for, is in `SIPParseError`. A parsed
 /// message always holds exactly one Content-Length line stating the body's length, so that
@@ -8,31 +9,25 @@
 public enum SIPParser {
     /// Parses a whole message (for a datagram: body by Content-Length, or the rest of the datagram
     /// when there is none, RFC 3261 §18.3).
+    /// The bytes are copied once, for the message's header values to refer to.
     public static func parse(
         _ bytes: UnsafeRawBufferPointer, limits: SIPParserLimits = .default
     ) throws(SIPParseError) -> SIPMessage {
-        var scanner = MessageScanner(bytes: bytes.assumingMemoryBound(to: UInt8.self), limits: limits)
-        return try scanner.parse()
+        try parse(Array(bytes), limits: limits)
     }
 
+    /// The message's header values refer to `bytes` itself (no copy).
     public static func parse(_ bytes: [UInt8], limits: SIPParserLimits = .default) throws(SIPParseError) -> SIPMessage {
-        let result = bytes.withUnsafeBytes { raw in
-            Result<SIPMessage, SIPParseError>(catching: { () throws(SIPParseError) -> SIPMessage in
-                try parse(raw, limits: limits)
-            })
+        try bytes.withUnsafeBufferPointerTyped { buffer throws(SIPParseError) -> SIPMessage in
+            var scanner = MessageScanner(bytes: buffer, owner: bytes, limits: limits)
+            return try scanner.parse()
         }
-        return try result.get()
     }
 
     public static func parse(
         _ bytes: ArraySlice<UInt8>, limits: SIPParserLimits = .default
     ) throws(SIPParseError) -> SIPMessage {
-        let result = bytes.withUnsafeBytes { raw in
-            Result<SIPMessage, SIPParseError>(catching: { () throws(SIPParseError) -> SIPMessage in
-                try parse(raw, limits: limits)
-            })
-        }
-        return try result.get()
+        try parse(Array(bytes), limits: limits)
     }
 
     /// True when the datagram holds only line ends: an RFC 5626 §3.5.1 keep-alive, not a message.
@@ -48,13 +43,16 @@ private struct MessageScanner {
     private static let lf: UInt8 = 0x0A
 
     let bytes: UnsafeBufferPointer<UInt8>
+    /// The array `bytes` points into, which the parsed header values keep.
+    let owner: [UInt8]
     let limits: SIPParserLimits
 
     /// The first problem found; scanning goes on when it can, to find the lines an answer needs.
     private var problem: (status: Int, reason: String)?
 
-    init(bytes: UnsafeBufferPointer<UInt8>, limits: SIPParserLimits) {
+    init(bytes: UnsafeBufferPointer<UInt8>, owner: [UInt8], limits: SIPParserLimits) {
         self.bytes = bytes
+        self.owner = owner
         self.limits = limits
     }
 
@@ -199,9 +197,16 @@ private struct MessageScanner {
                     break
                 }
             }
-            let value = folded.map { String(decoding: $0, as: UTF8.self) } ?? Scanner.text(bytes, firstValue)
+            let storage: SIPHeader.Storage
+            if let folded {
+                storage = .text(String(decoding: folded, as: UTF8.self))
+            } else if checked == .callID {
+                storage = .text(Scanner.text(bytes, firstValue))
+            } else {
+                storage = .received(owner, UInt32(firstValue.lowerBound), UInt32(firstValue.upperBound))
+            }
             index.record(checked, at: fields.count)
-            fields.append(SIPHeader(key, value, spelled: spelled))
+            fields.append(SIPHeader(key, storage: storage, spelled: spelled))
         }
         if bodyStart < 0 { note(400, "Missing blank line after headers") }
 
@@ -331,11 +336,11 @@ private struct MessageScanner {
             note(400, "Multiple Max-Forwards headers")
             return nil
         }
-        if let at = index.maxForwards, !MessageScanner.isMaxForwards(fields[at].value) {
+        if let at = index.maxForwards, !fields[at].withValueBytes(MessageScanner.isDecimal) {
             note(400, "Malformed Max-Forwards header")
             return nil
         }
-        if let at = index.expires, !MessageScanner.isDeltaSeconds(fields[at].value) {
+        if let at = index.expires, !fields[at].withValueBytes(MessageScanner.isDecimal) {
             note(400, "Malformed Expires header")
             return nil
         }
@@ -376,12 +381,14 @@ private struct MessageScanner {
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
         // Every Via a response will travel back through, the top one first (RFC 4475 §3.1.2.1).
         for field in fields[topVia...] where field.key == .via {
-            if !MessageScanner.isViaList(field.value) { return .failure("Malformed Via header") }
+            if !field.withValueBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
         }
-        if !MessageScanner.isAddress(fields[from].value) { return .failure("Malformed From header") }
-        if !MessageScanner.isAddress(fields[to].value) { return .failure("Malformed To header") }
-        if !MessageScanner.isCallID(fields[callID].value) { return .failure("Malformed Call-ID header") }
-        guard let cseq = try? SIPCSeq(parsing: fields[cseqAt].value) else { return .failure("Malformed CSeq header") }
+        if !fields[from].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed From header") }
+        if !fields[to].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed To header") }
+        if !fields[callID].withValueBytes(MessageScanner.isCallID) { return .failure("Malformed Call-ID header") }
+        guard let cseq = fields[cseqAt].withValueBytes({ try? SIPCSeq($0, 0..<$0.count) }) else {
+            return .failure("Malformed CSeq header")
+        }
         return .success(cseq)
     }
 
@@ -399,14 +406,15 @@ private struct MessageScanner {
     ) throws(SIPParseError) -> [UInt8] {
         var end = bytes.count
         if let at = index.contentLength {
-            guard let length = MessageScanner.contentLength(fields[at].value) else {
+            guard let length = fields[at].withValueBytes({ Scanner.contentLength($0, 0..<$0.count) }) else {
                 throw error("Malformed Content-Length header", fields, index, kind)
             }
             guard length <= bytes.count - start else {
                 throw error("Content-Length exceeds body", fields, index, kind)
             }
             end = start + length
-            if fields[at].value != String(length) {
+            let stated = String(length)
+            if !fields[at].withValueBytes({ $0.elementsEqual(stated.utf8) }) {
                 // Leading zeros: state the length as the serializer will write it.
                 fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
             }
@@ -430,8 +438,8 @@ private struct MessageScanner {
     /// client transaction: no usable top Via, or no CSeq (the client matches a response by its
     /// branch and CSeq method, RFC 3261 §17.1.3); and nil for an ACK, which is never answered.
     private static func replyHeaders(_ fields: [SIPHeader], _ index: KeyIndex, method: String?) -> SIPHeaders? {
-        guard let topVia = index.topVia, isTopViaUsable(fields[topVia].value), method != "ACK", let cseqAt = index.cseq,
-            !fields[cseqAt].value.isEmpty, !isACK(cseqMethodOf: fields[cseqAt].value)
+        guard let topVia = index.topVia, fields[topVia].withValueBytes(isTopViaUsable), method != "ACK", let cseqAt = index.cseq,
+            !fields[cseqAt].withValueBytes({ $0.isEmpty }), !fields[cseqAt].withValueBytes(isACK(cseqMethodOf:))
         else { return nil }
         var headers = SIPHeaders()
         for field in fields where field.key == .via { headers.add(field) }
@@ -442,78 +450,59 @@ private struct MessageScanner {
     }
 
     /// True when the last word of a CSeq value is `ACK`, however malformed its number.
-    private static func isACK(cseqMethodOf value: String) -> Bool {
-        value.withSIPBytes { bytes in
-            let range = Scanner.trim(bytes, 0..<bytes.count)
-            var start = range.upperBound
-            while start > range.lowerBound, !Scanner.isWhitespace(bytes[start - 1]) { start -= 1 }
-            return Scanner.equalsLiteral(bytes, start..<range.upperBound, "ACK")
-        }
+    private static func isACK(cseqMethodOf bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let range = Scanner.trim(bytes, 0..<bytes.count)
+        var start = range.upperBound
+        while start > range.lowerBound, !Scanner.isWhitespace(bytes[start - 1]) { start -= 1 }
+        return Scanner.equalsLiteral(bytes, start..<range.upperBound, "ACK")
     }
 
     /// Every element of a Via line is a well-formed via-parm, with no empty elements.
-    private static func isViaList(_ value: String) -> Bool {
-        value.withSIPBytes { bytes in
-            var start = 0
-            while start <= bytes.count {
-                let end = Scanner.listElementEnd(bytes, start..<bytes.count)
-                do throws(SIPValueError) {
-                    _ = try SIPVia.scan(bytes, start..<end, build: false)
-                } catch {
-                    return false
-                }
-                start = end + 1
+    private static func isViaList(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var start = 0
+        while start <= bytes.count {
+            let end = Scanner.listElementEnd(bytes, start..<bytes.count)
+            do throws(SIPValueError) {
+                _ = try SIPVia.scan(bytes, start..<end, build: false)
+            } catch {
+                return false
             }
+            start = end + 1
+        }
+        return true
+    }
+
+    private static func isTopViaUsable(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let end = Scanner.listElementEnd(bytes, 0..<bytes.count)
+        do throws(SIPValueError) {
+            _ = try SIPVia.scan(bytes, 0..<end, build: false)
             return true
+        } catch {
+            return false
         }
     }
 
-    private static func isTopViaUsable(_ value: String) -> Bool {
-        value.withSIPBytes { bytes in
-            let end = Scanner.listElementEnd(bytes, 0..<bytes.count)
-            do throws(SIPValueError) {
-                _ = try SIPVia.scan(bytes, 0..<end, build: false)
-                return true
-            } catch {
-                return false
-            }
-        }
-    }
-
-    private static func isAddress(_ value: String) -> Bool {
-        value.withSIPBytes { bytes in
-            do throws(SIPValueError) {
-                _ = try SIPNameAddress.scan(bytes, 0..<bytes.count, build: false)
-                return true
-            } catch {
-                return false
-            }
+    private static func isAddress(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        do throws(SIPValueError) {
+            _ = try SIPNameAddress.scan(bytes, 0..<bytes.count, build: false)
+            return true
+        } catch {
+            return false
         }
     }
 
     /// `Call-ID = word [ "@" word ]` (RFC 3261 §20.8): not empty, no white space.
-    private static func isCallID(_ value: String) -> Bool {
-        value.withSIPBytes { bytes in
-            guard !bytes.isEmpty else { return false }
-            for c in bytes where c <= 0x20 || c == 0x7F { return false }
-            return true
-        }
+    private static func isCallID(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard !bytes.isEmpty else { return false }
+        for c in bytes where c <= 0x20 || c == 0x7F { return false }
+        return true
     }
 
-    /// `Max-Forwards = 1*DIGIT` (RFC 3261 §20.22), leading zeros allowed (RFC 4475 §3.1.1.1). A
-    /// value above 255 is taken as absent (RFC 4475 §3.1.2.4): `maxForwards` reads nil.
-    private static func isMaxForwards(_ value: String) -> Bool {
-        Scanner.decimal(value) != nil
-    }
-
-    /// `delta-seconds = 1*DIGIT` (RFC 3261 §20.19); an overlarge value is read as the largest.
-    private static func isDeltaSeconds(_ value: String) -> Bool {
-        Scanner.decimal(value) != nil
-    }
-
-    /// `Content-Length = 1*DIGIT` (RFC 3261 §20.14), read as the stream framer reads it.
-    private static func contentLength(_ value: String) -> Int? {
-        value.withSIPBytes { bytes in Scanner.contentLength(bytes, 0..<bytes.count) }
+    /// `Max-Forwards = 1*DIGIT` (RFC 3261 §20.22), leading zeros allowed (RFC 4475 §3.1.1.1; a
+    /// value above 255 is taken as absent, §3.1.2.4: `maxForwards` reads nil), and
+    /// `delta-seconds = 1*DIGIT` (RFC 3261 §20.19; an overlarge value is read as the largest).
+    private static func isDecimal(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        Scanner.decimal(bytes, 0..<bytes.count) != nil
     }
 
 }

@@ -46,15 +46,17 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
         for field in request.headers where field.key == .via {
             headers.add(field)
         }
+        // The lines are copied as received (their bytes, not decoded), spelled as this stack spells them.
         for key in Self.copiedFromRequest {
-            guard var value = request.headers[key] else { continue }
-            if key == .to, statusCode != 100, let toTag, Self.lacksTag(value) {
-                value += ";tag=" + toTag
+            guard let field = request.headers.first(key) else { continue }
+            if key == .to, statusCode != 100, let toTag, field.withValueBytes(Self.lacksTag) {
+                headers.add(key, field.value + ";tag=" + toTag)
+            } else {
+                headers.add(field.respelled(SIPHeaders.preferredSpelling(of: key)))
             }
-            headers.add(key, value)
         }
-        if statusCode == 100, let timestamp = request.headers[.timestamp] {
-            headers.add(.timestamp, timestamp)  // RFC 3261 §8.2.6.1
+        if statusCode == 100, let timestamp = request.headers.first(.timestamp) {
+            headers.add(timestamp.respelled(SIPHeaders.preferredSpelling(of: .timestamp)))  // RFC 3261 §8.2.6.1
         }
         self.init(statusCode: statusCode, reasonPhrase: reasonPhrase, headers: headers)
     }
@@ -64,10 +66,10 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
 
     /// True when a To value is a name-address without a tag. One without the letters "tag"
     /// anywhere has none and is not parsed (profiled: parsing it was 1.5 % of a REGISTER).
-    private static func lacksTag(_ value: String) -> Bool {
+    private static func lacksTag(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
         var matched = 0
         var mayHoldTag = false
-        for byte in value.utf8 {
+        for byte in value {
             let lower = byte | 0x20
             let expected: UInt8 = matched == 0 ? UInt8(ascii: "t") : matched == 1 ? UInt8(ascii: "a") : UInt8(ascii: "g")
             if lower == expected {
@@ -81,7 +83,7 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
             }
         }
         guard mayHoldTag else { return true }
-        return (try? SIPNameAddress(parsing: value)).map { $0.tag == nil } ?? false
+        return (try? SIPNameAddress(value, 0..<value.count)).map { $0.tag == nil } ?? false
     }
 }
 
@@ -107,50 +109,70 @@ public protocol SIPMessageHeaders {
 extension SIPMessageHeaders {
     /// Every Via element, top first.
     public var vias: [SIPVia] {
-        headers.values(.via).compactMap { try? SIPVia(parsing: $0) }
+        var result: [SIPVia] = []
+        for field in headers.fields where field.key == .via {
+            field.withValueBytes { bytes in
+                SIPHeaderValueScanner.forEachListElement(bytes) { element in
+                    if let via = try? SIPVia(bytes, element) { result.append(via) }
+                    return true
+                }
+            }
+        }
+        return result
     }
     /// The topmost Via element (the first non-empty element of the first Via line that has one),
     /// nil when there is none or it is malformed. Scanned in the line's own bytes: no String is
     /// made of the element before it is parsed.
     public var topVia: SIPVia? {
         for field in headers.fields where field.key == .via {
-            let (found, via) = field.value.withSIPBytes { bytes -> (Bool, SIPVia?) in
-                var start = 0
-                while start <= bytes.count {
-                    let end = SIPHeaderValueScanner.listElementEnd(bytes, start..<bytes.count)
-                    let element = SIPHeaderValueScanner.trim(bytes, start..<end)
-                    if !element.isEmpty { return (true, try? SIPVia(bytes, element)) }
-                    start = end + 1
+            var found = false
+            var via: SIPVia?
+            field.withValueBytes { bytes in
+                SIPHeaderValueScanner.forEachListElement(bytes) { element in
+                    found = true
+                    via = try? SIPVia(bytes, element)
+                    return false
                 }
-                return (false, nil)
             }
             if found { return via }
         }
         return nil
     }
     public var callID: String? { headers[.callID] }
-    public var cseq: SIPCSeq? { headers[.cseq].flatMap { try? SIPCSeq(parsing: $0) } }
-    public var from: SIPNameAddress? { headers[.from].flatMap { try? SIPNameAddress(parsing: $0) } }
-    public var to: SIPNameAddress? { headers[.to].flatMap { try? SIPNameAddress(parsing: $0) } }
+    public var cseq: SIPCSeq? { headers.first(.cseq)?.withValueBytes { try? SIPCSeq($0, 0..<$0.count) } }
+    public var from: SIPNameAddress? { headers.first(.from)?.withValueBytes { try? SIPNameAddress($0, 0..<$0.count) } }
+    public var to: SIPNameAddress? { headers.first(.to)?.withValueBytes { try? SIPNameAddress($0, 0..<$0.count) } }
     /// Max-Forwards (leading zeros allowed); nil when absent or above 255, which RFC 4475 §3.1.2.4
     /// lets a proxy take as absent (it then sends 70 on, RFC 3261 §16.6 step 3).
     public var maxForwards: Int? {
-        guard let value = headers[.maxForwards].flatMap(SIPHeaderValueScanner.decimal), value <= 255 else { return nil }
+        guard let value = headers.first(.maxForwards)?.withValueBytes({ SIPHeaderValueScanner.decimal($0, 0..<$0.count) }),
+            value <= 255
+        else { return nil }
         return Int(value)
     }
     /// Contact elements; nil when there is no Contact header or one is malformed.
     public var contacts: [SIPContact]? {
         guard headers.contains(.contact) else { return nil }
         var result: [SIPContact] = []
-        for value in headers.values(.contact) {
-            guard let contact = try? SIPContact(parsing: value) else { return nil }
-            result.append(contact)
+        var malformed = false
+        for field in headers.fields where field.key == .contact {
+            field.withValueBytes { bytes in
+                SIPHeaderValueScanner.forEachListElement(bytes) { element in
+                    guard let contact = try? SIPContact(bytes, element) else {
+                        malformed = true
+                        return false
+                    }
+                    result.append(contact)
+                    return true
+                }
+            }
+            if malformed { return nil }
         }
         return result
     }
     /// Expires in seconds (leading zeros allowed); a value beyond 2^32-1 reads as 2^32-1, so an
     /// overlarge request is granted the registrar's maximum, never wrapped (RFC 4475 §3.1.2.4).
-    public var expires: Int? { headers[.expires].flatMap(SIPNameAddress.deltaSeconds) }
+    public var expires: Int? { headers.first(.expires)?.withValueBytes(SIPNameAddress.deltaSeconds) }
 }
 
 extension String {

@@ -20,7 +20,7 @@ public enum SIPSerializer {
         out.reserveCapacity(512 + response.body.count)
         appendClean(response.version, to: &out)
         out.append(0x20)
-        out.append(contentsOf: String(response.statusCode).utf8)
+        appendDecimal(response.statusCode, to: &out)
         out.append(0x20)
         appendClean(response.reasonPhrase, to: &out)
         out.append(contentsOf: crlf)
@@ -48,44 +48,61 @@ public enum SIPSerializer {
                 if wroteContentLength { continue }
                 wroteContentLength = true
                 appendClean(field.name, to: &out)
-                out.append(contentsOf: ": ".utf8)
-                out.append(contentsOf: String(bodyLength).utf8)
+                out.append(0x3A)
+                out.append(0x20)
+                appendDecimal(bodyLength, to: &out)
             } else {
                 appendClean(field.name, to: &out)
-                out.append(contentsOf: ": ".utf8)
-                appendClean(field.value, to: &out)
+                out.append(0x3A)
+                out.append(0x20)
+                field.withValueBytes { appendClean($0, to: &out) }
             }
             out.append(contentsOf: crlf)
         }
         if !wroteContentLength {
-            out.append(contentsOf: "Content-Length: \(bodyLength)\r\n".utf8)
+            appendClean("Content-Length: ", to: &out)
+            appendDecimal(bodyLength, to: &out)
+            out.append(contentsOf: crlf)
         }
         out.append(contentsOf: crlf)
+    }
+
+    /// Appends a non-negative number's decimal digits (status codes, lengths) without making a String.
+    private static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
+        let value = max(0, number)
+        var divisor = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        while divisor > 0 {
+            out.append(0x30 + UInt8(truncatingIfNeeded: value / divisor % 10))
+            divisor /= 10
+        }
     }
 
     /// Appends text with CR, LF and NUL replaced by spaces; a NUL escaped as a quoted-pair (`\`
     /// then NUL, RFC 3261 §25.1) is kept, so a display name that carries one is forwarded intact.
     private static func appendClean(_ text: String, to out: inout [UInt8]) {
-        text.withSIPBytes { bytes in
-            var clean = true
-            for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0x00 {
-                clean = false
-                break
+        text.withSIPBytes { appendClean($0, to: &out) }
+    }
+
+    private static func appendClean(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        var clean = true
+        for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0x00 {
+            clean = false
+            break
+        }
+        if clean {
+            out.append(contentsOf: bytes)
+            return
+        }
+        var escaping = false
+        for byte in bytes {
+            if byte == 0x0D || byte == 0x0A || (byte == 0x00 && !escaping) {
+                out.append(0x20)
+                escaping = false
+                continue
             }
-            if clean {
-                out.append(contentsOf: bytes)
-                return
-            }
-            var escaping = false
-            for byte in bytes {
-                if byte == 0x0D || byte == 0x0A || (byte == 0x00 && !escaping) {
-                    out.append(0x20)
-                    escaping = false
-                    continue
-                }
-                out.append(byte)
-                escaping = !escaping && byte == UInt8(ascii: "\\")
-            }
+            out.append(byte)
+            escaping = !escaping && byte == UInt8(ascii: "\\")
         }
     }
 }

@@ -112,7 +112,11 @@ extension SIPNameAddress {
 
     /// `delta-seconds` (RFC 3261 §20.19) saturated at 2^32-1; nil when not digits.
     static func deltaSeconds(_ text: String) -> Int? {
-        SIPHeaderValueScanner.decimal(text).map { Int(min($0, UInt64(UInt32.max))) }
+        text.withSIPBytes(deltaSeconds)
+    }
+
+    static func deltaSeconds(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        SIPHeaderValueScanner.decimal(bytes, 0..<bytes.count).map { Int(min($0, UInt64(UInt32.max))) }
     }
     /// `+sip.instance` (RFC 5626 §4.1) without its quotes: `<urn:uuid:...>`.
     public var instance: String? {

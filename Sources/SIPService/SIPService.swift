@@ -101,7 +101,7 @@ public final class SIPService: Sendable {
             })
         transactions = TransactionLayer<FlowID>(
             timers: settings.timers,
-            scheduler: DispatchTimerScheduler(queue: timerQueue),
+            scheduler: HeapTimerScheduler(queue: timerQueue),
             send: { message, flow in wiring.service?.send(message, over: flow) },
             core: { event in wiring.service?.handle(event) })
         var methods: [SIPMethod] = registrar == nil ? [.options] : [.options, .register]

@@ -46,12 +46,29 @@ public struct FlowID: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// `udp#0/127.0.0.1:40000` or `tls#12`.
+    /// `udp#0/127.0.0.1:40000` or `tls#12`. Appended piece by piece into one buffer (a binding
+    /// records it on every REGISTER; interpolation built the peer's text as a String of its own).
     public var description: String {
+        var text = transport.rawValue
+        text.reserveCapacity(56)
+        text.append("#")
         switch key {
-        case .datagram(let socket, let peer): return "\(transport)#\(socket)/\(peer)"
-        case .connection(let number): return "\(transport)#\(number)"
+        case .datagram(let socket, let peer):
+            text.append(String(socket))
+            text.append("/")
+            if peer.isIPv6 {
+                text.append("[")
+                text.append(peer.ip)
+                text.append("]")
+            } else {
+                text.append(peer.ip)
+            }
+            text.append(":")
+            text.append(String(peer.port))
+        case .connection(let number):
+            text.append(String(number))
         }
+        return text
     }
 }
 

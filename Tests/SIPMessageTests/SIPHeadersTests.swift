@@ -44,4 +44,61 @@ final class SIPHeadersTests: XCTestCase {
         XCTAssertEqual(bare.description, "SIP/2.0/TCP b.example")
         XCTAssertEqual(try SIPVia(parsing: bare.description), bare)
     }
+
+    /// A parsed line keeps its value as received bytes: read as text, as bytes, compared and
+    /// hashed, it is the same as a line given as text; changing it makes it text.
+    func testAReceivedValueReadsComparesAndChangesAsAGivenOne() throws {
+        let bytes = wire("""
+            OPTIONS sip:rouse.example SIP/2.0
+            Via: SIP/2.0/UDP a.example;branch=z9hG4bK1
+            From: <sip:a@example.com>;tag=1
+            To: <sip:rouse.example>
+            Call-ID: c1@a.example
+            CSeq: 7 OPTIONS
+            Subject:   lunch  \u{20}
+            Content-Length: 0
+
+
+            """)
+        guard case .request(var request) = try SIPParser.parse(bytes) else { return XCTFail("not a request") }
+        let subject = try XCTUnwrap(request.headers.first(.init("subject")))
+        XCTAssertEqual(subject.value, "lunch")
+        XCTAssertEqual(subject.withValueBytes { Array($0) }, Array("lunch".utf8))
+        XCTAssertEqual(subject, SIPHeader(name: "Subject", value: "lunch"))
+        XCTAssertEqual(subject.hashValue, SIPHeader(name: "Subject", value: "lunch").hashValue)
+        XCTAssertNotEqual(subject, SIPHeader(name: "Subject", value: "lunch!"))
+        XCTAssertEqual(request.cseq, SIPCSeq(7, .options))
+        XCTAssertEqual(request.from?.tag, "1")
+
+        request.headers.set(.init("subject"), "dinner")
+        XCTAssertEqual(request.headers[.init("subject")], "dinner")
+        XCTAssertEqual(String(decoding: SIPSerializer.serialize(request), as: UTF8.self).contains("Subject: dinner\r\n"), true)
+    }
+
+    /// A response copies its request's lines as received, byte for byte, under the spellings this
+    /// stack writes (RFC 3261 §8.2.6.2), and adds the To tag only where there is none.
+    func testAResponseCopiesTheRequestsLinesAsReceived() throws {
+        let bytes = wire("""
+            REGISTER sip:rouse.example SIP/2.0
+            v: SIP/2.0/UDP a.example;branch=z9hG4bK1, SIP/2.0/UDP b.example;branch=z9hG4bK2
+            f: "A, B" <sip:a@example.com>;tag=1
+            t: <sip:a@example.com>
+            i: c1@a.example
+            CSEQ: 7 REGISTER
+            l: 0
+
+
+            """)
+        guard case .request(let request) = try SIPParser.parse(bytes) else { return XCTFail("not a request") }
+        let response = SIPResponse(replyingTo: request, statusCode: 200, toTag: "xyz")
+        XCTAssertEqual(
+            String(decoding: SIPSerializer.serialize(response), as: UTF8.self),
+            "SIP/2.0 200 OK\r\n"
+                + "v: SIP/2.0/UDP a.example;branch=z9hG4bK1, SIP/2.0/UDP b.example;branch=z9hG4bK2\r\n"
+                + "From: \"A, B\" <sip:a@example.com>;tag=1\r\n"
+                + "To: <sip:a@example.com>;tag=xyz\r\n"
+                + "Call-ID: c1@a.example\r\n"
+                + "CSeq: 7 REGISTER\r\n"
+                + "Content-Length: 0\r\n\r\n")
+    }
 }

@@ -1,0 +1,113 @@
+import Dispatch
+import SIPTransaction
+import Synchronization
+import XCTest
+
+final class TimerHeapTests: XCTestCase {
+    func testTakesWhatIsDueSoonestFirstTiesInSchedulingOrder() {
+        var heap = TimerHeap<String>()
+        _ = heap.schedule("c", at: .seconds(3))
+        _ = heap.schedule("a", at: .seconds(1))
+        _ = heap.schedule("b1", at: .seconds(2))
+        _ = heap.schedule("b2", at: .seconds(2))
+        XCTAssertEqual(heap.count, 4)
+        XCTAssertEqual(heap.nextDeadline(), .seconds(1))
+
+        XCTAssertEqual(heap.takeDue(at: .milliseconds(999)), [])
+        XCTAssertEqual(heap.takeDue(at: .seconds(2)), ["a", "b1", "b2"])
+        XCTAssertEqual(heap.nextDeadline(), .seconds(3))
+        XCTAssertEqual(heap.takeDue(at: .seconds(60)), ["c"])
+        XCTAssertEqual(heap.count, 0)
+        XCTAssertNil(heap.nextDeadline())
+    }
+
+    func testCancelledTimersAreNeverTakenNorCountedAsNext() {
+        var heap = TimerHeap<Int>()
+        let first = heap.schedule(1, at: .seconds(1))
+        _ = heap.schedule(2, at: .seconds(2))
+        let third = heap.schedule(3, at: .seconds(3))
+        XCTAssertTrue(heap.cancel(first))
+        XCTAssertFalse(heap.cancel(first), "a second cancel finds nothing")
+        XCTAssertEqual(heap.count, 2)
+        XCTAssertEqual(heap.nextDeadline(), .seconds(2), "the cancelled top is skipped")
+        XCTAssertTrue(heap.cancel(third))
+        XCTAssertEqual(heap.takeDue(at: .seconds(10)), [2])
+        XCTAssertFalse(heap.cancel(third))
+        XCTAssertNil(heap.nextDeadline())
+    }
+
+    func testManyInterleavedTimersComeOutInDeadlineOrder() {
+        var heap = TimerHeap<Int>()
+        var expected: [(Int, Int)] = []
+        var cancelled = Set<Int>()
+        var ids: [Int: UInt64] = [:]
+        for n in 0..<2_000 {
+            // Deadlines and victims scattered by multiplying with primes: the same on every run.
+            let deadline = n * 7_919 % 500
+            ids[n] = heap.schedule(n, at: .milliseconds(deadline))
+            expected.append((deadline, n))
+            let victim = n * 104_729 % (n + 1)
+            if n % 5 == 0, let id = ids[victim], heap.cancel(id) { cancelled.insert(victim) }
+        }
+        var taken: [Int] = []
+        var now = 0
+        while heap.count > 0 {
+            now += 7
+            taken += heap.takeDue(at: .milliseconds(now))
+        }
+        let order = expected.filter { !cancelled.contains($0.1) }.sorted { ($0.0, $0.1) < ($1.0, $1.1) }.map(\.1)
+        XCTAssertEqual(taken.count, 2_000 - cancelled.count)
+        XCTAssertEqual(taken, order)
+    }
+
+    func testHeapSchedulerRunsOnItsQueueInDeadlineOrderAndHonoursCancel() {
+        let queue = DispatchQueue(label: "rouse.test.heap-timers")
+        let scheduler = HeapTimerScheduler(queue: queue)
+        let order = Mutex<[String]>([])
+        let done = expectation(description: "last timer fired")
+        let cancelled = scheduler.schedule(after: .milliseconds(5)) { order.withLock { $0.append("cancelled") } }
+        _ = scheduler.schedule(after: .milliseconds(40)) {
+            dispatchPrecondition(condition: .onQueue(queue))
+            order.withLock { $0.append("late") }
+            done.fulfill()
+        }
+        _ = scheduler.schedule(after: .milliseconds(20)) { order.withLock { $0.append("early") } }
+        cancelled.cancel()
+        XCTAssertEqual(scheduler.pendingCount, 2)
+        wait(for: [done], timeout: 10)
+        XCTAssertEqual(order.withLock { $0 }, ["early", "late"])
+        XCTAssertEqual(scheduler.pendingCount, 0)
+    }
+
+    func testHeapSchedulerRearmsForAnEarlierTimerScheduledLater() {
+        let queue = DispatchQueue(label: "rouse.test.heap-timers")
+        let scheduler = HeapTimerScheduler(queue: queue)
+        let order = Mutex<[String]>([])
+        let early = expectation(description: "early timer fired")
+        _ = scheduler.schedule(after: .seconds(3_600)) { order.withLock { $0.append("hour") } }
+        _ = scheduler.schedule(after: .milliseconds(10)) {
+            order.withLock { $0.append("soon") }
+            early.fulfill()
+        }
+        wait(for: [early], timeout: 10)
+        XCTAssertEqual(order.withLock { $0 }, ["soon"])
+        XCTAssertEqual(scheduler.pendingCount, 1, "the hour-long timer still waits")
+    }
+
+    func testTimersScheduledByABodyRun() {
+        let queue = DispatchQueue(label: "rouse.test.heap-timers")
+        let scheduler = HeapTimerScheduler(queue: queue)
+        let ticks = Mutex(0)
+        let done = expectation(description: "third tick")
+        @Sendable func tick() {
+            let count = ticks.withLock { count in
+                count += 1
+                return count
+            }
+            if count < 3 { _ = scheduler.schedule(after: .milliseconds(1), tick) } else { done.fulfill() }
+        }
+        _ = scheduler.schedule(after: .milliseconds(1), tick)
+        wait(for: [done], timeout: 10)
+        XCTAssertEqual(ticks.withLock { $0 }, 3)
+    }
+}
