@@ -393,12 +393,15 @@ struct BenchOptions {
                 options.scalePhones = try number(flag, 1...1_000_000)
             case "--scale-seconds":
                 options.scaleSeconds = Double(try number(flag, 1...600))
-            case "--profile-before":
-                options.profileBefore = Double(try number(flag, 1...100_000_000))
-            case "--profile-before-invite":
-                options.profileBeforeInvite = Double(try number(flag, 1...100_000_000))
-            case "--profile-before-post":
-                options.profileBeforePost = Double(try number(flag, 1...100_000_000))
+            case "--profile-before", "--profile-before-invite", "--profile-before-post":
+                let before = Double(try number(flag, 1...100_000_000))
+                if flag == "--profile-before" {
+                    options.profileBefore = before
+                } else if flag == "--profile-before-invite" {
+                    options.profileBeforeInvite = before
+                } else {
+                    options.profileBeforePost = before
+                }
             case "--profile-calls":
                 options.profileCalls = try number(flag, 10...100_000)
             case "--profile-posts":

@@ -182,7 +182,7 @@ extension BenchReport {
                 rows.append(
                     AimRow(
                         aim: "instructions per \(what), before → after",
-                        measured: "\(Self.count(Int(before))) before (e145fc6) → \(Self.count(Int(now.isFinite ? now : 0))) now: ÷\(String(format: "%.2f", before / now))",
+                        measured: "\(Self.instructions(before)) before (e145fc6) → \(Self.instructions(now)) now: ÷\(String(format: "%.2f", before / now))",
                         met: nil, recorded: true))
             }
         }
@@ -344,8 +344,8 @@ extension BenchReport {
             document["profile_before_after"] = [
                 "before": options.profileBefore, "after": Self.finite(profile.instructionsPerRegister),
                 "factor": Self.finite(options.profileBefore / profile.instructionsPerRegister),
-                "invite_before": options.profileBeforeInvite, "invite_after": profile.invite.map { Self.finite($0.perOperation) } ?? NSNull(),
-                "post_before": options.profileBeforePost, "post_after": profile.post.map { Self.finite($0.perOperation) } ?? NSNull(),
+                "invite_before": Self.finite(options.profileBeforeInvite), "invite_after": profile.invite.map { Self.finite($0.perOperation) } ?? NSNull(),
+                "post_before": Self.finite(options.profileBeforePost), "post_after": profile.post.map { Self.finite($0.perOperation) } ?? NSNull(),
             ] as [String: Any]
         }
     }

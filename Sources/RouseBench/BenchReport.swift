@@ -426,7 +426,7 @@ struct BenchReport {
                     : "### Where a posted token's instructions go\n\nThe same process, collection switched on for \(stretch.operations)"
                         + " `POST /api/v1/push/register` (HTTP Basic checked, keep-alive, 4 connections; each re-posts an extension's token: a durable refresh): "
                 text += "**\(Self.count(Int(stretch.perOperation.isFinite ? stretch.perOperation : 0))) instructions per \(what)**"
-                text += " (before this session's work, e145fc6, or `--profile-before-\(what == "call setup" ? "invite" : "post")`: \(Self.count(Int(before)))"
+                text += " (before this session's work, e145fc6, or `--profile-before-\(what == "call setup" ? "invite" : "post")`: \(Self.instructions(before))"
                 text += ", now ÷\(String(format: "%.2f", before / stretch.perOperation))); dump `\((stretch.outputFile as NSString).lastPathComponent)`."
                 text += " Inclusive cost:\n\n| % | instructions per \(what) | function |\n| ---: | ---: | --- |\n"
                 for cost in stretch.inclusiveCosts.prefix(12) {
@@ -544,6 +544,8 @@ struct BenchReport {
     // MARK: Formatting and facts
 
     static func finite(_ value: Double) -> Any { value.isFinite ? value : NSNull() }
+    /// An instruction count, or "–" when not measured.
+    static func instructions(_ value: Double) -> String { value.isFinite ? count(Int(value.rounded())) : "–" }
     static func rate(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) : "–" }
     static func ratio(_ value: Double) -> String { value.isFinite ? String(format: "%.2f×", value) : "–" }
     static func micro(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) + " µs" : "–" }
