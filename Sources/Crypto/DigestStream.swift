@@ -10,6 +10,15 @@ public struct DigestOutput: Sendable, Equatable {
         count = withUnsafeMutableBytes(of: &words) { body($0) }
     }
 
+    /// A digest read back from where it was kept as bytes (at most 32).
+    public init(copying bytes: UnsafeRawBufferPointer) {
+        precondition(bytes.count <= 32, "a digest is at most 32 bytes")
+        self.init { out in
+            out.copyMemory(from: bytes)
+            return bytes.count
+        }
+    }
+
     public static func == (lhs: DigestOutput, rhs: DigestOutput) -> Bool {
         lhs.count == rhs.count && lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
     }

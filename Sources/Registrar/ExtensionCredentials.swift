@@ -2,19 +2,22 @@ public import Crypto
 
 /// What Rouse keeps of an extension's SIP password: the digest HA1 hashes for MD5 and SHA-256
 /// (RFC 7616 §3.4.2: H(username:realm:password), with the number as username and the domain as
-/// realm), as bytes held inline (no heap allocation: a directory of a million extensions holds no
-/// hex text). The password itself is never stored. A value, safe to share.
+/// realm), as 48 bytes held inline (no heap allocation, no hex text, not even the extension's
+/// address: the directory holds a million of them, keyed by that address). The password itself is
+/// never stored. A value, safe to share.
 public struct ExtensionCredentials: Hashable, Sendable {
-    public let aor: AddressOfRecord
-    /// H(number:domain:password) with MD5 (16 bytes).
-    public let md5: DigestOutput
-    /// H(number:domain:password) with SHA-256 (32 bytes).
-    public let sha256: DigestOutput
+    private let md5Words: (UInt64, UInt64)
+    private let sha256Words: (UInt64, UInt64, UInt64, UInt64)
 
+    /// The hashes of `aor`'s password (`aor` names whose they are; it is not kept).
     public init(aor: AddressOfRecord, md5: DigestOutput, sha256: DigestOutput) {
-        self.aor = aor
-        self.md5 = md5
-        self.sha256 = sha256
+        precondition(md5.count == 16 && sha256.count == 32, "HA1s are an MD5 and a SHA-256")
+        var md5Words: (UInt64, UInt64) = (0, 0)
+        var sha256Words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        md5.withUnsafeBytes { bytes in withUnsafeMutableBytes(of: &md5Words) { $0.copyMemory(from: bytes) } }
+        sha256.withUnsafeBytes { bytes in withUnsafeMutableBytes(of: &sha256Words) { $0.copyMemory(from: bytes) } }
+        self.md5Words = md5Words
+        self.sha256Words = sha256Words
     }
 
     /// The hashes from their hex text (as stored); nil when either is not the hex of its digest.
@@ -29,6 +32,21 @@ public struct ExtensionCredentials: Hashable, Sendable {
         self.init(
             aor: aor, md5: ExtensionCredentials.ha1Digest(.md5, number: aor.number, realm: aor.domain, password: password),
             sha256: ExtensionCredentials.ha1Digest(.sha256, number: aor.number, realm: aor.domain, password: password))
+    }
+
+    /// H(number:domain:password) with MD5 (16 bytes).
+    public var md5: DigestOutput { Swift.withUnsafeBytes(of: md5Words) { DigestOutput(copying: $0) } }
+    /// H(number:domain:password) with SHA-256 (32 bytes).
+    public var sha256: DigestOutput { Swift.withUnsafeBytes(of: sha256Words) { DigestOutput(copying: $0) } }
+
+    public static func == (lhs: ExtensionCredentials, rhs: ExtensionCredentials) -> Bool {
+        lhs.md5Words == rhs.md5Words && lhs.sha256Words.0 == rhs.sha256Words.0 && lhs.sha256Words.1 == rhs.sha256Words.1
+            && lhs.sha256Words.2 == rhs.sha256Words.2 && lhs.sha256Words.3 == rhs.sha256Words.3
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        Swift.withUnsafeBytes(of: md5Words) { hasher.combine(bytes: $0) }
+        Swift.withUnsafeBytes(of: sha256Words) { hasher.combine(bytes: $0) }
     }
 
     /// The MD5 HA1 in lower-case hex (as stored, and as HTTP Basic compares it).

@@ -33,7 +33,8 @@ enum BenchDirectory {
         for start in stride(from: 0, to: numbers.count, by: chunk) {
             let part = numbers[start..<min(start + chunk, numbers.count)]
             let sealed = try part.map { number in
-                try ExtensionCredentials(aor: AddressOfRecord(number: number, domain: domain), password: password).sealedHA1s(on: connection)
+                let aor = AddressOfRecord(number: number, domain: domain)
+                return try ExtensionCredentials(aor: aor, password: password).sealedHA1s(of: aor, on: connection)
             }
             let md5 = sealed.map(\.md5)
             let sha256 = sealed.map(\.sha256)

@@ -76,6 +76,16 @@ struct BenchOptions {
     /// Instructions per REGISTER before this work (issue 21's baseline at main 67c82ed), for the
     /// profile's before/after; replaced by --profile-before.
     var profileBefore = 687_273.0
+    /// Instructions per call setup (INVITE to the BYE's 200, with its journey written) and per
+    /// posted token before this session's work (e145fc6), for their before/after; replaced by
+    /// --profile-before-invite and --profile-before-post.
+    var profileBeforeInvite = ProfileBenchmark.beforeInvite
+    var profileBeforePost = ProfileBenchmark.beforePost
+    /// Calls and token posts counted under callgrind in the profile phase.
+    var profileCalls = 300
+    var profilePosts = 1_000
+    /// `sip_threads` of every Rouse the benchmark starts (nil: Rouse's default, one per core).
+    var sipThreads: Int?
 
     static let phaseNames: Set<String> = ["parser", "options", "register", "sipp", "posting", "push", "calls", "scale", "profile"]
 
@@ -91,6 +101,8 @@ struct BenchOptions {
           --rate R      instead of a window, send R OPTIONS requests per second
           --phases LIST comma list of parser, options, register, sipp, posting, push, calls,
                         scale, profile (default all)
+          --sip-threads N  sip_threads of every rouse the bench starts (default: Rouse's own,
+                        one per core); 1 against 2 compares one SIP loop with two
 
         REGISTER comparison (needs PostgreSQL; `make bench` starts one and passes its databases):
           --database-url CONNINFO   Rouse's scratch database (synchronous_commit on); without it
@@ -158,9 +170,13 @@ struct BenchOptions {
 
         profile phase (valgrind's callgrind on rouse serve; needs --database-url and valgrind):
           --profile-registers N     authenticated REGISTERs counted (default 1000)
+          --profile-calls N         calls through the proxy counted (default 300)
+          --profile-posts N         POST /api/v1/push/register counted (default 1000)
           --profile-notes FILE      notes copied into the report (default bench/profiling.md)
           --profile-before N        instructions per REGISTER before this work, for the
                                     before/after (default 687273, issue 21's baseline)
+          --profile-before-invite N instructions per call setup before (default: e145fc6's)
+          --profile-before-post N   instructions per posted token before (default: e145fc6's)
         """
 
     /// Reads the arguments (without the program name); the error is a message for the user.
@@ -305,6 +321,8 @@ struct BenchOptions {
                 options.postingSeconds = 2
                 options.pushCount = 1_000
                 options.profileRegisters = 500
+                options.profileCalls = 100
+                options.profilePosts = 300
                 options.sippRegisterRates = [1_000, 3_000]
                 options.sippCallRates = [100, 300]
                 options.sippSeconds = 3
@@ -375,8 +393,21 @@ struct BenchOptions {
                 options.scalePhones = try number(flag, 1...1_000_000)
             case "--scale-seconds":
                 options.scaleSeconds = Double(try number(flag, 1...600))
-            case "--profile-before":
-                options.profileBefore = Double(try number(flag, 1...100_000_000))
+            case "--profile-before", "--profile-before-invite", "--profile-before-post":
+                let before = Double(try number(flag, 1...100_000_000))
+                if flag == "--profile-before" {
+                    options.profileBefore = before
+                } else if flag == "--profile-before-invite" {
+                    options.profileBeforeInvite = before
+                } else {
+                    options.profileBeforePost = before
+                }
+            case "--profile-calls":
+                options.profileCalls = try number(flag, 10...100_000)
+            case "--profile-posts":
+                options.profilePosts = try number(flag, 10...100_000)
+            case "--sip-threads":
+                options.sipThreads = try number(flag, 1...256)
             case "--help", "-h":
                 throw UsageError(message: nil)
             default:

@@ -147,6 +147,7 @@ struct BenchReport {
         text += "| kernel | \(ProcessInfo.processInfo.operatingSystemVersionString) |\n"
         text += "| load average | \(loadBefore) before, \(loadAfter) after |\n"
         text += "| Rouse | \(Self.rouseVersion(options.rouseExecutable)) |\n"
+        text += "| Rouse's `sip_threads` | \(options.sipThreads.map { "\($0) (`--sip-threads`)" } ?? "Rouse's default: one per core") |\n"
         if let version = register?.kamailioVersion ?? calls?.kamailioVersion { text += "| Kamailio | \(version), \(options.kamailioChildren) children (UDP receivers and TCP workers each) |\n" }
         if let database = options.databaseURL, let version = Self.postgresVersion(database) {
             text += "| PostgreSQL | \(version), one cluster for both servers, fsync on |\n"
@@ -414,6 +415,25 @@ struct BenchReport {
                 text += "| \(String(format: "%.2f", cost.percent)) | \(Self.count(Int(cost.instructions / Double(max(profile.registers, 1))))) | `\(Self.cell(cost.function))` |\n"
             }
             text += "\n"
+            for (stretch, what, before) in [
+                (profile.invite, "call setup", options.profileBeforeInvite), (profile.post, "posted token", options.profileBeforePost),
+            ] {
+                guard let stretch else { continue }
+                text += what == "call setup"
+                    ? "### Where a call setup's instructions go\n\nThe same process, collection switched on for \(stretch.operations) calls from loopback"
+                        + " (a trusted peer: no 407) to desk phones over UDP, 4 in flight, each INVITE → 180 and 200 from the phone → ACK → BYE → 200,"
+                        + " until every call's journey was written to PostgreSQL: "
+                    : "### Where a posted token's instructions go\n\nThe same process, collection switched on for \(stretch.operations)"
+                        + " `POST /api/v1/push/register` (HTTP Basic checked, keep-alive, 4 connections; each re-posts an extension's token: a durable refresh): "
+                text += "**\(Self.count(Int(stretch.perOperation.isFinite ? stretch.perOperation : 0))) instructions per \(what)**"
+                text += " (before this session's work, e145fc6, or `--profile-before-\(what == "call setup" ? "invite" : "post")`: \(Self.instructions(before))"
+                text += ", now ÷\(String(format: "%.2f", before / stretch.perOperation))); dump `\((stretch.outputFile as NSString).lastPathComponent)`."
+                text += " Inclusive cost:\n\n| % | instructions per \(what) | function |\n| ---: | ---: | --- |\n"
+                for cost in stretch.inclusiveCosts.prefix(12) {
+                    text += "| \(String(format: "%.2f", cost.percent)) | \(Self.count(Int(cost.instructions / Double(max(stretch.operations, 1))))) | `\(Self.cell(cost.function))` |\n"
+                }
+                text += "\n"
+            }
         }
         if let notesFile = options.profileNotes, let written = try? String(contentsOfFile: notesFile, encoding: .utf8) {
             // Its headings go one level down, under the report's own.
@@ -435,6 +455,7 @@ struct BenchReport {
                 "load_average_before": loadBefore, "load_average_after": loadAfter,
             ] as [String: Any],
             "rouse": Self.rouseVersion(options.rouseExecutable),
+            "sip_threads": options.sipThreads.map { $0 as Any } ?? NSNull(),
             "figures": figures.filter(\.value.isFinite).map { ["name": $0.name, "value": $0.value, "unit": $0.unit] as [String: Any] },
             "notes": allNotes,
         ]
@@ -513,6 +534,8 @@ struct BenchReport {
                 "registers": profile.registers, "instructions_per_register": Self.finite(profile.instructionsPerRegister),
                 "self": profile.selfCosts.map { ["function": $0.function, "percent": $0.percent, "instructions": $0.instructions] as [String: Any] },
                 "inclusive": profile.inclusiveCosts.map { ["function": $0.function, "percent": $0.percent, "instructions": $0.instructions] as [String: Any] },
+                "calls": profile.invite.map { $0.operations as Any } ?? NSNull(), "instructions_per_invite": profile.invite.map { Self.finite($0.perOperation) } ?? NSNull(),
+                "posts": profile.post.map { $0.operations as Any } ?? NSNull(), "instructions_per_post": profile.post.map { Self.finite($0.perOperation) } ?? NSNull(),
             ] as [String: Any]
         }
         return try JSONSerialization.data(withJSONObject: document, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
@@ -521,6 +544,8 @@ struct BenchReport {
     // MARK: Formatting and facts
 
     static func finite(_ value: Double) -> Any { value.isFinite ? value : NSNull() }
+    /// An instruction count, or "–" when not measured.
+    static func instructions(_ value: Double) -> String { value.isFinite ? count(Int(value.rounded())) : "–" }
     static func rate(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) : "–" }
     static func ratio(_ value: Double) -> String { value.isFinite ? String(format: "%.2f×", value) : "–" }
     static func micro(_ value: Double) -> String { value.isFinite ? FigureReport.format(value.rounded()) + " µs" : "–" }

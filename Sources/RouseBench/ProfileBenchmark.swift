@@ -3,16 +3,25 @@ import RouseVocabulary
 import SIPTransport
 import Storage
 
-/// Instructions per authenticated REGISTER refresh, counted by valgrind's callgrind (stable on a
-/// noisy machine, unlike time), with the functions that cost most.
+/// Instructions per authenticated REGISTER refresh, per call setup through the proxy and per
+/// posted push token, counted by valgrind's callgrind (stable on a noisy machine, unlike time),
+/// with the functions that cost most.
 ///
-/// It starts `rouse serve` under `valgrind --tool=callgrind` with collection off, registers
-/// `phones` phones over UDP (401, then a new binding each), refreshes them once more as a
-/// warm-up, switches collection on (`callgrind_control -i on`), refreshes `registers` times
-/// (window 4, bounded by time), switches it off and dumps. The count covers the whole process:
-/// the SIP loop, the registrar, the binding writer and libpq's side of the commits (not
-/// PostgreSQL's own work). `callgrind_annotate` lists the costliest functions, self and inclusive,
-/// with Swift names demangled. Blocks the calling thread throughout.
+/// It starts `rouse serve` under `valgrind --tool=callgrind` with collection off (SIP on UDP, HTTP,
+/// loopback a trusted peer so INVITEs need no digest), and counts three stretches, each switched
+/// on (`callgrind_control -i on`), off and dumped on its own:
+/// 1. **REGISTER**: `phones` phones register over UDP (401, then a new binding each) and refresh
+///    once more as a warm-up; then `registers` refreshes (window 4, bounded by time);
+/// 2. **INVITE**: `callees` desk phones (one UDP socket, as the calls phase's proxy pass) register
+///    and take warm-up calls; then `calls` calls from loopback, 4 in flight, each INVITE → 180 and
+///    200 from the phone → ACK → BYE → 200, and the stretch ends once every call's journey is in
+///    PostgreSQL (the journey writer's work is the call's too);
+/// 3. **posted token**: `posters` extensions post their token once (`POST /api/v1/push/register`,
+///    HTTP Basic, keep-alive) as a warm-up; then `posts` posts re-posting them over 4 connections
+///    (each a durable refresh, batched as the posting phase's are).
+/// Each count covers the whole process: SIP loop, registrar, writers, HTTP server and libpq's side
+/// of the commits (not PostgreSQL's own work). `callgrind_annotate` lists the costliest functions,
+/// self and inclusive, with Swift names demangled. Blocks the calling thread throughout.
 enum ProfileBenchmark {
     /// What to run.
     struct Settings {
@@ -20,6 +29,10 @@ enum ProfileBenchmark {
         var rouseExecutable: String
         var registers = 1_000
         var phones = 500
+        var calls = 300
+        var callees = 100
+        var posts = 1_000
+        var posters = 500
         var valgrind = "/usr/bin/valgrind"
         /// Where the callgrind output is kept (the report names it).
         var outputDirectory: String
@@ -32,15 +45,29 @@ enum ProfileBenchmark {
         var function: String
     }
 
-    /// What the profile found.
-    struct Result: Sendable {
-        var registers: Int
+    /// One counted stretch: how many operations, the instructions, the costliest functions.
+    struct Stretch: Sendable {
+        var operations: Int
         var totalInstructions: Double
-        var instructionsPerRegister: Double { registers > 0 ? totalInstructions / Double(registers) : .nan }
+        var perOperation: Double { operations > 0 ? totalInstructions / Double(operations) : .nan }
         var selfCosts: [Cost]
         var inclusiveCosts: [Cost]
         /// The callgrind dump.
         var outputFile: String
+    }
+
+    /// What the profile found.
+    struct Result: Sendable {
+        var register: Stretch
+        /// Nil when that stretch could not be made (its note says why).
+        var invite: Stretch?
+        var post: Stretch?
+        var notes: [String] = []
+        var registers: Int { register.operations }
+        var instructionsPerRegister: Double { register.perOperation }
+        var selfCosts: [Cost] { register.selfCosts }
+        var inclusiveCosts: [Cost] { register.inclusiveCosts }
+        var outputFile: String { register.outputFile }
     }
 
     /// Why the profile could not be made.
@@ -50,15 +77,22 @@ enum ProfileBenchmark {
 
     static let domain = "profile.bench.rouse.test"
     static let password = "bench-profile-secret"
+    /// Measured by this phase on e145fc6 (the start of session 10's work), release build; NaN
+    /// until measured ("–" in the report).
+    static let beforeInvite = Double.nan
+    static let beforePost = Double.nan
 
     static func run(_ settings: Settings) throws -> Result {
         guard FileManager.default.isExecutableFile(atPath: settings.valgrind) else {
             throw Failure(description: "no valgrind at \(settings.valgrind) (apt-get install valgrind)")
         }
         let numbers = (0..<settings.phones).map { String(30_000_000 + $0) }
-        try BenchDirectory.prepare(settings.databaseURL, domain: domain, password: password, numbers: numbers)
-        // Only this phase's bindings: the registrar's expiry sweep walks every binding it holds,
-        // and the 100,000 left by the REGISTER phase would put that walk in every REGISTER's count.
+        let callees = (0..<settings.callees).map { String(30_100_000 + $0) }
+        let posters = (0..<settings.posters).map { String(30_200_000 + $0) }
+        try BenchDirectory.prepare(settings.databaseURL, domain: domain, password: password, numbers: numbers + callees)
+        try BenchDirectory.prepare(settings.databaseURL, domain: PostingBenchmark.domain, password: PostingBenchmark.password, numbers: posters)
+        // Only this phase's bindings: the 100,000 left by the REGISTER phase would be loaded and
+        // indexed at start, and their expiries handled inside the counted stretches.
         try PostgresConnection(conninfo: settings.databaseURL).query("DELETE FROM bindings")
         try FileManager.default.createDirectory(atPath: settings.outputDirectory, withIntermediateDirectories: true)
         let outputPattern = settings.outputDirectory + "/callgrind.out.%p"
@@ -73,9 +107,13 @@ enum ProfileBenchmark {
                 "ROUSE_HTTP_LISTEN": "127.0.0.1:0",
                 "ROUSE_LOG_LEVEL": "warning",
                 "ROUSE_SIP_T1": "10ms",
+                // The INVITEs come from loopback: no 407 round trip (it applies to INVITEs only).
+                "ROUSE_TRUSTED_PEERS": "127.0.0.1",
             ])
         defer { rouse.stop() }
-        guard let line = rouse.waitForLine(containing: "serving SIP on ", timeout: 300) else {
+        guard let line = rouse.waitForLine(containing: "serving SIP on ", timeout: 300),
+            let httpLine = rouse.waitForLine(containing: "serving HTTP on ", timeout: 60)
+        else {
             throw Failure(description: "rouse serve did not start under callgrind:\n\(rouse.outputText.suffix(3_000))")
         }
         guard let point = (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ")
@@ -83,6 +121,10 @@ enum ProfileBenchmark {
         else {
             throw Failure(description: "rouse serve named no UDP listen point: \(line)")
         }
+        let pid = String(rouse.processIdentifier)
+        let counter = Counter(pid: pid, directory: settings.outputDirectory)
+
+        // 1. REGISTER refreshes.
         var configuration = RegisterLoadGenerator.Configuration(host: point.host, port: point.port, domain: domain, window: 4)
         configuration.timeout = .seconds(10)
         let generator = try RegisterLoadGenerator(configuration: configuration, phones: numbers.map { ($0, password) })
@@ -93,26 +135,129 @@ enum ProfileBenchmark {
         guard created.load.succeeded == numbers.count else {
             throw Failure(description: "only \(created.load.succeeded) of \(numbers.count) phones registered under callgrind")
         }
-
-        let pid = String(rouse.processIdentifier)
-        try control(["-i", "on", pid])
-        let measured = try generator.register(all, maxRequests: settings.registers, duration: .seconds(240))
-        try control(["-i", "off", pid])
-        try control(["-d", pid])
-        progress(
-            "profile: \(measured.load.succeeded) REGISTER refreshes counted under callgrind (\(measured.load.failed) failed,"
-                + " \(measured.load.timedOut) timed out)")
-
-        let dumps = (try? FileManager.default.contentsOfDirectory(atPath: settings.outputDirectory)) ?? []
-        guard let dump = dumps.filter({ $0.hasPrefix("callgrind.out.\(pid).") }).sorted().last.map({ settings.outputDirectory + "/" + $0 })
-        else {
-            throw Failure(description: "callgrind wrote no dump in \(settings.outputDirectory)")
+        var measured = LoadReport()
+        let register = try counter.count {
+            measured = try generator.register(all, maxRequests: settings.registers, duration: .seconds(240)).load
+            return measured.succeeded + measured.failed
         }
-        let total = totalInstructions(dump)
-        let answered = measured.load.succeeded + measured.load.failed
-        return Result(
-            registers: answered, totalInstructions: total, selfCosts: annotate(dump, inclusive: false),
-            inclusiveCosts: annotate(dump, inclusive: true), outputFile: dump)
+        progress(
+            "profile: \(measured.succeeded) REGISTER refreshes counted under callgrind (\(measured.failed) failed,"
+                + " \(measured.timedOut) timed out): \(Int(register.perOperation)) instructions each")
+        var result = Result(register: register)
+
+        // 2. Call setups through the proxy, and 3. posted tokens: a failure of one is noted and
+        // the REGISTER count kept.
+        do {
+            result.invite = try countCalls(settings, point: point, callees: callees, counter: counter, notes: &result.notes)
+        } catch {
+            result.notes.append("profile: the INVITE count could not be made: \(String(describing: error).prefix(400))")
+        }
+        do {
+            result.post = try countPosts(settings, httpLine: httpLine, posters: posters, counter: counter)
+        } catch {
+            result.notes.append("profile: the posted-token count could not be made: \(String(describing: error).prefix(400))")
+        }
+        return result
+    }
+
+    /// Switches collection on for one stretch, off and dumps after it, and reads the dump.
+    private struct Counter {
+        var pid: String
+        var directory: String
+
+        /// Counts `body`, which returns the operations it made.
+        func count(_ body: () throws -> Int) throws -> Stretch {
+            let earlier = Set(dumps())
+            try ProfileBenchmark.control(["-i", "on", pid])
+            let operations: Int
+            do {
+                operations = try body()
+            } catch {
+                try? ProfileBenchmark.control(["-i", "off", pid])
+                throw error
+            }
+            try ProfileBenchmark.control(["-i", "off", pid])
+            try ProfileBenchmark.control(["-d", pid])
+            guard let dump = dumps().filter({ !earlier.contains($0) }).sorted().last.map({ directory + "/" + $0 }) else {
+                throw Failure(description: "callgrind wrote no dump in \(directory)")
+            }
+            return Stretch(
+                operations: operations, totalInstructions: ProfileBenchmark.totalInstructions(dump),
+                selfCosts: ProfileBenchmark.annotate(dump, inclusive: false), inclusiveCosts: ProfileBenchmark.annotate(dump, inclusive: true),
+                outputFile: dump)
+        }
+
+        private func dumps() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix("callgrind.out.\(pid).") }
+        }
+    }
+
+    /// The INVITE stretch: desk phones registered and warmed up with calls, then `settings.calls`
+    /// calls counted until their journeys are written.
+    private static func countCalls(_ settings: Settings, point: ListenPoint, callees: [String], counter: Counter, notes: inout [String]) throws -> Stretch {
+        let load = try ProxyCallLoad(host: point.host, port: point.port, domain: domain, password: password, callees: callees)
+        let registration = try load.registerPhones(window: 4, duration: .seconds(120))
+        guard registration.registered == callees.count else {
+            throw Failure(description: "only \(registration.registered) of \(callees.count) desk phones registered under callgrind")
+        }
+        let warmUp = try load.run(window: 4, maxCalls: callees.count, duration: .seconds(120), timeout: .seconds(30))
+        guard warmUp.answered > 0 else { throw Failure(description: "no warm-up call was answered under callgrind") }
+        _ = journeys(settings.databaseURL, atLeast: warmUp.answered + warmUp.failed, timeout: 120)
+        let before = journeys(settings.databaseURL, atLeast: 0, timeout: 0)
+        var report = ProxyCallLoad.Report()
+        let stretch = try counter.count {
+            report = try load.run(window: 4, maxCalls: settings.calls, duration: .seconds(300), timeout: .seconds(30))
+            // The journey of each ended call is written after it: wait for the writer.
+            _ = journeys(settings.databaseURL, atLeast: before + report.answered + report.failed, timeout: 120)
+            return report.calls
+        }
+        if report.phoneInvites > report.calls {
+            notes.append("profile: the phones got \(report.phoneInvites) INVITEs for \(report.calls) calls (retransmissions are in the INVITE count)")
+        }
+        progress(
+            "profile: \(report.calls) calls counted under callgrind (\(report.answered) answered, \(report.completed) hung up,"
+                + " \(report.failed) not answered, \(report.timedOut) timed out): \(Int(stretch.perOperation)) instructions each")
+        return stretch
+    }
+
+    /// The calls of the profile's callees in the `calls` table, waiting up to `timeout` seconds
+    /// for at least `count` of them.
+    private static func journeys(_ conninfo: String, atLeast count: Int, timeout: TimeInterval) -> Int {
+        guard let connection = try? PostgresConnection(conninfo: conninfo) else { return 0 }
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            let found = (try? connection.query("SELECT count(*) FROM calls WHERE aor LIKE $1", ["301%@" + domain]))?.rows.first?.first
+                .flatMap { $0 }.flatMap { Int($0) } ?? 0
+            if found >= count || Date() >= deadline { return found }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+    }
+
+    /// The posted-token stretch: every poster posts once, then `settings.posts` re-posts counted.
+    private static func countPosts(_ settings: Settings, httpLine: String, posters: [String], counter: Counter) throws -> Stretch {
+        let address = (httpLine.components(separatedBy: "serving HTTP on ").last ?? "").trimmingCharacters(in: .whitespaces)
+        guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
+            throw Failure(description: "rouse serve named no HTTP address: \(httpLine)")
+        }
+        let requests = posters.map { PostingBenchmark.request(number: $0, port: port) }
+        func post(_ count: Int) throws -> LoadReport {
+            try PostingLoad(
+                configuration: .init(host: "127.0.0.1", port: port, connections: 4, requests: requests, maxRequests: count, duration: 300)
+            ).run()
+        }
+        let first = try post(posters.count)
+        guard first.succeeded == posters.count else {
+            throw Failure(description: "only \(first.succeeded) of \(posters.count) first posts were stored under callgrind")
+        }
+        var report = LoadReport()
+        let stretch = try counter.count {
+            report = try post(settings.posts)
+            return report.succeeded + report.failed
+        }
+        progress(
+            "profile: \(report.succeeded) token posts counted under callgrind (\(report.failed) non-200, \(report.timedOut) unanswered):"
+                + " \(Int(stretch.perOperation)) instructions each")
+        return stretch
     }
 
     /// Runs `callgrind_control` with `arguments`.

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Glibc
+import Synchronization
 
 /// A `rouse` process the benchmark starts and measures: its output is collected, its CPU time and
 /// resident memory are read from `/proc`, and it is stopped (SIGTERM, then SIGKILL) by `stop()` or
@@ -35,8 +36,17 @@ final class RouseChild {
     private let output = Pipe()
     private let collected = Collected()
 
+    /// Settings every Rouse the benchmark starts gets (e.g. `ROUSE_SIP_THREADS` from
+    /// `--sip-threads`), under what a phase sets itself. Set once by `main` before any phase runs.
+    private static let commonEnvironment = Mutex<[String: String]>([:])
+
+    /// Adds `key` = `value` to what every Rouse started from now on gets.
+    static func setCommonSetting(_ key: String, _ value: String) {
+        commonEnvironment.withLock { $0[key] = value }
+    }
+
     /// Starts `executable` with `arguments`; `environment` adds to (and replaces `ROUSE_*` of) this
-    /// process's environment.
+    /// process's environment and `commonEnvironment`.
     init(executable: String, arguments: [String], environment: [String: String]) throws {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw Failure(description: "no rouse executable at \(executable) (build it with `swift build -c release --product rouse`)")
@@ -45,6 +55,7 @@ final class RouseChild {
         process.arguments = arguments
         var merged = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ROUSE_") }
         merged["ROUSE_SECRETS_KEY"] = BenchDirectory.secrets.current.hexText
+        merged.merge(Self.commonEnvironment.withLock { $0 }) { $1 }
         merged.merge(environment) { $1 }
         process.environment = merged
         process.standardOutput = output

@@ -14,6 +14,9 @@ do {
 
 var report = BenchReport(options: options)
 var failed = false
+if let threads = options.sipThreads {
+    RouseChild.setCommonSetting("ROUSE_SIP_THREADS", String(threads))
+}
 
 /// Runs one phase; a failure is noted in the report and the next phase still runs.
 @MainActor func phase(_ name: String, _ body: () throws -> Void) {
@@ -153,24 +156,36 @@ if options.phases.contains("scale") {
 
 if options.phases.contains("profile") {
     if let databaseURL = options.databaseURL {
-        print("callgrind: instructions per REGISTER refresh in rouse serve, \(options.profileRegisters) REGISTERs…")
+        print(
+            "callgrind: instructions per REGISTER refresh, per call setup and per posted token in rouse serve, \(options.profileRegisters)"
+                + " REGISTERs, \(options.profileCalls) calls, \(options.profilePosts) posts…")
         phase("profile") {
             let output = NSTemporaryDirectory() + "rouse-bench-callgrind-\(getpid())"
             defer { try? FileManager.default.removeItem(atPath: output) }
             var result = try ProfileBenchmark.run(
                 ProfileBenchmark.Settings(
                     databaseURL: databaseURL, rouseExecutable: options.rouseExecutable, registers: options.profileRegisters,
-                    outputDirectory: output))
-            // The dump is kept beside the report (`<date>.callgrind`, for callgrind_annotate or KCachegrind).
+                    calls: options.profileCalls, posts: options.profilePosts, outputDirectory: output))
+            // The dumps are kept beside the report (`<date>.callgrind`, `<date>.invite.callgrind`,
+            // `<date>.post.callgrind`, for callgrind_annotate or KCachegrind).
             if let directory = options.reportDirectory {
-                let kept = directory + "/" + BenchReport.day(report.started) + ".callgrind"
                 try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-                try? FileManager.default.removeItem(atPath: kept)
-                try FileManager.default.moveItem(atPath: result.outputFile, toPath: kept)
-                result.outputFile = kept
+                let base = directory + "/" + BenchReport.day(report.started)
+                func keep(_ stretch: inout ProfileBenchmark.Stretch, _ suffix: String) throws {
+                    let kept = base + suffix
+                    try? FileManager.default.removeItem(atPath: kept)
+                    try FileManager.default.moveItem(atPath: stretch.outputFile, toPath: kept)
+                    stretch.outputFile = kept
+                }
+                try keep(&result.register, ".callgrind")
+                if result.invite != nil { try keep(&result.invite!, ".invite.callgrind") }
+                if result.post != nil { try keep(&result.post!, ".post.callgrind") }
             }
             report.profile = result
+            report.notes += result.notes
             report.figures.append(BenchFigure(name: "profile.instructions_per_register", value: result.instructionsPerRegister, unit: "instructions"))
+            report.figures.append(BenchFigure(name: "profile.instructions_per_invite", value: result.invite?.perOperation ?? .nan, unit: "instructions"))
+            report.figures.append(BenchFigure(name: "profile.instructions_per_post", value: result.post?.perOperation ?? .nan, unit: "instructions"))
             progress("profile: \(Int(result.instructionsPerRegister)) instructions per REGISTER refresh in rouse serve (\(result.outputFile))")
         }
     } else {

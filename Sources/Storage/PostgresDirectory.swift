@@ -86,18 +86,21 @@ public final class PostgresDirectory: DirectorySource, Sendable {
     }
 
     private static func readDirectory(on connection: PostgresConnection, pageSize: Int) throws -> DirectorySnapshot {
-        let domains = try connection.query("SELECT domain FROM sip_domains").rows.compactMap { $0[0] }
+        // The domains first (few): each page of extensions names its domain by id, so a page is
+        // an index range scan of the extensions' primary key alone, whatever the statistics, and
+        // every extension of a domain shares one copy of its name (a row's own would be a heap
+        // string per extension).
+        var domainByID: [String: String] = [:]
+        for row in try connection.query("SELECT id, domain FROM sip_domains").rows {
+            if let id = row[0], let domain = row[1] { domainByID[id] = domain }
+        }
         // Display names travel with the extensions (migration 730; absent before it).
         let hasNames = try !connection.query(
             "SELECT 1 FROM information_schema.columns WHERE table_name = 'extensions' AND column_name = 'display_name'").isEmpty
-        let nameColumn = hasNames ? "e.display_name" : "NULL::text"
-        let firstSQL = """
-            SELECT e.id, e.number, d.domain, e.ha1_md5, e.ha1_sha256, \(nameColumn)
-            FROM extensions e JOIN sip_domains d ON d.id = e.domain_id ORDER BY e.id LIMIT $1
-            """
+        let nameColumn = hasNames ? "display_name" : "NULL::text"
+        let firstSQL = "SELECT id, domain_id, number, ha1_md5, ha1_sha256, \(nameColumn) FROM extensions ORDER BY id LIMIT $1"
         let nextSQL = """
-            SELECT e.id, e.number, d.domain, e.ha1_md5, e.ha1_sha256, \(nameColumn)
-            FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE e.id > $2::bigint ORDER BY e.id LIMIT $1
+            SELECT id, domain_id, number, ha1_md5, ha1_sha256, \(nameColumn) FROM extensions WHERE id > $2::bigint ORDER BY id LIMIT $1
             """
         var extensions: [AddressOfRecord: ExtensionCredentials] = [:]
         var names: [AddressOfRecord: String] = [:]
@@ -108,7 +111,8 @@ public final class PostgresDirectory: DirectorySource, Sendable {
         repeat {
             let rows = try connection.query(after.map { _ in nextSQL } ?? firstSQL, [String(pageSize)] + (after.map { [$0] } ?? [])).rows
             for row in rows {
-                guard let number = row[1], let domain = row[2], let md5 = row[3], let sha256 = row[4] else { continue }
+                guard let domainID = row[1], let domain = domainByID[domainID], let number = row[2], let md5 = row[3], let sha256 = row[4]
+                else { continue }
                 let aor = AddressOfRecord(number: number, domain: domain)
                 guard
                     let credentials = ExtensionCredentials(
@@ -125,7 +129,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
         // Call forwarding travels with the directory (migration 602; absent before it).
         let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
         let diversions = hasDiversions ? try PostgresDiversions.all(on: connection) : [:]
-        return DirectorySnapshot(domains: Set(domains), extensions: extensions, diversions: diversions, displayNames: names)
+        return DirectorySnapshot(domains: Set(domainByID.values), extensions: extensions, diversions: diversions, displayNames: names)
     }
 
     // MARK: - Domains
@@ -203,7 +207,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                         SELECT id, $2, $3, $4 FROM sip_domains WHERE domain = $1
                         RETURNING id
                         """,
-                        try Self.sealedHA1s(of: credentials, on: connection))
+                        try Self.sealedHA1s(of: credentials, for: aor, on: connection))
                 } catch let error as PostgresError where error.isUniqueViolation {
                     throw DirectoryError.extensionExists(aor)
                 }
@@ -265,7 +269,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
                     UPDATE extensions e SET ha1_md5 = $3, ha1_sha256 = $4, updated_at = now()
                     FROM sip_domains d WHERE d.id = e.domain_id AND d.domain = $1 AND e.number = $2
                     """,
-                    try Self.sealedHA1s(of: credentials, on: connection))
+                    try Self.sealedHA1s(of: credentials, for: aor, on: connection))
                 guard updated.affectedRows > 0 else { throw try Self.missing(aor, on: connection) }
                 try Self.announce("extension-password \(aor)", on: connection)
             }
@@ -344,9 +348,9 @@ public final class PostgresDirectory: DirectorySource, Sendable {
     }
 
     /// `$1` domain, `$2` number, `$3` and `$4` the sealed MD5 and SHA-256 HA1s.
-    private static func sealedHA1s(of credentials: ExtensionCredentials, on connection: PostgresConnection) throws -> [String?] {
-        let sealed = try credentials.sealedHA1s(on: connection)
-        return [credentials.aor.domain, credentials.aor.number, sealed.md5, sealed.sha256]
+    private static func sealedHA1s(of credentials: ExtensionCredentials, for aor: AddressOfRecord, on connection: PostgresConnection) throws -> [String?] {
+        let sealed = try credentials.sealedHA1s(of: aor, on: connection)
+        return [aor.domain, aor.number, sealed.md5, sealed.sha256]
     }
 
     private static func check(_ aor: AddressOfRecord) throws(DirectoryError) {
@@ -370,9 +374,9 @@ public final class PostgresDirectory: DirectorySource, Sendable {
 }
 
 extension ExtensionCredentials {
-    /// The two HA1s sealed as the `extensions` table stores them (for bulk loaders such as the
-    /// benchmark's, which write rows themselves).
-    public func sealedHA1s(on connection: PostgresConnection) throws(SecretSealError) -> (md5: String, sha256: String) {
+    /// The two HA1s (of `aor`'s password) sealed as the `extensions` table stores them (for bulk
+    /// loaders such as the benchmark's, which write rows themselves).
+    public func sealedHA1s(of aor: AddressOfRecord, on connection: PostgresConnection) throws(SecretSealError) -> (md5: String, sha256: String) {
         (
             try connection.sealSecret(ha1MD5, context: PostgresDirectory.ha1Context(.md5, aor)),
             try connection.sealSecret(ha1SHA256, context: PostgresDirectory.ha1Context(.sha256, aor))
