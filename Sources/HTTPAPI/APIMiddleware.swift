@@ -59,8 +59,14 @@ struct Store: Sendable {
 
     /// Runs `job` on a worker of the pool.
     func perform<T: Sendable>(_ job: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        try await bounded { try await pool.perform(within: $0, job) }
+    }
+
+    /// `body` given the seconds left (for the pool's group commit, `pool.groupCommit`); a failure
+    /// past the deadline becomes `StorageDeadlinePassed`.
+    func bounded<T: Sendable>(_ body: (Double) async throws -> T) async throws -> T {
         do {
-            return try await pool.perform(within: remaining, job)
+            return try await body(remaining)
         } catch let error as PostgresError where deadline.timeIntervalSinceNow <= 0 {
             throw StorageDeadlinePassed(cause: error)
         }

@@ -16,8 +16,9 @@ import Storage
 /// then the body (400 naming the field), then that `sipUser` is the credentials' extension (403).
 ///
 /// Threading: the handlers are async and never block: the password is checked (by
-/// `ExtensionAuthentication`) against the in-memory directory, and writes are awaited on the
-/// worker pool until the route's `DatabaseDeadline` (then 503).
+/// `ExtensionAuthentication`) against the in-memory directory, and writes are awaited (a post on
+/// the pool's group commit, several posts in one transaction) until the route's
+/// `DatabaseDeadline` (then 503).
 public enum PushRegistrationAPI {
     public static let path = "/api/v1/push/register"
     /// Seconds a posting or removal waits for PostgreSQL before it is answered 503.
@@ -122,18 +123,15 @@ public enum PushRegistrationAPI {
         guard posting.sipUser == authenticated else {
             return .error(403, code: "forbidden", message: "the credentials do not belong to sipUser", field: "sipUser")
         }
-        // One transaction: the token, its sign of life and a subscription's keys commit together.
-        let stored = try await context.store().perform { connection -> Bool in
-            try connection.transaction { connection -> Bool in
-                guard try PostedPushTokens.store(posting.channel, deviceID: posting.deviceID, for: posting.sipUser, on: connection) != nil
-                else { return false }
-                if let keys = posting.webPushKeys {
-                    try PostgresWebPushSubscriptions.store(endpoint: posting.channel.token, keys: keys, on: connection)
-                }
-                return true
-            }
+        // Group commit: the posts that arrive together share one transaction (one pipeline, one WAL
+        // flush); the token, its sign of life and a subscription's keys commit together in it.
+        let store = try context.store()
+        let stored = try await store.bounded { seconds in
+            try await PostedPushTokens.store(
+                posting.channel, deviceID: posting.deviceID, webPushKeys: posting.webPushKeys, for: posting.sipUser,
+                on: store.pool.groupCommit, within: seconds)
         }
-        return stored ? .json(200, Done(status: "stored")) : ExtensionAuthentication.unauthorized
+        return stored != nil ? .json(200, Done(status: "stored")) : ExtensionAuthentication.unauthorized
     }
 
     /// `DELETE`: checks the body (400) and `sipUser` if given (403), and removes the token (404 if it was not there).

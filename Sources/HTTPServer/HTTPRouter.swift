@@ -37,18 +37,10 @@ public struct HTTPRoute<Context: HTTPRequestContext>: Sendable {
     public let method: String
     public let path: String
     public let documented: Bool
-    let segments: [Segment]
+    let segments: [HTTPPathSegment]
     /// The number of fixed segments: how specific the pattern is.
     let specificity: Int
     let responder: HTTPNext<Context>
-
-    /// A piece of a pattern: a fixed path segment, or a named parameter. A parameter takes one or
-    /// more whole segments (so `{call}` holds a Call-ID with `/` in it); where two patterns match,
-    /// the one with more fixed segments wins.
-    enum Segment: Sendable, Equatable {
-        case literal(String)
-        case parameter(String)
-    }
 
     public init(
         _ method: String, _ path: String, documented: Bool = true, middleware: [any HTTPMiddleware<Context>] = [],
@@ -75,11 +67,26 @@ public struct HTTPRoute<Context: HTTPRequestContext>: Sendable {
 
     /// The parameters when a path of these `pieces` matches the pattern; nil otherwise.
     func match(_ pieces: [String]) -> [String: String]? {
+        HTTPPathSegment.match(segments, pieces)
+    }
+}
+
+/// A piece of a route's pattern: a fixed path segment, or a named parameter. A parameter takes one
+/// or more whole segments (so `{call}` holds a Call-ID with `/` in it); where two patterns match,
+/// the one with more fixed segments wins. Outside the generic `HTTPRoute`, so matching a path
+/// (against every route, for every request) runs without looking up generic type metadata.
+enum HTTPPathSegment: Sendable, Equatable {
+    case literal(String)
+    case parameter(String)
+
+    /// The parameters when a path of these `pieces` matches `segments`; nil otherwise.
+    static func match(_ segments: [HTTPPathSegment], _ pieces: [String]) -> [String: String]? {
+        if case .literal(let text) = segments.first, pieces.first != text { return nil }
         var found: [String: String] = [:]
-        return Self.match(segments[...], pieces[...], &found) ? found : nil
+        return match(segments[...], pieces[...], &found) ? found : nil
     }
 
-    private static func match(_ segments: ArraySlice<Segment>, _ pieces: ArraySlice<String>, _ found: inout [String: String]) -> Bool {
+    private static func match(_ segments: ArraySlice<HTTPPathSegment>, _ pieces: ArraySlice<String>, _ found: inout [String: String]) -> Bool {
         guard let first = segments.first else { return pieces.isEmpty }
         switch first {
         case .literal(let text):

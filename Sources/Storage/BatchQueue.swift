@@ -1,19 +1,21 @@
 import Foundation
 
-/// The queue and writer thread of a group-commit writer (the location store's): callers
-/// `enqueue` items, and one thread takes every item queued at once (the first always, then as
-/// many as fit in `limit` by `size`) and hands the batch to the writer's body, so whatever arrived while one transaction ran goes in the next.
+/// The queue and writer threads of a group-commit writer (the location store's, one thread; the
+/// posting group commit's, a few): callers `enqueue` items, and a free writer thread takes every
+/// item queued at once (the first always, then as many as fit in `limit` by `size`) and hands the
+/// batch to its body, so whatever arrived while a transaction ran goes in the next.
 ///
 /// Threading: `enqueue`, `locked` and `count` may be called from any thread and never wait for
-/// the writer; the body runs on the writer thread only. `shutdown()` blocks until the body has
-/// had every queued item and the thread ended: never call it from the body.
+/// the writers; each body runs on its writer thread only. `shutdown()` blocks until the bodies
+/// have had every queued item and the threads ended: never call it from a body.
 final class BatchQueue<Item>: @unchecked Sendable {
     // @unchecked: `pending`, `accepting`, `running` and what owners keep under `locked` are only
     // touched under `condition`.
     private let condition = NSCondition()
     private var pending: [Item] = []
     private var accepting = true
-    private var running = false
+    /// Writer threads not yet ended.
+    private var running = 0
     private let limit: Int
     private let size: (Item) -> Int
 
@@ -22,15 +24,16 @@ final class BatchQueue<Item>: @unchecked Sendable {
         self.size = size
     }
 
-    /// Starts the writer thread, named `name`, which calls `body` with each batch until shutdown.
+    /// Starts a writer thread, named `name`, which calls `body` with each batch it takes until
+    /// shutdown (call it again for more writers sharing the queue).
     func start(name: String, _ body: @escaping @Sendable ([Item]) -> Void) {
         condition.lock()
-        running = true
+        running += 1
         condition.unlock()
         let thread = Thread { [self] in
             while let batch = nextBatch() { body(batch) }
             condition.lock()
-            running = false
+            running -= 1
             condition.broadcast()
             condition.unlock()
         }
@@ -63,7 +66,7 @@ final class BatchQueue<Item>: @unchecked Sendable {
         condition.lock()
         accepting = false
         condition.broadcast()
-        while running { condition.wait() }
+        while running > 0 { condition.wait() }
         condition.unlock()
     }
 

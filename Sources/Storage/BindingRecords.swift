@@ -75,11 +75,14 @@ enum BindingRecords {
 
     // MARK: - Writing
 
-    /// Writes the plan: deletes, then saves (upserts) with their push channels, each statement
-    /// announcing its bindings on `rouse_bindings` itself (`<kind> <aor> <id>[ <origin>]`), so no
-    /// payload is built here. The hot statements are prepared once per connection.
-    static func write(_ plan: WritePlan, origin: String = "", on connection: PostgresConnection) throws -> WriteOutcome {
-        var outcome = WriteOutcome()
+    /// Commits the plan in one transaction sent as one pipeline (one round trip): BEGIN, the
+    /// deletes, the saves (upserts) with their push channels, COMMIT. Each statement announces its
+    /// bindings on `rouse_bindings` itself (`<kind> <aor> <id>[ <origin>]`), so no payload is built
+    /// here; the statements after the upsert touch only bindings it wrote (a save whose extension
+    /// is gone writes none), so none of them waits for its answer. The hot statements are prepared
+    /// once per connection. When a statement fails the transaction is rolled back and its error
+    /// thrown.
+    static func commit(_ plan: WritePlan, origin: String = "", on connection: PostgresConnection) throws -> WriteOutcome {
         var saves: [(binding: Binding, member: Int)] = []
         var deletes: [(binding: Binding, kind: BindingEvent.Kind)] = []
         for id in plan.order {
@@ -90,6 +93,7 @@ enum BindingRecords {
             }
         }
         let originSuffix = origin.isEmpty ? "" : " " + origin
+        var statements: [PostgresStatement] = [.begin]
 
         if !deletes.isEmpty {
             var json = JSONText(capacity: deletes.count * 64)
@@ -105,48 +109,56 @@ enum BindingRecords {
             parameters.append(json)
             parameters.append(PostgresLocationStore.notificationChannel)
             parameters.append(originSuffix)
-            try connection.query(prepared: "rouse_bindings_delete", deleteSQL, parameters)
+            statements.append(PostgresStatement(prepared: "rouse_bindings_delete", deleteSQL, parameters))
         }
 
+        var upsert: Int?
         if !saves.isEmpty {
             var parameters = PostgresParameters(capacity: saves.count * 512 + 64)
             parameters.append(encodeBindings(saves.map(\.binding)))
             parameters.append(PostgresLocationStore.notificationChannel)
             parameters.append(originSuffix)
-            let rows = try connection.query(prepared: "rouse_bindings_upsert", upsertSQL, parameters)
-            var inserted: [UUID: Bool] = [:]
-            inserted.reserveCapacity(rows.count)
-            for row in rows.rows {
-                guard let id = row[0].flatMap(UUIDText.parse) else { continue }
-                inserted[id] = row[1] == "t"
-            }
-            var stored: [Binding] = []
-            var replaced: [UUID] = []
-            for (binding, member) in saves {
-                guard let isNew = inserted[binding.id] else {
-                    outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
-                    continue
-                }
-                if !binding.pushChannels.isEmpty { stored.append(binding) }
-                if !isNew { replaced.append(binding.id) }
-            }
-            if !replaced.isEmpty {
-                try connection.query(
+            upsert = statements.count
+            statements.append(PostgresStatement(prepared: "rouse_bindings_upsert", upsertSQL, parameters))
+            // A refreshed binding's channels are replaced (a new one has none to replace).
+            statements.append(
+                PostgresStatement(
                     prepared: "rouse_binding_channels_replace", "DELETE FROM binding_push_channels WHERE binding_id = ANY($1::uuid[])",
-                    PostgresParameters([uuidArray(replaced)]))
-            }
-            let channels = encodeChannels(of: stored)
+                    PostgresParameters([uuidArray(saves.map(\.binding.id))])))
+            let withChannels = saves.map(\.binding).filter { !$0.pushChannels.isEmpty }
+            let channels = encodeChannels(of: withChannels)
             if channels.count > 0 {
                 var parameters = PostgresParameters()
                 parameters.append(channels.json)
-                try connection.query(prepared: "rouse_binding_channels_insert", insertChannelsSQL, parameters)
-                try connection.query(prepared: "rouse_binding_channels_revive", clearDeadMarksSQL, parameters)
+                statements.append(PostgresStatement(prepared: "rouse_binding_channels_insert", insertChannelsSQL, parameters))
+                statements.append(PostgresStatement(prepared: "rouse_binding_channels_revive", clearDeadMarksSQL, parameters))
                 parameters.append(PostedPushTokens.notificationChannel)
-                try connection.query(prepared: "rouse_binding_channels_take_posted", takePostedSQL, parameters)
+                statements.append(PostgresStatement(prepared: "rouse_binding_channels_take_posted", takePostedSQL, parameters))
                 // A REGISTER carrying a token is its device's sign of life (the stale-device rule).
-                try PushTokenLiveness.signOfLife(
-                    stored.flatMap { binding in binding.pushChannels.map { (token: $0.tokenID, at: Optional(binding.registeredAt)) } }, on: connection)
+                statements.append(
+                    PushTokenLiveness.signOfLifeStatement(
+                        withChannels.flatMap { binding in
+                            binding.pushChannels.map { (token: $0.tokenID, at: Optional(binding.registeredAt), binding: Optional(binding.id)) }
+                        }))
             }
+        }
+        statements.append(.commit)
+
+        let results = try connection.pipeline(statements)
+        if let failure = results.failure {
+            if failure.index < statements.count - 1 { _ = try? connection.query("ROLLBACK") }
+            throw failure.error
+        }
+        var outcome = WriteOutcome()
+        guard let upsert else { return outcome }
+        let rows = results.rows[upsert]
+        var inserted: Set<UUID> = []
+        inserted.reserveCapacity(rows.count)
+        for row in rows.rows {
+            if let id = row[0].flatMap(UUIDText.parse) { inserted.insert(id) }
+        }
+        for (binding, member) in saves where !inserted.contains(binding.id) {
+            outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
         }
         return outcome
     }
@@ -170,8 +182,8 @@ enum BindingRecords {
         """
 
     /// Upserts the bindings of `$1`, announcing each on `$2` as `added` (a new row) or `refreshed`
-    /// (it replaced one), `<kind> <aor> <id>$3`; returns `id` and `inserted` of each row written
-    /// (a binding whose extension is gone writes none).
+    /// (it replaced one), `<kind> <aor> <id>$3`; returns the `id` of each row written (a binding
+    /// whose extension is gone writes none).
     static let upsertSQL = """
         WITH written AS (
             INSERT INTO bindings (id, extension_id, aor, contact, instance, reg_id, q, call_id, cseq, registered_at,
@@ -199,22 +211,25 @@ enum BindingRecords {
                 flow_local = EXCLUDED.flow_local, flow_instance = EXCLUDED.flow_instance, updated_at = now()
             RETURNING id, aor, (xmax = 0) AS inserted
         )
-        SELECT w.id::text, w.inserted,
+        SELECT w.id::text,
             pg_notify($2, CASE WHEN w.inserted THEN 'added ' ELSE 'refreshed ' END || w.aor || ' ' || w.id::text || $3)
         FROM written w
         """
 
+    /// The push channels of `$1` whose binding was written (exists now).
     static let insertChannelsSQL = """
         INSERT INTO binding_push_channels (binding_id, position, provider, family, token, param, kind)
         SELECT r.binding_id, r.position, r.provider, r.family, r.token, r.param, r.kind
         FROM jsonb_to_recordset($1::jsonb) AS r(binding_id uuid, position integer, provider text, family text,
             token text, param text, kind text)
+        WHERE EXISTS (SELECT 1 FROM bindings b WHERE b.id = r.binding_id)
         """
 
+    /// A token registered again is alive: its dead mark goes (for bindings that were written).
     static let clearDeadMarksSQL = """
         DELETE FROM push_dead_tokens p
-        USING jsonb_to_recordset($1::jsonb) AS r(family text, token text)
-        WHERE p.family = r.family AND p.token = r.token
+        USING jsonb_to_recordset($1::jsonb) AS r(binding_id uuid, family text, token text)
+        WHERE p.family = r.family AND p.token = r.token AND EXISTS (SELECT 1 FROM bindings b WHERE b.id = r.binding_id)
         """
 
     /// A token registered here is this device's now (decisions.md): another extension's *posted*

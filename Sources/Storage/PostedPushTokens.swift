@@ -1,4 +1,5 @@
 public import Foundation
+public import Push
 public import Registrar
 public import RouseVocabulary
 
@@ -50,22 +51,42 @@ public enum PostedPushTokens {
     ///
     /// One statement (prepared once per connection): the upsert, replacing the device's earlier
     /// token of the same kind, clearing a dead mark, stripping the token from other extensions'
-    /// bindings and both announcements (`rouse_bindings` for each stripped binding,
-    /// `rouse_posted_tokens` unless nothing changed) commit together or not at all; then the
-    /// device's sign of life. Run it inside a transaction (the HTTP API does) for the
-    /// two to commit together.
+    /// bindings, the device's sign of life and both announcements (`rouse_bindings` for each
+    /// stripped binding, `rouse_posted_tokens` unless nothing changed) commit together or not at
+    /// all.
     public static func store(
         _ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord, on connection: PostgresConnection
     ) throws -> PostedTokenChange? {
-        let rows = try connection.query(
+        change(from: try connection.query(storeStatement(channel, deviceID: deviceID, for: aor)))
+    }
+
+    /// Stores `channel` (and a web push subscription's `keys`) for `aor` in a transaction shared
+    /// with the other posts queued with it on `group`, and resumes once that committed; waits at
+    /// most `seconds` (then `PostgresError.deadlinePassed`). Returns nil when the extension does
+    /// not exist. A post that fails fails alone.
+    public static func store(
+        _ channel: PushChannel, deviceID: String?, webPushKeys keys: WebPushSubscriptionKeys?, for aor: AddressOfRecord,
+        on group: PostgresGroupCommit, within seconds: Double
+    ) async throws -> PostedTokenChange? {
+        var statements = [storeStatement(channel, deviceID: deviceID, for: aor)]
+        if let keys { statements.append(PostgresWebPushSubscriptions.storeStatement(endpoint: channel.token, keys: keys, for: aor)) }
+        let rows = try await group.perform(statements, within: seconds)
+        return rows.first.flatMap(change(from:))
+    }
+
+    /// `storeSQL` with its parameters.
+    static func storeStatement(_ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord) -> PostgresStatement {
+        PostgresStatement(
             prepared: "rouse_posted_token_store", storeSQL,
             PostgresParameters([
                 aor.domain, aor.number, channel.family.rawValue, channel.token, channel.provider.rawValue, channel.param,
                 channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
             ]))
+    }
+
+    /// What `storeSQL`'s row says was done; nil when the extension does not exist.
+    static func change(from rows: PostgresRows) -> PostedTokenChange? {
         guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
-        // A post is its device's sign of life (the stale-device rule).
-        try PushTokenLiveness.signOfLife([channel.tokenID], on: connection)
         guard let previousExtension = row[1] else { return .stored }
         if row[4] == "t" { return .refreshed }
         let movedFrom = previousExtension == extensionID
@@ -97,6 +118,12 @@ public enum PostedPushTokens {
                 RETURNING 1
             ), revived AS (
                 DELETE FROM push_dead_tokens WHERE family = $3 AND token = $4 AND EXISTS (SELECT 1 FROM ext) RETURNING 1
+            ), alive AS (
+                -- A post is its device's sign of life (the stale-device rule).
+                INSERT INTO push_token_liveness AS l (family, token, last_sign_of_life, unanswered_pushes)
+                SELECT $3, $4, now(), 0 FROM ext
+                \(PushTokenLiveness.signOfLifeConflictSQL)
+                RETURNING 1
             ), stripped AS (
                 DELETE FROM binding_push_channels c USING bindings b, ext
                 WHERE b.id = c.binding_id AND c.family = $3 AND c.token = $4 AND b.extension_id <> ext.id
@@ -112,7 +139,8 @@ public enum PostedPushTokens {
                 SELECT pg_notify($11, 'stored ' || $2 || '@' || $1) FROM ext, unchanged WHERE NOT unchanged.value
             )
             SELECT ext.id::text, prev.extension_id::text, prev.number, prev.domain, unchanged.value,
-                (SELECT count(*) FROM upserted) + (SELECT count(*) FROM revived) + (SELECT count(*) FROM announced)
+                (SELECT count(*) FROM upserted) + (SELECT count(*) FROM revived) + (SELECT count(*) FROM alive)
+                    + (SELECT count(*) FROM announced)
                     + (SELECT count(*) FROM replaced)
                     + (SELECT count(*) FROM told)
             FROM ext CROSS JOIN unchanged LEFT JOIN prev ON true

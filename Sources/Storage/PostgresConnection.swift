@@ -4,7 +4,7 @@ import Glibc
 import Synchronization
 
 /// Statements sent to PostgreSQL by this process (`PostgresConnection.statementCount`).
-private let statementsSent = Atomic<Int>(0)
+let statementsSent = Atomic<Int>(0)
 
 /// One connection to PostgreSQL through libpq. It owns its `PGconn` and closes it in `deinit`.
 ///
@@ -19,8 +19,8 @@ public final class PostgresConnection {
     /// The keys that seal and open the secret columns on this connection (`SealedSecrets`); nil:
     /// storing or reading a secret fails with a clear error.
     public var secrets: SecretSeal?
-    /// The names of the statements prepared on this connection (`query(prepared:)`).
-    private var prepared: Set<String> = []
+    /// The names of the statements prepared on this connection (`query(prepared:)`, `pipeline`).
+    var prepared: Set<String> = []
 
     /// Connects with a libpq conninfo string or a `postgresql://` URL.
     /// - Parameter connectTimeout: seconds libpq waits for the server (its `connect_timeout`).
@@ -80,7 +80,8 @@ public final class PostgresConnection {
     public var isHealthy: Bool { PQstatus(connection) == CONNECTION_OK }
 
     /// Statements (and scripts) this process has sent to PostgreSQL over any connection: a round
-    /// trip each (`/metrics` shows it as `rouse_database_statements_total`). Thread-safe.
+    /// trip each, except those of one `pipeline`, which share one (`/metrics` shows it as
+    /// `rouse_database_statements_total`). Thread-safe.
     public static var statementCount: Int { statementsSent.load(ordering: .relaxed) }
 
     /// Runs one statement with `$1…$n` bind parameters (text format; nil is SQL NULL).
@@ -126,7 +127,7 @@ public final class PostgresConnection {
     }
 
     /// The rows of a result, or its error (the result is freed either way).
-    private func rows(of result: OpaquePointer?) throws(PostgresError) -> PostgresRows {
+    func rows(of result: OpaquePointer?) throws(PostgresError) -> PostgresRows {
         guard let result else {
             throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(PostgresConnection.firstLine(of: PQerrorMessage(connection)))")
         }

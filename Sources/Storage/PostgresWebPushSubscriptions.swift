@@ -1,4 +1,5 @@
 public import Push
+import Registrar
 
 /// The keys of posted web push subscriptions (`webpush_subscriptions`, migration 400), by endpoint:
 /// what `WebPushClient` encrypts a push with. A row lives as long as the posted token it belongs
@@ -26,6 +27,21 @@ public final class PostgresWebPushSubscriptions: WebPushSubscriptionKeySource {
             ON CONFLICT (family, endpoint) DO UPDATE SET p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now()
             """,
             [endpoint, keys.p256dhBase64URL, keys.authBase64URL])
+    }
+
+    /// The statement storing (or replacing) the keys of `endpoint` if its posted token is `aor`'s
+    /// (else nothing): run after `PostedPushTokens.storeStatement`, in the same transaction.
+    static func storeStatement(endpoint: String, keys: WebPushSubscriptionKeys, for aor: AddressOfRecord) -> PostgresStatement {
+        PostgresStatement(
+            prepared: "rouse_webpush_keys_store",
+            """
+            INSERT INTO webpush_subscriptions (family, endpoint, p256dh, auth, updated_at)
+            SELECT 'webpush', $1, $2, $3, now()
+            FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
+            WHERE p.family = 'webpush' AND p.token = $1 AND d.domain = $4 AND e.number = $5
+            ON CONFLICT (family, endpoint) DO UPDATE SET p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now()
+            """,
+            PostgresParameters([endpoint, keys.p256dhBase64URL, keys.authBase64URL, aor.domain, aor.number]))
     }
 
     /// The keys posted for `endpoint`, or nil.

@@ -46,7 +46,7 @@ public struct PostgresSettings: Sendable {
 /// A job that failed because its connection broke gets that error; it is not retried, since it
 /// may have had effects. The worker threads keep the pool alive until `shutdown()`.
 public final class PostgresWorkerPool: @unchecked Sendable {
-    // @unchecked: `jobs`, `accepting` and `liveThreads` are only touched under `condition`; each
+    // @unchecked: `jobs`, `accepting`, `liveThreads` and `groupLane` are only touched under `condition`; each
     // connection lives in one worker thread's local variable and never leaves it.
     private typealias Job = @Sendable (Result<PostgresConnection, PostgresError>) -> Void
 
@@ -57,11 +57,14 @@ public final class PostgresWorkerPool: @unchecked Sendable {
     private var jobHead = 0
     private var accepting = true
     private var liveThreads = 0
+    private var groupLane: PostgresGroupCommit?
+    private let threadName: String
 
     /// Starts `threads` workers (at least one). No connection opens until a job needs it.
     public init(settings: PostgresSettings, threads: Int = 2, name: String = "rouse-postgres") {
         self.settings = settings
         self.threadCount = max(1, threads)
+        threadName = name
         liveThreads = threadCount
         for index in 0..<threadCount {
             let thread = Thread { [self] in workerLoop() }
@@ -156,14 +159,28 @@ public final class PostgresWorkerPool: @unchecked Sendable {
         }
     }
 
+    /// The pool's group commit, for small writes many callers make at once (one transaction, sent
+    /// as one pipeline, for a burst of them): started on first use with the pool's settings, its
+    /// lanes on threads and connections of their own, and shut down with the pool.
+    public var groupCommit: PostgresGroupCommit {
+        condition.lock()
+        defer { condition.unlock() }
+        if let groupLane { return groupLane }
+        let lane = PostgresGroupCommit(settings: settings, name: "\(threadName)-group")
+        groupLane = lane
+        return lane
+    }
+
     /// Stops taking jobs, lets the queued ones finish, closes the connections and waits for the
-    /// threads to end. Must not be called from a job or completion.
+    /// threads to end (and the group commit's). Must not be called from a job or completion.
     public func shutdown() {
         condition.lock()
         accepting = false
         condition.broadcast()
         while liveThreads > 0 { condition.wait() }
+        let lane = groupLane
         condition.unlock()
+        lane?.shutdown()
     }
 
     private func nextJob() -> Job? {

@@ -11,42 +11,51 @@ public import RouseVocabulary
 /// until PostgreSQL answers (a `PostgresWorkerPool` worker, the location store's writer, a
 /// command-line thread).
 public enum PushTokenLiveness {
-    /// Notes signs of life: `signs` as `family`, `token` and `at` (seconds since 1970; absent for
-    /// the database's now). A sign newer than the one stored resets the count of unanswered
-    /// pushes and lifts a stale mark; an older one (a binding rewritten for another reason) changes
-    /// nothing.
-    static let signOfLifeSQL = """
-        INSERT INTO push_token_liveness AS l (family, token, last_sign_of_life, unanswered_pushes)
-        SELECT DISTINCT ON (r.family, r.token) r.family, r.token, coalesce(to_timestamp(r.at), now()), 0
-        FROM jsonb_to_recordset($1::jsonb) AS r(family text, token text, at double precision)
-        ORDER BY r.family, r.token, r.at DESC NULLS FIRST
+    /// What a sign of life does to a device's row (`EXCLUDED` the new sign): a sign newer than the
+    /// one stored resets the count of unanswered pushes and lifts a stale mark; an older one (a
+    /// binding rewritten for another reason) changes nothing. Shared by the posting statement.
+    static let signOfLifeConflictSQL = """
         ON CONFLICT (family, token) DO UPDATE SET
             unanswered_pushes = CASE WHEN EXCLUDED.last_sign_of_life > l.last_sign_of_life THEN 0 ELSE l.unanswered_pushes END,
             stale_from = CASE WHEN EXCLUDED.last_sign_of_life > l.last_sign_of_life THEN NULL ELSE l.stale_from END,
             last_sign_of_life = greatest(l.last_sign_of_life, EXCLUDED.last_sign_of_life)
         """
 
+    /// Notes signs of life: `signs` as `family`, `token`, `at` (seconds since 1970; absent for
+    /// the database's now) and `binding_id` (when present, the sign counts only if that binding
+    /// was written: a REGISTER's, in the same transaction).
+    static let signOfLifeSQL = """
+        INSERT INTO push_token_liveness AS l (family, token, last_sign_of_life, unanswered_pushes)
+        SELECT DISTINCT ON (r.family, r.token) r.family, r.token, coalesce(to_timestamp(r.at), now()), 0
+        FROM jsonb_to_recordset($1::jsonb) AS r(family text, token text, at double precision, binding_id uuid)
+        WHERE r.binding_id IS NULL OR EXISTS (SELECT 1 FROM bindings b WHERE b.id = r.binding_id)
+        ORDER BY r.family, r.token, r.at DESC NULLS FIRST
+        \(signOfLifeConflictSQL)
+        """
+
     /// Records that `tokens` showed life at `date` (nil: now, by the database's clock).
     public static func signOfLife(_ tokens: [PushTokenID], at date: Date? = nil, on connection: PostgresConnection) throws {
-        try signOfLife(tokens.map { ($0, date) }, on: connection)
+        guard !tokens.isEmpty else { return }
+        try connection.query(signOfLifeStatement(tokens.map { (token: $0, at: date, binding: UUID?.none) }))
     }
 
-    /// Records each token's sign of life at its own time.
-    static func signOfLife(_ signs: [(token: PushTokenID, at: Date?)], on connection: PostgresConnection) throws {
-        guard !signs.isEmpty else { return }
-        var json = JSONText(capacity: signs.count * 128)
+    /// The statement recording each token's sign of life at its own time (when `binding` is
+    /// given, only if that binding exists when it runs).
+    static func signOfLifeStatement(_ signs: [(token: PushTokenID, at: Date?, binding: UUID?)]) -> PostgresStatement {
+        var json = JSONText(capacity: signs.count * 160)
         json.beginArray()
         for sign in signs {
             json.beginObject()
             json.field("family", sign.token.family.rawValue)
             json.field("token", sign.token.token)
             json.field("at", sign.at?.timeIntervalSince1970)
+            if let binding = sign.binding { json.field("binding_id", uuid: binding) }
             json.endObject()
         }
         json.endArray()
-        var parameters = PostgresParameters(capacity: signs.count * 128 + 8)
+        var parameters = PostgresParameters(capacity: signs.count * 160 + 8)
         parameters.append(json)
-        try connection.query(prepared: "rouse_push_sign_of_life", signOfLifeSQL, parameters)
+        return PostgresStatement(prepared: "rouse_push_sign_of_life", signOfLifeSQL, parameters)
     }
 
     /// A ring push to `token` made at `pushedAt` has had its wait: applies the rule at `now` and

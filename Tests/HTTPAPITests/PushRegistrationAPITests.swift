@@ -284,6 +284,51 @@ final class PushRegistrationAPITests: XCTestCase {
 
     // MARK: - Token rotation (issue 20 item 1)
 
+    /// Posts that arrive while the lanes' transactions run share the next one (group commit), and
+    /// each is answered only once it committed.
+    func testPostsArrivingTogetherCommitInOneTransaction() throws {
+        let group = service.pool.groupCommit
+        let locker = try database.connect()
+        try locker.query("BEGIN")
+        try locker.query("LOCK TABLE posted_push_tokens IN ACCESS EXCLUSIVE MODE")
+        let statuses = StatusList()
+        let port = service.server.port
+        let threads = (0..<8).map { index in
+            Thread {
+                let body = Data(#"{"token": "fcm-grouped-\#(index)", "sipUser": "1001@example.com"}"#.utf8)
+                let status = (try? TestHTTPClient(port: port)).flatMap { http in
+                    try? http.send(
+                        "POST", "/api/v1/push/register",
+                        headers: [("Authorization", TestHTTPClient.basic("1001@example.com", "s3cret-1001")), ("Content-Type", "application/json")],
+                        body: body
+                    ).status
+                }
+                statuses.add(status ?? -1)
+            }
+        }
+        let probe = try database.connect()
+        func waiting() throws -> Int {
+            Int(try probe.query("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'posted_push_tokens'::regclass").rows[0][0] ?? "") ?? 0
+        }
+        let deadline = Date().addingTimeInterval(30)
+        // One post per lane waits for the lock; the six after them queue.
+        for (index, thread) in threads.prefix(group.laneCount).enumerated() {
+            thread.start()
+            while try waiting() < index + 1, Date() < deadline { usleep(10_000) }
+        }
+        XCTAssertEqual(try waiting(), group.laneCount, "each lane holds one post, waiting for the lock")
+        for thread in threads.dropFirst(group.laneCount) { thread.start() }
+        let queued = 8 - group.laneCount
+        while group.waitingJobCount < queued, Date() < deadline { usleep(10_000) }
+        XCTAssertEqual(group.waitingJobCount, queued, "the other posts queued behind the lanes' ones")
+        XCTAssertEqual(statuses.all, [], "nobody is answered before their commit")
+        try locker.query("COMMIT")
+        while statuses.all.count < 8, Date() < deadline { usleep(10_000) }
+        XCTAssertEqual(statuses.all, Array(repeating: 200, count: 8))
+        XCTAssertEqual(try postedRows().map { $0[1] }, (0..<8).map { "fcm-grouped-\($0)" })
+        XCTAssertEqual(group.transactionCount, group.laneCount + 1, "one post per lane alone, the ones queued behind them together")
+    }
+
     func testARotatedTokenWithTheSameDeviceIdReplacesTheOldOneAndKeepsItsPair() throws {
         let http = try client()
         let voip = String(repeating: "a1", count: 32), remote = String(repeating: "b2", count: 32)
@@ -319,4 +364,13 @@ final class PushRegistrationAPITests: XCTestCase {
         let tokens = Set(try postedRows().filter { $0[2] == "1001" }.compactMap { $0[1] })
         XCTAssertEqual(tokens, [rotated, newRemote, "fcm-other"])
     }
+}
+
+/// Statuses collected from several threads. @unchecked Sendable: `statuses` only under `lock`.
+final class StatusList: @unchecked Sendable {
+    private let lock = NSLock()
+    private var statuses: [Int] = []
+
+    func add(_ status: Int) { lock.withLock { statuses.append(status) } }
+    var all: [Int] { lock.withLock { statuses } }
 }
