@@ -108,8 +108,34 @@ public enum PostgresCalls {
 ///
 /// Threading: stateless.
 enum JourneyJSON {
-    static func encode(_ journey: CallJourney) -> String {
-        var json = JSONText(capacity: 512 + journey.pushes.count * 320 + journey.branches.count * 320 + journey.events.count * 96)
+    /// A row of `calls` as `PostgresJourneyStore.upsertCallsSQL` unpacks it: its columns, and the
+    /// journey object in `journey`.
+    static func writeRow(_ journey: CallJourney, into json: inout JSONText) {
+        json.beginObject()
+        json.field("id", uuid: journey.id)
+        json.field("call_id", storable(journey.callID))
+        json.field("uuid", storable(journey.uuid))
+        json.field("aor", storable(journey.callee.description))
+        json.field("caller", storable(journey.caller))
+        json.field("caller_name", journey.callerName.map(storable))
+        json.field("transport", storable(journey.transport))
+        json.field("source", storable(journey.source))
+        json.field("instance_id", storable(journey.instanceID))
+        json.field("started_at", MillisecondTime.string(journey.startedAt))
+        json.field("answered_at", journey.answeredAt.map(MillisecondTime.string))
+        json.field("ended_at", journey.endedAt.map(MillisecondTime.string))
+        json.field("outcome", journey.outcome.rawValue)
+        json.field("final_status", journey.finalStatus)
+        json.field("reason", journey.reason.map(storable))
+        json.field("answered_by", journey.answeredBy.map(storable))
+        json.field("ring_ms", journey.ringMilliseconds)
+        json.key("journey")
+        write(journey, into: &json)
+        json.endObject()
+    }
+
+    /// The `journey` column's object.
+    private static func write(_ journey: CallJourney, into json: inout JSONText) {
         json.beginObject()
         // JSONText writes no booleans: 1 for a missed call, 0 otherwise.
         json.field("missed", journey.missed ? 1 : 0)
@@ -169,7 +195,6 @@ enum JourneyJSON {
         }
         json.endArray()
         json.endObject()
-        return json.text
     }
 
     /// Sets `journey`'s pushes, branches and events from the stored JSON; an element that does not

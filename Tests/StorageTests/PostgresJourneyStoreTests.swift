@@ -134,6 +134,36 @@ final class PostgresJourneyStoreTests: XCTestCase {
         XCTAssertEqual(try count("SELECT count(*) FROM push_records", on: connection), 2)
     }
 
+    /// Calls without pushes are group-committed: the queue held back behind a lock, 50 calls each
+    /// recorded as answered and again at the BYE are all written, each in its latest form.
+    func testJourneysWithoutPushesAreWrittenTogetherInTheirLatestForm() throws {
+        var settings = database.settings
+        settings.statementTimeout = 1
+        let store = makeStore(settings)
+        defer { store.shutdown() }
+        let locker = try database.database.connect()
+        try locker.query("BEGIN")
+        try locker.query("LOCK TABLE calls IN ACCESS EXCLUSIVE MODE")
+        var finals: [CallJourney] = []
+        for index in 0..<50 {
+            var answered = answeredJourney(startedAt: Double(index))
+            answered.pushes = []
+            answered.endedAt = nil
+            store.recordCall(answered)
+            var hungUp = answered
+            hungUp.endedAt = at(Double(index) + 65)
+            hungUp.events.append(JourneyEvent(at: at(Double(index) + 65), text: "the caller hung up after 60 s of talk"))
+            store.recordCall(hungUp)
+            finals.append(hungUp)
+        }
+        try locker.query("COMMIT")
+        XCTAssertTrue(store.flush(timeout: 30), store.lastFailure ?? "")
+        XCTAssertEqual(store.writtenCount, 100)
+        XCTAssertEqual(store.rejectedCount, 0)
+        XCTAssertEqual(try count("SELECT count(*) FROM calls", on: locker), 50)
+        XCTAssertEqual(try PostgresCalls.recent(on: locker, limit: 100), finals.reversed())
+    }
+
     func testACallWhosePushRowsNeverArrivedStillGetsThem() throws {
         let store = makeStore()
         defer { store.shutdown() }
