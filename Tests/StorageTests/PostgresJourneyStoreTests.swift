@@ -76,6 +76,18 @@ final class PostgresJourneyStoreTests: XCTestCase {
             settings: settings ?? database.settings, capacity: capacity, initialRetryDelay: 0.05, maximumRetryDelay: 0.5)
     }
 
+    /// A store with a 1 s statement deadline, and a connection holding `push_records` and `calls`
+    /// locked in an open transaction (the store's writes wait until it commits).
+    func lockedStore() throws -> (PostgresJourneyStore, PostgresConnection) {
+        var settings = database.settings
+        settings.statementTimeout = 1
+        let store = makeStore(settings)
+        let locker = try database.database.connect()
+        try locker.query("BEGIN")
+        try locker.query("LOCK TABLE push_records, calls IN ACCESS EXCLUSIVE MODE")
+        return (store, locker)
+    }
+
     func count(_ sql: String, on connection: PostgresConnection) throws -> Int {
         Int(try connection.query(sql).rows.first?.first.flatMap { $0 } ?? "") ?? -1
     }
@@ -137,13 +149,8 @@ final class PostgresJourneyStoreTests: XCTestCase {
     /// Calls without pushes are group-committed: the queue held back behind a lock, 50 calls each
     /// recorded as answered and again at the BYE are all written, each in its latest form.
     func testJourneysWithoutPushesAreWrittenTogetherInTheirLatestForm() throws {
-        var settings = database.settings
-        settings.statementTimeout = 1
-        let store = makeStore(settings)
+        let (store, locker) = try lockedStore()
         defer { store.shutdown() }
-        let locker = try database.database.connect()
-        try locker.query("BEGIN")
-        try locker.query("LOCK TABLE calls IN ACCESS EXCLUSIVE MODE")
         var finals: [CallJourney] = []
         for index in 0..<50 {
             var answered = answeredJourney(startedAt: Double(index))
@@ -213,13 +220,8 @@ final class PostgresJourneyStoreTests: XCTestCase {
     }
 
     func testWritesWaitBehindALockWithoutBlockingTheCallerAndAreAllWrittenAfter() throws {
-        var settings = database.settings
-        settings.statementTimeout = 1
-        let store = makeStore(settings)
+        let (store, locker) = try lockedStore()
         defer { store.shutdown() }
-        let locker = try database.database.connect()
-        try locker.query("BEGIN")
-        try locker.query("LOCK TABLE push_records, calls IN ACCESS EXCLUSIVE MODE")
 
         let started = Date()
         var journeys: [CallJourney] = []
