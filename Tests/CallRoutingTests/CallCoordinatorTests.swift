@@ -151,7 +151,7 @@ final class Harness: @unchecked Sendable {
 
     init(
         bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil,
-        manualClock: Bool = false, liveness: (any DeviceLiveness)? = nil, wakeCredentials: WakeCredentialMinting? = nil
+        manualClock: Bool = false, liveness: (any DeviceLiveness)? = nil, wakeCredentials: WakeCredentialMinting? = nil, shards: Int = 1
     ) {
         directory.set(bindings)
         let clock = manualClock ? ManualTimerScheduler() : nil
@@ -173,7 +173,7 @@ final class Harness: @unchecked Sendable {
                 deadTokenMemory: settings.deadTokenMemory, timerC: settings.timerC),
             ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens,
             wakeCredentials: wakeCredentials, scheduler: clock,
-            clock: { clock.map { startedAt.addingTimeInterval($0.now.timeInterval) } ?? Date() }, liveness: liveness)
+            clock: { clock.map { startedAt.addingTimeInterval($0.now.timeInterval) } ?? Date() }, liveness: liveness, shards: shards)
         coordinator.attach(signaling)
         box.harness = self
     }
@@ -191,10 +191,10 @@ final class Harness: @unchecked Sendable {
         coordinator.drain()
     }
 
-    func placeCall() {
+    func placeCall(callID: String = UUID().uuidString) {
         let text = "INVITE sip:1002@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcall\(UUID().uuidString)\r\n"
             + "Max-Forwards: 70\r\nFrom: \"Alice\" <sip:1001@example.com>;tag=a\r\nTo: <sip:1002@example.com>\r\n"
-            + "Call-ID: \(UUID().uuidString)\r\nCSeq: 1 INVITE\r\nContact: <sip:1001@192.0.2.1>\r\nContent-Length: 0\r\n\r\n"
+            + "Call-ID: \(callID)\r\nCSeq: 1 INVITE\r\nContact: <sip:1001@192.0.2.1>\r\nContent-Length: 0\r\n\r\n"
         guard case .request(let invite) = try? SIPParser.parse(Array(text.utf8)) else { return XCTFail("bad INVITE") }
         transactions.receive(.request(invite), from: 0, isReliable: true)
     }
