@@ -47,12 +47,7 @@ extension CallCoordinatorTests {
             harness.placeCall(callID: callID(onShard: shard, of: harness.coordinator))
             try harness.waitUntil { harness.pusher.rings.count == 1 }
             XCTAssertEqual(harness.coordinator.liveCallCount, 1)
-            var woken = sleeping
-            woken.id = UUID()
-            woken.registeredAt = Date()
-            woken.flow.connectionID = FlowConnectionID("tcp#2")
-            harness.directory.set([woken])
-            harness.coordinator.bindingsChanged(callee)
+            let woken = wakeUp(sleeping, in: harness)
             let invite = try harness.waitForBranch()
             XCTAssertEqual(invite.bindingID, woken.id, "call on shard \(shard)")
             invite.respond(200)

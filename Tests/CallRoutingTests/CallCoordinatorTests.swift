@@ -51,12 +51,7 @@ final class CallCoordinatorTests: XCTestCase {
         let harness = Harness(bindings: [sleeping], settings: CallSettings(wakeWait: .seconds(30)))
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 1 }
-        var woken = sleeping
-        woken.id = UUID()
-        woken.registeredAt = Date()
-        woken.flow.connectionID = FlowConnectionID("tcp#2")
-        harness.directory.set([woken])
-        harness.coordinator.bindingsChanged(callee)
+        let woken = wakeUp(sleeping, in: harness)
         let invite = try harness.waitForBranch()
         XCTAssertEqual(invite.bindingID, woken.id)
         invite.respond(200)
@@ -115,6 +110,17 @@ final class CallCoordinatorTests: XCTestCase {
     }
 
     // MARK: - Doubles
+
+    /// The app of `sleeping` registers again over a new connection, and the coordinator is told.
+    func wakeUp(_ sleeping: Binding, in harness: Harness) -> Binding {
+        var woken = sleeping
+        woken.id = UUID()
+        woken.registeredAt = Date()
+        woken.flow.connectionID = FlowConnectionID("tcp#2")
+        harness.directory.set([woken])
+        harness.coordinator.bindingsChanged(callee)
+        return woken
+    }
 
     func desk() -> Binding {
         Binding(
