@@ -137,7 +137,8 @@ public final class RouseService: @unchecked Sendable {
             serverName: "Rouse/\(CommandLineInterface.version)", instanceID: instanceID, metrics: metrics, callTokens: callTokens,
             wakeCredentials: wakeSigner.map { signer in WakeCredentialMinting(signer: signer, retire: { registrar.retireWakeCredentials($0, until: $1) }) },
             logger: logger,
-            liveness: RouseService.makeLiveness(configuration: configuration, pool: callPool, replica: wakeTokens, metrics: metrics, logger: logger))
+            liveness: RouseService.makeLiveness(configuration: configuration, pool: callPool, replica: wakeTokens, metrics: metrics, logger: logger),
+            shards: configuration.effectiveSIPThreads)
         self.coordinator = coordinator
         self.pushService = pushService
         let outsideClass = configuration.outsideCallClass

@@ -108,8 +108,34 @@ public enum PostgresCalls {
 ///
 /// Threading: stateless.
 enum JourneyJSON {
-    static func encode(_ journey: CallJourney) -> String {
-        var json = JSONText(capacity: 512 + journey.pushes.count * 320 + journey.branches.count * 320 + journey.events.count * 96)
+    /// A row of `calls` as `PostgresJourneyStore.upsertCallsSQL` unpacks it: its columns, and the
+    /// journey object in `journey`.
+    static func writeRow(_ journey: CallJourney, into json: inout JSONText) {
+        json.beginObject()
+        json.field("id", uuid: journey.id)
+        json.field("call_id", storable(journey.callID))
+        json.field("uuid", storable(journey.uuid))
+        json.field("aor", storable(journey.callee.description))
+        json.field("caller", storable(journey.caller))
+        json.field("caller_name", journey.callerName.map(storable))
+        json.field("transport", storable(journey.transport))
+        json.field("source", storable(journey.source))
+        json.field("instance_id", storable(journey.instanceID))
+        json.field("started_at", MillisecondTime.string(journey.startedAt))
+        json.field("answered_at", journey.answeredAt.map(MillisecondTime.string))
+        json.field("ended_at", journey.endedAt.map(MillisecondTime.string))
+        json.field("outcome", journey.outcome.rawValue)
+        json.field("final_status", journey.finalStatus)
+        json.field("reason", journey.reason.map(storable))
+        json.field("answered_by", journey.answeredBy.map(storable))
+        json.field("ring_ms", journey.ringMilliseconds)
+        json.key("journey")
+        write(journey, into: &json)
+        json.endObject()
+    }
+
+    /// The `journey` column's object.
+    private static func write(_ journey: CallJourney, into json: inout JSONText) {
         json.beginObject()
         // JSONText writes no booleans: 1 for a missed call, 0 otherwise.
         json.field("missed", journey.missed ? 1 : 0)
@@ -169,7 +195,6 @@ enum JourneyJSON {
         }
         json.endArray()
         json.endObject()
-        return json.text
     }
 
     /// Sets `journey`'s pushes, branches and events from the stored JSON; an element that does not
@@ -251,9 +276,26 @@ public enum MillisecondTime {
         let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
         let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        return padded(Int(year), 4) + "-" + padded(Int(month), 2) + "-" + padded(Int(day), 2) + "T"
-            + padded(secondOfDay / 3600, 2) + ":" + padded(secondOfDay / 60 % 60, 2) + ":" + padded(secondOfDay % 60, 2) + "."
-            + padded(millisecond, 3) + "Z"
+        // Written digit by digit into the string's own 24 bytes (a journey writes dozens of times
+        // per call; joining padded pieces cost several thousand instructions each).
+        let fields: [(value: Int, width: Int, after: UInt8)] = [
+            (Int(year), 4, UInt8(ascii: "-")), (Int(month), 2, UInt8(ascii: "-")), (Int(day), 2, UInt8(ascii: "T")),
+            (secondOfDay / 3600, 2, UInt8(ascii: ":")), (secondOfDay / 60 % 60, 2, UInt8(ascii: ":")), (secondOfDay % 60, 2, UInt8(ascii: ".")),
+            (millisecond, 3, UInt8(ascii: "Z")),
+        ]
+        return String(unsafeUninitializedCapacity: 24) { out in
+            var at = 0
+            for field in fields {
+                var value = field.value
+                for index in stride(from: at + field.width - 1, through: at, by: -1) {
+                    out[index] = UInt8(truncatingIfNeeded: 0x30 + value % 10)
+                    value /= 10
+                }
+                out[at + field.width] = field.after
+                at += field.width + 1
+            }
+            return at
+        }
     }
 
     /// Reads an ISO 8601 date-time with a zone (`Z` or `±hh:mm`), with or without fractions of a
@@ -271,8 +313,4 @@ public enum MillisecondTime {
         return Int64(min(max(value, Double(earliest)), Double(latest)))
     }
 
-    private static func padded(_ value: Int, _ width: Int) -> String {
-        let digits = String(value)
-        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
-    }
 }

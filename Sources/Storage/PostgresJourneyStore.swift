@@ -10,22 +10,40 @@ public import RouseVocabulary
 /// Threading: every method may be called from any thread. `recordPush`, `recordWake` and
 /// `recordCall` never block: they go into one `PostgresWriteQueue`, whose writer thread writes
 /// them in order, several to a transaction, so a wake is never written before its push, nor a call
-/// before the pushes recorded ahead of it. While PostgreSQL is away, slow or locked, the writes
-/// wait and are retried (the queue's discipline: back-off from 0.2 s to 5 s, at most `capacity`
-/// kept, refused values set aside). Every write can be repeated without harm. The store logs
-/// nothing; its owner reads `lastFailure` and the counts. `flush(timeout:)` and `shutdown()` block
-/// the caller: never call them on the SIP path.
-public final class PostgresJourneyStore: JourneyStore, Sendable {
+/// before the pushes recorded ahead of it. Journeys without pushes (nothing else of theirs is queued)
+/// are group-committed: such a journey waits (under `lock`) as the latest version of its call, and the first of their queued writes to run
+/// writes every journey waiting then in one statement (a call recorded twice before that, as an
+/// answered call and at its BYE, is written once, in its latest form); the writes behind it find
+/// their journeys written. While PostgreSQL is away, slow or locked, the writes wait and are
+/// retried (the queue's discipline: back-off from 0.2 s to 5 s, at most `capacity` kept, refused
+/// values set aside). Every write can be repeated without harm. The store logs nothing; its owner
+/// reads `lastFailure` and the counts. `flush(timeout:)` and `shutdown()` block the caller: never
+/// call them on the SIP path.
+public final class PostgresJourneyStore: JourneyStore, @unchecked Sendable {
+    // @unchecked: `waitingJourneys`, `waitingOrder` and `refusedJourneys` are only touched under
+    // `lock`.
     /// The default `capacity`: writes kept while PostgreSQL is away.
     public static let defaultCapacity = 100_000
 
     private let queue: PostgresWriteQueue
+    private let lock = NSLock()
+    /// Journeys recorded and not yet taken by a write: the latest of each call, and the order the
+    /// calls were first recorded in.
+    private var waitingJourneys: [UUID: CallJourney] = [:]
+    private var waitingOrder: [UUID] = []
+    /// Journeys PostgreSQL refused inside a group (set aside alone, the rest of it written).
+    private var refusedJourneys = 0
 
     /// One queued write.
     enum Write: Sendable {
         case push(JourneyPush, journeyID: UUID, aor: String, callID: String)
         case wake(pushID: UUID, WakeResult)
-        case call(CallJourney)
+    }
+
+    /// The journeys one queued write took from `waitingJourneys` when it first ran, kept for the
+    /// queue's retries of its transaction. @unchecked Sendable: only touched on the writer thread.
+    final class TakenJourneys: @unchecked Sendable {
+        var journeys: [CallJourney]?
     }
 
     /// Starts the writer thread; no connection opens until there is something to write.
@@ -59,7 +77,59 @@ public final class PostgresJourneyStore: JourneyStore, Sendable {
     }
 
     public func recordCall(_ journey: CallJourney) {
-        enqueue(.call(journey))
+        // A call with pushes has push and wake writes queued around its journey, and the journey
+        // is the final word on their wakes: it is written in its place, as recorded.
+        guard journey.pushes.isEmpty else {
+            return queue.enqueue { connection in try Self.upsert([journey], on: connection) }
+        }
+        lock.withLock {
+            if waitingJourneys.updateValue(journey, forKey: journey.id) == nil { waitingOrder.append(journey.id) }
+        }
+        let taken = TakenJourneys()
+        queue.enqueue { [self] connection in
+            if taken.journeys == nil { taken.journeys = takeWaitingJourneys() }
+            try writeJourneys(taken.journeys ?? [], on: connection)
+        }
+    }
+
+    /// Every journey waiting now, in the order their calls were first recorded.
+    private func takeWaitingJourneys() -> [CallJourney] {
+        lock.withLock {
+            let journeys = waitingOrder.compactMap { waitingJourneys[$0] }
+            waitingJourneys.removeAll(keepingCapacity: true)
+            waitingOrder.removeAll(keepingCapacity: true)
+            return journeys
+        }
+    }
+
+    /// Writes a group of journeys in one statement. When PostgreSQL refuses the group for what one
+    /// of them holds, they are written one by one (each behind a savepoint of the queue's
+    /// transaction) and the refused ones set aside; a group of one is refused as the queue's write.
+    private func writeJourneys(_ journeys: [CallJourney], on connection: PostgresConnection) throws {
+        guard journeys.count > 1 else {
+            if !journeys.isEmpty { try Self.upsert(journeys, on: connection) }
+            return
+        }
+        try connection.query("SAVEPOINT journeys")
+        do {
+            try Self.upsert(journeys, on: connection)
+            return
+        } catch let error as PostgresError where PostgresWriteQueue.isRefusal(error) && connection.isHealthy {
+            try connection.query("ROLLBACK TO SAVEPOINT journeys")
+        }
+        var refused = 0
+        for journey in journeys {
+            do {
+                try connection.query("SAVEPOINT journeys")
+                try Self.upsert([journey], on: connection)
+                try connection.query("RELEASE SAVEPOINT journeys")
+            } catch let error as PostgresError where PostgresWriteQueue.isRefusal(error) && connection.isHealthy {
+                try connection.query("ROLLBACK TO SAVEPOINT journeys")
+                refused += 1
+            }
+        }
+        let total = refused
+        lock.withLock { refusedJourneys += total }
     }
 
     private func enqueue(_ write: Write) {
@@ -73,9 +143,10 @@ public final class PostgresJourneyStore: JourneyStore, Sendable {
     /// Writes dropped unwritten: the oldest when the queue was full, and those left at `shutdown()`.
     public var droppedCount: Int { queue.droppedCount }
     /// Writes PostgreSQL refused for what they hold (not retried).
-    public var rejectedCount: Int { queue.rejectedCount }
-    /// Writes committed so far.
-    public var writtenCount: Int { queue.writtenCount }
+    public var rejectedCount: Int { queue.rejectedCount + lock.withLock { refusedJourneys } }
+    /// Writes committed so far (a recorded journey counts as written once its group is, and a
+    /// journey refused inside a group as refused, not written).
+    public var writtenCount: Int { queue.writtenCount - lock.withLock { refusedJourneys } }
     /// Why the last attempt failed (host and port, never a value written), or nil once a write
     /// succeeded since.
     public var lastFailure: String? { queue.lastFailure }
@@ -108,24 +179,21 @@ public final class PostgresJourneyStore: JourneyStore, Sendable {
             try connection.query(
                 "UPDATE push_records SET wake = $2, woke_after_ms = $3::integer WHERE record_uuid = $1::uuid",
                 [pushID.uuidString, result.word, result.milliseconds.map(String.init)])
-        case .call(let journey):
-            let json = JourneyJSON.encode(journey)
-            try connection.query(
-                upsertCallSQL,
-                [
-                    journey.id.uuidString, JourneyJSON.storable(journey.callID), JourneyJSON.storable(journey.uuid),
-                    JourneyJSON.storable(journey.callee.description), JourneyJSON.storable(journey.caller),
-                    journey.callerName.map(JourneyJSON.storable), JourneyJSON.storable(journey.transport),
-                    JourneyJSON.storable(journey.source), JourneyJSON.storable(journey.instanceID), MillisecondTime.string(journey.startedAt),
-                    journey.answeredAt.map(MillisecondTime.string), journey.endedAt.map(MillisecondTime.string), journey.outcome.rawValue,
-                    journey.finalStatus.map(String.init), journey.reason.map(JourneyJSON.storable),
-                    journey.answeredBy.map(JourneyJSON.storable), journey.ringMilliseconds.map(String.init), json,
-                ])
-            if !journey.pushes.isEmpty {
-                try connection.query(
-                    settleWakesSQL, [journey.id.uuidString, JourneyJSON.storable(journey.callee.description), JourneyJSON.storable(journey.callID), json])
-            }
         }
+    }
+
+    /// Writes `journeys` (distinct calls) in one statement, and each push's wake result as the
+    /// call's final word on it.
+    static func upsert(_ journeys: [CallJourney], on connection: PostgresConnection) throws {
+        var json = JSONText(capacity: journeys.count * 1024)
+        json.beginArray()
+        for journey in journeys { JourneyJSON.writeRow(journey, into: &json) }
+        json.endArray()
+        var parameters = PostgresParameters()
+        parameters.append(json)
+        try connection.query(prepared: "rouse_upsert_calls", upsertCallsSQL, parameters)
+        guard journeys.contains(where: { !$0.pushes.isEmpty }) else { return }
+        try connection.query(prepared: "rouse_settle_call_wakes", settleWakesSQL, parameters)
     }
 
     /// A ring push's row; a row already there (a retried transaction) stays as it is. An app
@@ -138,11 +206,17 @@ public final class PostgresJourneyStore: JourneyStore, Sendable {
         ON CONFLICT (record_uuid) DO NOTHING
         """
 
-    static let upsertCallSQL = """
+    /// The rows of `calls`, one per element of a JSON array (`JourneyJSON.writeRow`); a call
+    /// already there (recorded again, or a retried transaction) is replaced.
+    static let upsertCallsSQL = """
         INSERT INTO calls (id, call_id, uuid, aor, caller, caller_name, transport, source, instance_id, started_at,
             answered_at, ended_at, outcome, final_status, reason, answered_by, ring_ms, journey)
-        VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10::timestamptz, $11::timestamptz, $12::timestamptz, $13,
-            $14::integer, $15, $16, $17::integer, $18::jsonb)
+        SELECT c.id, c.call_id, c.uuid, c.aor, c.caller, c.caller_name, c.transport, c.source, c.instance_id, c.started_at,
+            c.answered_at, c.ended_at, c.outcome, c.final_status, c.reason, c.answered_by, c.ring_ms, c.journey
+        FROM jsonb_to_recordset($1::jsonb) AS c(id uuid, call_id text, uuid text, aor text, caller text, caller_name text,
+            transport text, source text, instance_id text, started_at timestamptz, answered_at timestamptz,
+            ended_at timestamptz, outcome text, final_status integer, reason text, answered_by text, ring_ms integer,
+            journey jsonb)
         ON CONFLICT (id) DO UPDATE SET
             call_id = EXCLUDED.call_id, uuid = EXCLUDED.uuid, aor = EXCLUDED.aor, caller = EXCLUDED.caller,
             caller_name = EXCLUDED.caller_name, transport = EXCLUDED.transport, source = EXCLUDED.source,
@@ -152,16 +226,17 @@ public final class PostgresJourneyStore: JourneyStore, Sendable {
             journey = EXCLUDED.journey
         """
 
-    /// The call's final word on each of its pushes' wake results; a push whose own row never
+    /// The calls' final word on each of their pushes' wake results; a push whose own row never
     /// arrived (dropped while PostgreSQL was away) gets one from the journey.
     static let settleWakesSQL = """
         INSERT INTO push_records (created_at, aor, call_id, provider, token_short, app_id, outcome, status, reason,
             explanation, latency_ms, record_uuid, call_uuid, device, wake, woke_after_ms)
-        SELECT p.sent_at, $2, $3, p.provider, p.token_short, (SELECT a.id FROM push_apps a WHERE a.id = p.app_id), p.outcome,
-            p.status, p.reason, p.explanation, p.latency_ms, p.id, $1::uuid, p.device, p.wake, p.woke_after_ms
-        FROM jsonb_to_recordset($4::jsonb -> 'pushes') AS p(id uuid, sent_at timestamptz, provider text, token_short text,
-            app_id bigint, outcome text, status integer, reason text, explanation text, latency_ms integer, device text,
-            wake text, woke_after_ms integer)
+        SELECT p.sent_at, c.aor, c.call_id, p.provider, p.token_short, (SELECT a.id FROM push_apps a WHERE a.id = p.app_id),
+            p.outcome, p.status, p.reason, p.explanation, p.latency_ms, p.id, c.id, p.device, p.wake, p.woke_after_ms
+        FROM jsonb_to_recordset($1::jsonb) AS c(id uuid, aor text, call_id text, journey jsonb)
+        CROSS JOIN LATERAL jsonb_to_recordset(c.journey -> 'pushes') AS p(id uuid, sent_at timestamptz, provider text,
+            token_short text, app_id bigint, outcome text, status integer, reason text, explanation text, latency_ms integer,
+            device text, wake text, woke_after_ms integer)
         ON CONFLICT (record_uuid) DO UPDATE SET wake = EXCLUDED.wake, woke_after_ms = EXCLUDED.woke_after_ms
         """
 }

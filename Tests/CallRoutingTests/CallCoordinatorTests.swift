@@ -51,12 +51,7 @@ final class CallCoordinatorTests: XCTestCase {
         let harness = Harness(bindings: [sleeping], settings: CallSettings(wakeWait: .seconds(30)))
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 1 }
-        var woken = sleeping
-        woken.id = UUID()
-        woken.registeredAt = Date()
-        woken.flow.connectionID = FlowConnectionID("tcp#2")
-        harness.directory.set([woken])
-        harness.coordinator.bindingsChanged(callee)
+        let woken = wakeUp(sleeping, in: harness)
         let invite = try harness.waitForBranch()
         XCTAssertEqual(invite.bindingID, woken.id)
         invite.respond(200)
@@ -116,6 +111,17 @@ final class CallCoordinatorTests: XCTestCase {
 
     // MARK: - Doubles
 
+    /// The app of `sleeping` registers again over a new connection, and the coordinator is told.
+    func wakeUp(_ sleeping: Binding, in harness: Harness) -> Binding {
+        var woken = sleeping
+        woken.id = UUID()
+        woken.registeredAt = Date()
+        woken.flow.connectionID = FlowConnectionID("tcp#2")
+        harness.directory.set([woken])
+        harness.coordinator.bindingsChanged(callee)
+        return woken
+    }
+
     func desk() -> Binding {
         Binding(
             aor: callee, contact: "sip:desk@192.0.2.5:5060", callID: "d", cseq: 1, registeredAt: Date(), expiresAt: Date().addingTimeInterval(600),
@@ -151,7 +157,7 @@ final class Harness: @unchecked Sendable {
 
     init(
         bindings: [Binding], settings: CallSettings = CallSettings(), callTokens: CallTokenSigner? = nil, tokens: (any WakeTokenSource)? = nil,
-        manualClock: Bool = false, liveness: (any DeviceLiveness)? = nil, wakeCredentials: WakeCredentialMinting? = nil
+        manualClock: Bool = false, liveness: (any DeviceLiveness)? = nil, wakeCredentials: WakeCredentialMinting? = nil, shards: Int = 1
     ) {
         directory.set(bindings)
         let clock = manualClock ? ManualTimerScheduler() : nil
@@ -173,7 +179,7 @@ final class Harness: @unchecked Sendable {
                 deadTokenMemory: settings.deadTokenMemory, timerC: settings.timerC),
             ownNames: ["127.0.0.1"], serverName: "Rouse/test", instanceID: "test-instance", callTokens: callTokens,
             wakeCredentials: wakeCredentials, scheduler: clock,
-            clock: { clock.map { startedAt.addingTimeInterval($0.now.timeInterval) } ?? Date() }, liveness: liveness)
+            clock: { clock.map { startedAt.addingTimeInterval($0.now.timeInterval) } ?? Date() }, liveness: liveness, shards: shards)
         coordinator.attach(signaling)
         box.harness = self
     }
@@ -191,10 +197,10 @@ final class Harness: @unchecked Sendable {
         coordinator.drain()
     }
 
-    func placeCall() {
+    func placeCall(callID: String = UUID().uuidString) {
         let text = "INVITE sip:1002@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcall\(UUID().uuidString)\r\n"
             + "Max-Forwards: 70\r\nFrom: \"Alice\" <sip:1001@example.com>;tag=a\r\nTo: <sip:1002@example.com>\r\n"
-            + "Call-ID: \(UUID().uuidString)\r\nCSeq: 1 INVITE\r\nContact: <sip:1001@192.0.2.1>\r\nContent-Length: 0\r\n\r\n"
+            + "Call-ID: \(callID)\r\nCSeq: 1 INVITE\r\nContact: <sip:1001@192.0.2.1>\r\nContent-Length: 0\r\n\r\n"
         guard case .request(let invite) = try? SIPParser.parse(Array(text.utf8)) else { return XCTFail("bad INVITE") }
         transactions.receive(.request(invite), from: 0, isReliable: true)
     }

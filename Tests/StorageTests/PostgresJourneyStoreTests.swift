@@ -76,6 +76,18 @@ final class PostgresJourneyStoreTests: XCTestCase {
             settings: settings ?? database.settings, capacity: capacity, initialRetryDelay: 0.05, maximumRetryDelay: 0.5)
     }
 
+    /// A store with a 1 s statement deadline, and a connection holding `push_records` and `calls`
+    /// locked in an open transaction (the store's writes wait until it commits).
+    func lockedStore() throws -> (PostgresJourneyStore, PostgresConnection) {
+        var settings = database.settings
+        settings.statementTimeout = 1
+        let store = makeStore(settings)
+        let locker = try database.database.connect()
+        try locker.query("BEGIN")
+        try locker.query("LOCK TABLE push_records, calls IN ACCESS EXCLUSIVE MODE")
+        return (store, locker)
+    }
+
     func count(_ sql: String, on connection: PostgresConnection) throws -> Int {
         Int(try connection.query(sql).rows.first?.first.flatMap { $0 } ?? "") ?? -1
     }
@@ -134,6 +146,31 @@ final class PostgresJourneyStoreTests: XCTestCase {
         XCTAssertEqual(try count("SELECT count(*) FROM push_records", on: connection), 2)
     }
 
+    /// Calls without pushes are group-committed: the queue held back behind a lock, 50 calls each
+    /// recorded as answered and again at the BYE are all written, each in its latest form.
+    func testJourneysWithoutPushesAreWrittenTogetherInTheirLatestForm() throws {
+        let (store, locker) = try lockedStore()
+        defer { store.shutdown() }
+        var finals: [CallJourney] = []
+        for index in 0..<50 {
+            var answered = answeredJourney(startedAt: Double(index))
+            answered.pushes = []
+            answered.endedAt = nil
+            store.recordCall(answered)
+            var hungUp = answered
+            hungUp.endedAt = at(Double(index) + 65)
+            hungUp.events.append(JourneyEvent(at: at(Double(index) + 65), text: "the caller hung up after 60 s of talk"))
+            store.recordCall(hungUp)
+            finals.append(hungUp)
+        }
+        try locker.query("COMMIT")
+        XCTAssertTrue(store.flush(timeout: 30), store.lastFailure ?? "")
+        XCTAssertEqual(store.writtenCount, 100)
+        XCTAssertEqual(store.rejectedCount, 0)
+        XCTAssertEqual(try count("SELECT count(*) FROM calls", on: locker), 50)
+        XCTAssertEqual(try PostgresCalls.recent(on: locker, limit: 100), finals.reversed())
+    }
+
     func testACallWhosePushRowsNeverArrivedStillGetsThem() throws {
         let store = makeStore()
         defer { store.shutdown() }
@@ -183,13 +220,8 @@ final class PostgresJourneyStoreTests: XCTestCase {
     }
 
     func testWritesWaitBehindALockWithoutBlockingTheCallerAndAreAllWrittenAfter() throws {
-        var settings = database.settings
-        settings.statementTimeout = 1
-        let store = makeStore(settings)
+        let (store, locker) = try lockedStore()
         defer { store.shutdown() }
-        let locker = try database.database.connect()
-        try locker.query("BEGIN")
-        try locker.query("LOCK TABLE push_records, calls IN ACCESS EXCLUSIVE MODE")
 
         let started = Date()
         var journeys: [CallJourney] = []

@@ -7,7 +7,7 @@ import SIPProxy
 
 /// The shell of `AnsweredCall`: an answered call's device is told by `call.ended` when the
 /// caller's BYE cannot reach it. Runs on the coordinator's queue, as the rest of it.
-extension CallCoordinator {
+extension CallCoordinatorShard {
     /// An answered call kept for `call.ended`: its machine, and its journey once the BYE passed
     /// (the push's outcome is added to it).
     struct AnsweredEntry: Sendable {
@@ -17,7 +17,7 @@ extension CallCoordinator {
 
     /// The BYE of an answered call toward the device that answered could not reach it:
     /// `status` 430 (its flow is gone), 408 (no answer) or 503 (the transport failed).
-    public func dialogUnreachable(callID: String, status: Int) {
+    func dialogUnreachable(callID: String, status: Int) {
         queue.async { [self] in answeredCallEvent(.byeUnreachable(status: status), callID: callID) }
     }
 

@@ -18,7 +18,7 @@ public protocol DeviceLiveness: Sendable {
     func signOfLife(_ token: PushTokenID)
 }
 
-extension CallCoordinator {
+extension CallCoordinatorShard {
     /// The journey names the devices a call leaves out because they are stale, once per call.
     /// On `queue`, before the machine gets `event`.
     func noteStaleDevices(_ event: CallEvent<Flow>, on entry: CallEntry, at now: Date) {
@@ -47,7 +47,7 @@ extension CallCoordinator {
             case .notInTime, .callEnded:
                 if device.accepted, device.declined == nil {
                     let over = journey.endedAt ?? journey.answeredAt ?? now
-                    let waitEnd = Self.wakeWaitEnd(sentAt: sentAt, callWaitDeadline: entry.machine.waitDeadline, settings: settings)
+                    let waitEnd = CallCoordinator<Signaling>.wakeWaitEnd(sentAt: sentAt, callWaitDeadline: entry.machine.waitDeadline, settings: settings)
                     liveness.ringPushEnded(device.device.id, pushedAt: sentAt, accepted: true, callOutlastedWakeWait: over >= waitEnd)
                 }
             case .woke, .late, .notPushed:
@@ -55,14 +55,6 @@ extension CallCoordinator {
             }
             entry.livenessReported.insert(device.pushID)
         }
-    }
-
-    /// When a device pushed at `sentAt` had had its whole chance to come back: the call's wake wait
-    /// (less a timer's slack), or for a device pushed after it ended (a posted token read late),
-    /// the shorter of the two waits from its push.
-    public static func wakeWaitEnd(sentAt: Date, callWaitDeadline: Date, settings: CallSettings) -> Date {
-        if callWaitDeadline != .distantFuture, sentAt <= callWaitDeadline { return callWaitDeadline.addingTimeInterval(-0.05) }
-        return sentAt.addingTimeInterval(min(settings.wakeWait, settings.wakeWaitWithDeskPhone).timeInterval - 0.05)
     }
 
     /// A call token was used: its device is alive. On `queue`.

@@ -7,24 +7,14 @@ public import SIPMessage
 public import SIPProxy
 public import SIPTransaction
 
-/// What the coordinator holds for calls to the outside (issue 19): each call's machine, the routes
-/// and classes of service in force, the toll-fraud guard and the hops a 503 holds calls off.
-/// Only touched on the coordinator's queue.
+/// What a coordinator shard holds for calls to the outside (issue 19): each call's machine and the
+/// routes and classes of service in force (the toll-fraud guard and the hops a 503 holds calls
+/// off are shared by the shards, in `CallShardsShared`). Only touched on the shard's queue.
 struct OutsideCalls<Flow: Hashable & Sendable> {
     var calls: [UUID: OutsideEntry<Flow>] = [:]
     var byHandle: [ServerTransactionHandle: UUID] = [:]
     var policy = OutsideCallPolicy.none
-    var guardian: OutsideCallGuard
-    /// Hops a 503's Retry-After keeps every call off, until when.
-    var heldOff: [ResolvedHop: Date] = [:]
-    /// Extensions already reported as surging, with when (reported again after an hour).
-    var surgeReported: [AddressOfRecord: Date] = [:]
     let metrics: OutsideCallMetrics?
-
-    init(limits: OutsideCallLimits, metrics: MetricsRegistry?) {
-        guardian = OutsideCallGuard(limits: limits)
-        self.metrics = metrics.map(OutsideCallMetrics.init)
-    }
 }
 
 /// One outside call: its machine and journey, the I/O handles and the hop timers. Only touched on
@@ -53,34 +43,30 @@ final class OutsideEntry<Flow: Hashable & Sendable>: @unchecked Sendable {
 struct OutsideCallMetrics: Sendable {
     let calls: MetricsRegistry.Counter
     let refused: MetricsRegistry.Counter
-    let live: MetricsRegistry.Gauge
     let surging: MetricsRegistry.Gauge
 
-    init(_ registry: MetricsRegistry) {
+    init(_ registry: MetricsRegistry, shared: CallShardsShared) {
         calls = registry.counter("rouse_outside_calls_total", help: "Calls to the outside through a route that ended, by route and outcome.")
         refused = registry.counter(
             "rouse_outside_calls_refused_total", help: "Calls to the outside refused before any hop was tried, by why (no_route, class_of_service, limit).")
-        live = registry.gauge("rouse_outside_calls_live", help: "Calls to the outside in progress on this instance.")
+        registry.gauge("rouse_outside_calls_live", help: "Calls to the outside in progress on this instance.") {
+            Double(shared.withOutside { $0.guardian.liveCount })
+        }
         surging = registry.gauge(
             "rouse_outside_call_surging_extensions",
             help: "Extensions whose outside calls in the last hour jumped above outside_call_surge_factor times their hourly average.")
     }
 }
 
-extension CallCoordinator {
-    /// Puts a new route table and classes of service in force (loaded from PostgreSQL at start and
-    /// on every NOTIFY `rouse_routes`); calls already going keep the route they took.
-    public func updateOutsidePolicy(_ policy: OutsideCallPolicy) {
+extension CallCoordinatorShard {
+    /// Puts a new route table and classes of service in force; calls already going keep the
+    /// route they took.
+    func updateOutsidePolicy(_ policy: OutsideCallPolicy) {
         queue.async { [self] in outside.policy = policy }
     }
 
-    /// Extensions whose outside calls jumped (`OutsideCallGuard.surges`), for the admin pages.
-    public var outsideCallSurges: [(caller: AddressOfRecord, lastHour: Int)] {
-        queue.sync { outside.guardian.surges(now: clock()) }
-    }
-
-    /// Outside calls in progress.
-    public var liveOutsideCallCount: Int { queue.sync { outside.calls.values.filter { !$0.ended }.count } }
+    /// Outside calls in progress on this shard.
+    var liveOutsideCallCount: Int { queue.sync { outside.calls.values.filter { !$0.ended }.count } }
 
     /// An authenticated extension's INVITE to a target that is no extension: a route, the
     /// toll-fraud guard, then the route's hops. Refusals are recorded as journeys too (the admin
@@ -117,7 +103,9 @@ extension CallCoordinator {
         let required = policy.required(for: target, organisation: caller.domain)
         let decision = toExtension
             ? .admit(ticket: 0)
-            : outside.guardian.admit(caller: caller, classOfService: policy.classOfService(of: caller), required: required, route: route, now: now)
+            : shared.withOutside {
+                $0.guardian.admit(caller: caller, classOfService: policy.classOfService(of: caller), required: required, route: route, now: now)
+            }
         guard case .admit(let ticket) = decision else {
             if case .refuse(let why) = decision {
                 refuse(403, "Forbidden", why: why, label: why.contains("limit") ? "limit" : "class_of_service")
@@ -125,14 +113,16 @@ extension CallCoordinator {
             return
         }
         reportSurges(now: now)
-        outside.heldOff = outside.heldOff.filter { $0.value > now }
+        let heldOff = shared.withOutside { outside in
+            outside.heldOff = outside.heldOff.filter { $0.value > now }
+            return Set(outside.heldOff.keys)
+        }
         let machine = OutsideCall<Flow>(.init(
             id: journey.id, invite: invite, caller: caller, target: target, route: route, password: policy.password(of: route),
-            toTag: Self.makeTag(), serverName: serverName, heldOff: Set(outside.heldOff.keys), forwarded: forwarded))
+            toTag: Self.makeTag(), serverName: serverName, heldOff: heldOff, forwarded: forwarded))
         let entry = OutsideEntry(machine: machine, recorder: recorder, handle: handle, callerFlow: callerFlow, ticket: ticket)
         outside.calls[journey.id] = entry
         outside.byHandle[handle] = journey.id
-        outside.metrics?.live.set(Double(outside.guardian.liveCount))
         logger.info("call.outside_started", ["call": journey.callID, "caller": caller.description, "target": target.description, "route": route.name])
         run(.start, on: entry)
     }
@@ -194,7 +184,7 @@ extension CallCoordinator {
                 case .stopHopTimer(let attempt):
                     entry.hopTimers.removeValue(forKey: attempt)?.cancel()
                 case .holdOff(let hop, let duration):
-                    outside.heldOff[hop] = now.addingTimeInterval(duration.timeInterval)
+                    shared.withOutside { $0.heldOff[hop] = now.addingTimeInterval(duration.timeInterval) }
                 case .record(let fact):
                     record(fact, of: entry, at: now)
                 case .ended(let outcome, let status, let reason):
@@ -242,14 +232,13 @@ extension CallCoordinator {
     private func outsideEnded(_ entry: OutsideEntry<Flow>, outcome: CallOutcome, status: Int, reason: String, now: Date) {
         guard !entry.ended else { return }
         entry.ended = true
-        outside.guardian.ended(entry.ticket)
+        shared.withOutside { $0.guardian.ended(entry.ticket) }
         entry.hopTimers.values.forEach { $0.cancel() }
         entry.hopTimers = [:]
         if outcome == .answered { _ = entry.recorder.apply(.answered(device: "route \(entry.machine.setup.route.name)", after: now.timeIntervalSince(entry.recorder.journey.startedAt)), at: now) }
         _ = entry.recorder.apply(.ended(outcome: outcome, status: status, reason: reason, missed: false), at: now)
         journeys?.recordCall(entry.recorder.journey)
         outside.metrics?.calls.increment(["route": entry.machine.setup.route.name, "outcome": outcome.rawValue])
-        outside.metrics?.live.set(Double(outside.guardian.liveCount))
         logger.info("call.outside_ended", [
             "call": entry.recorder.journey.callID, "route": entry.machine.setup.route.name, "outcome": outcome.rawValue, "status": String(status),
             "reason": reason,
@@ -269,11 +258,15 @@ extension CallCoordinator {
 
     /// Logs an extension whose outside calls jumped (once an hour each) and sets the gauge.
     private func reportSurges(now: Date) {
-        let surges = outside.guardian.surges(now: now)
+        let (surges, newlySurging) = shared.withOutside { outside in
+            let surges = outside.guardian.surges(now: now)
+            outside.surgeReported = outside.surgeReported.filter { now.timeIntervalSince($0.value) < 3600 }
+            let newly = surges.filter { outside.surgeReported[$0.caller] == nil }
+            for surge in newly { outside.surgeReported[surge.caller] = now }
+            return (surges, newly)
+        }
         outside.metrics?.surging.set(Double(surges.count))
-        outside.surgeReported = outside.surgeReported.filter { now.timeIntervalSince($0.value) < 3600 }
-        for surge in surges where outside.surgeReported[surge.caller] == nil {
-            outside.surgeReported[surge.caller] = now
+        for surge in newlySurging {
             logger.warning("call.outside_surge", ["caller": surge.caller.description, "last_hour": String(surge.lastHour)])
         }
     }

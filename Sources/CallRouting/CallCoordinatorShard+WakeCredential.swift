@@ -16,7 +16,7 @@ public struct WakeCredentialMinting: Sendable {
     }
 }
 
-extension CallCoordinator {
+extension CallCoordinatorShard {
     /// On `queue`: the wake credential of a ring push, when minting is on and the call's wake wait
     /// has not ended: for this call, its callee and the pushed device (ring token, instance id),
     /// held by this instance, until the wait ends. Its id is the push's, so the call can retire it.
