@@ -122,7 +122,7 @@ public struct RouseConfiguration: Sendable {
     public var wakeCredentials: Bool = false
     /// The HTTP(S) proxy every push goes through (`push_proxy`); nil: none.
     public var pushProxy: PushProxy?
-    /// SIP loop threads and registrar shards (`sip_threads`); 0: one per core.
+    /// SIP loop threads, registrar shards and call-coordinator shards (`sip_threads`); 0: one per core.
     public var sipThreads: Int = 0
 }
 
@@ -136,7 +136,7 @@ extension RouseConfiguration {
         return min(flowTimer, max(1, idleSeconds * 4 / 5))
     }
 
-    /// The SIP loop threads (and registrar shards) Rouse runs: `sipThreads`, or the cores this
+    /// The SIP loop threads (and registrar and call shards) Rouse runs: `sipThreads`, or the cores this
     /// process may run on when it is 0.
     public var effectiveSIPThreads: Int {
         sipThreads > 0 ? sipThreads : max(1, ProcessInfo.processInfo.activeProcessorCount)
@@ -291,6 +291,6 @@ extension RouseConfiguration {
         .init(key: "push_proxy", defaultValue: "",
               meaning: "HTTP proxy every push goes through (APNs, FCM and its token fetch, web push), tunnelled with CONNECT: http://[user:password@]host:port or https://…; the password is never shown; empty means none"),
         .init(key: "sip_threads", defaultValue: "0",
-              meaning: "SIP threads: epoll loops (each with its own SO_REUSEPORT socket on every listen point) and registrar shards; 0 means one per core, 1 keeps a single loop and registrar queue"),
+              meaning: "SIP threads: epoll loops (each with its own SO_REUSEPORT socket on every listen point) registrar shards and call shards; 0 means one per core, 1 keeps a single loop, registrar queue and call queue"),
     ]
 }
