@@ -150,10 +150,11 @@ public struct DigestCredentials: Hashable, Sendable {
     func realmLowercasedEquals(_ domain: String) -> Bool {
         guard var realm = fields.realm else { return false }
         var domain = domain
-        // nil: the realm is not ASCII, so only Unicode lower-casing can tell.
+        // nil: one of them is not ASCII, so only Unicode lower-casing and String equality can tell.
         let ascii: Bool? = realm.withUTF8 { given in
             domain.withUTF8 { lower in
                 for c in given where c >= 0x80 { return nil }
+                for c in lower where c >= 0x80 { return nil }
                 guard given.count == lower.count else { return false }
                 for index in 0..<given.count {
                     let c = given[index]

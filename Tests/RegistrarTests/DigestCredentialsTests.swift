@@ -111,6 +111,7 @@ final class DigestCredentialsTests: XCTestCase {
         XCTAssertFalse(try realm("Example.COM").realmLowercasedEquals("Example.com"), "the domain is compared as given")
         XCTAssertFalse(try realm("example.co").realmLowercasedEquals("example.com"))
         XCTAssertFalse(try realm("example.com").realmLowercasedEquals("ex\u{00E4}mple.com"))
+        XCTAssertTrue(try realm("a;B").realmLowercasedEquals("a\u{037E}b"), "String equality: U+037E is canonically a semicolon")
         XCTAssertTrue(try realm("EX\u{00C4}MPLE.com").realmLowercasedEquals("ex\u{00E4}mple.com"), "a non-ASCII realm is lower-cased in full")
         XCTAssertTrue(try realm("\u{0130}.org").realmLowercasedEquals("\u{0130}.org".lowercased()), "lower-casing that changes the length")
         XCTAssertFalse(try XCTUnwrap(DigestCredentials(header: "Digest nonce=n")).realmLowercasedEquals(""))
