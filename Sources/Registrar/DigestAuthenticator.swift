@@ -90,7 +90,7 @@ public struct DigestCredentials: Hashable, Sendable {
             } else {
                 value = slice(valueRange)
             }
-            if let known = knownNames.firstIndex(where: { lowercasedEquals(bytes, name, $0) }) {
+            if let known = knownIndex(bytes, name) {
                 guard result.fields[known] == nil else { return nil }
                 result.fields[known] = value
             } else {
@@ -148,9 +148,22 @@ public struct DigestCredentials: Hashable, Sendable {
 
     /// Whether `realm?.lowercased() == domain`, without a String for an ASCII realm (any realm).
     func realmLowercasedEquals(_ domain: String) -> Bool {
-        guard let realm = fields.realm else { return false }
-        guard realm.utf8.allSatisfy({ $0 < 0x80 }), domain.utf8.allSatisfy({ $0 < 0x80 }) else { return String(realm).lowercased() == domain }
-        return realm.utf8.elementsEqual(domain.utf8) { given, lower in (given >= 0x41 && given <= 0x5A ? given | 0x20 : given) == lower }
+        guard var realm = fields.realm else { return false }
+        var domain = domain
+        // nil: one of them is not ASCII, so only Unicode lower-casing and String equality can tell.
+        let ascii: Bool? = realm.withUTF8 { given in
+            domain.withUTF8 { lower in
+                for c in given where c >= 0x80 { return nil }
+                for c in lower where c >= 0x80 { return nil }
+                guard given.count == lower.count else { return false }
+                for index in 0..<given.count {
+                    let c = given[index]
+                    guard (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) == lower[index] else { return false }
+                }
+                return true
+            }
+        }
+        return ascii ?? (String(realm).lowercased() == domain)
     }
 
     /// The known parameters as slices of the header (what `verify` reads, without a String each).
@@ -170,21 +183,49 @@ public struct DigestCredentials: Hashable, Sendable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Whether the bytes in `range` are `lowercase` (ASCII letters in any case).
-    private static func lowercasedEquals(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lowercase: String) -> Bool {
-        guard range.count == lowercase.utf8.count else { return false }
-        return zip(range, lowercase.utf8).allSatisfy { index, expected in
-            let c = bytes[index]
-            return (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) == expected
+    /// The index in `knownNames` of the name in `range` (any ASCII case), nil for another name:
+    /// its length and first letter pick the one candidate, which is then compared in full.
+    private static func knownIndex(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int? {
+        let candidate: (index: Int, name: StaticString)
+        switch (range.count, bytes[range.lowerBound] | 0x20) {
+        case (8, UInt8(ascii: "u")): candidate = (0, "username")
+        case (5, UInt8(ascii: "r")): candidate = (1, "realm")
+        case (5, UInt8(ascii: "n")): candidate = (2, "nonce")
+        case (3, UInt8(ascii: "u")): candidate = (3, "uri")
+        case (8, UInt8(ascii: "r")): candidate = (4, "response")
+        case (6, UInt8(ascii: "c")): candidate = (5, "cnonce")
+        case (3, UInt8(ascii: "q")): candidate = (6, "qop")
+        case (2, UInt8(ascii: "n")): candidate = (7, "nc")
+        case (6, UInt8(ascii: "o")): candidate = (8, "opaque")
+        case (9, UInt8(ascii: "a")): candidate = (9, "algorithm")
+        default: return nil
         }
+        return lowercasedEquals(bytes, range, candidate.name) ? candidate.index : nil
     }
 
-    /// Compares two texts, ASCII letters without regard to case.
+    /// Whether the bytes in `range` are `lowercase` (ASCII letters in any case).
+    private static func lowercasedEquals(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lowercase: StaticString) -> Bool {
+        guard range.count == lowercase.utf8CodeUnitCount else { return false }
+        let expected = lowercase.utf8Start
+        for offset in 0..<range.count {
+            let c = bytes[range.lowerBound + offset]
+            guard (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) == expected[offset] else { return false }
+        }
+        return true
+    }
+
+    /// Compares two texts, ASCII letters without regard to case (on their contiguous bytes).
     static func asciiCaseInsensitiveEquals(_ a: Substring, _ b: String) -> Bool {
-        let x = a.utf8, y = b.utf8
-        guard x.count == y.count else { return false }
-        return zip(x, y).allSatisfy { p, q in
-            p == q || ((p | 0x20) == (q | 0x20) && (p | 0x20) >= 0x61 && (p | 0x20) <= 0x7A)
+        var x = a, y = b
+        return x.withUTF8 { p in
+            y.withUTF8 { q in
+                guard p.count == q.count else { return false }
+                for index in 0..<p.count where p[index] != q[index] {
+                    let lower = p[index] | 0x20
+                    guard lower == q[index] | 0x20, lower >= 0x61, lower <= 0x7A else { return false }
+                }
+                return true
+            }
         }
     }
 }
@@ -330,28 +371,28 @@ public final class DigestAuthenticator: @unchecked Sendable {
     /// A nonce's issue time and its first 16 bytes (time and random: what tells nonces apart),
     /// decoded on the stack; nil unless its HMAC is right.
     private func nonceIssue(_ nonce: Substring) -> (time: Date, key: NonceKey)? {
-        guard nonce.utf8.count == 64 else { return nil }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { body -> (time: Date, key: NonceKey)? in
-            var digits = nonce.utf8.makeIterator()
-            for index in 0..<16 {
-                guard let high = digits.next().flatMap(Hex.value), let low = digits.next().flatMap(Hex.value)
-                else { return nil }
-                body[index] = high << 4 | low
+        var text = nonce
+        return text.withUTF8 { hex -> (time: Date, key: NonceKey)? in
+            guard hex.count == 64 else { return nil }
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { body -> (time: Date, key: NonceKey)? in
+                for index in 0..<16 {
+                    guard let high = Hex.value(hex[2 * index]), let low = Hex.value(hex[2 * index + 1]) else { return nil }
+                    body[index] = high << 4 | low
+                }
+                let mac = nonceKey.mac(UnsafeRawBufferPointer(body))
+                // The HMAC prefix must match the nonce's last 32 hex digits.
+                let signed = mac.withUnsafeBytes {
+                    Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: hex[32...])))
+                }
+                guard signed else { return nil }
+                var milliseconds: UInt64 = 0
+                var random: UInt64 = 0
+                for index in 0..<8 {
+                    milliseconds = milliseconds << 8 | UInt64(body[index])
+                    random = random << 8 | UInt64(body[8 + index])
+                }
+                return (Date(timeIntervalSince1970: Double(milliseconds) / 1000), NonceKey(milliseconds: milliseconds, random: random))
             }
-            let mac = nonceKey.mac(UnsafeRawBufferPointer(body))
-            // The HMAC prefix must match the nonce's last 32 hex digits.
-            var given = Substring(nonce.utf8.suffix(32))
-            let signed = given.withUTF8 { hex in
-                mac.withUnsafeBytes { Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(hex)) }
-            }
-            guard signed else { return nil }
-            var milliseconds: UInt64 = 0
-            var random: UInt64 = 0
-            for index in 0..<8 {
-                milliseconds = milliseconds << 8 | UInt64(body[index])
-                random = random << 8 | UInt64(body[8 + index])
-            }
-            return (Date(timeIntervalSince1970: Double(milliseconds) / 1000), NonceKey(milliseconds: milliseconds, random: random))
         }
     }
 

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Registrar
+@testable import Registrar
 import XCTest
 
 /// The one-pass Authorization parser, on header texts as phones write them and as they should not.
@@ -78,5 +78,60 @@ final class DigestCredentialsTests: XCTestCase {
             now: now
         ) { $0 == aor ? stored : nil }
         XCTAssertEqual(foreign, .rejected, "a nonce whose HMAC is wrong")
+    }
+
+    func testKnownNamesInAnyCaseAndTheirNearMisses() throws {
+        let header = "Digest UserName=u, REALM=r, Nonce=n, URI=i, Response=p, CNonce=c, QoP=auth, nC=1, Opaque=o, Algorithm=sha-256, "
+            + "usernamx=1, nonse=2, ur=3, urix=4, \u{00D1}C=5, n@=6, `lgorithm=7"
+        let credentials = try XCTUnwrap(DigestCredentials(header: header))
+        XCTAssertEqual(
+            [credentials.username, credentials.realm, credentials.nonce, credentials.uri, credentials.response, credentials.cnonce, credentials.qop, credentials.nc, credentials.opaque],
+            ["u", "r", "n", "i", "p", "c", "auth", "1", "o"]
+        )
+        XCTAssertEqual(credentials.algorithm, .sha256)
+        let others = credentials.parameters.filter { !DigestCredentials.knownNames.contains($0.key) }
+        XCTAssertEqual(others, ["usernamx": "1", "nonse": "2", "ur": "3", "urix": "4", "\u{00F1}c": "5", "n@": "6", "`lgorithm": "7"])
+        for name in DigestCredentials.knownNames {
+            XCTAssertNil(DigestCredentials(header: "Digest \(name)=a, \(name.uppercased())=b"), "\(name) twice")
+        }
+    }
+
+    func testQuotedValuesWithEscapes() throws {
+        let credentials = try XCTUnwrap(DigestCredentials(header: #"Digest uri="a\\\"b", nonce="x\,y", opaque="", cnonce="\"", realm="r""#))
+        XCTAssertEqual(credentials.uri, #"a\"b"#)
+        XCTAssertEqual(credentials.nonce, "x,y")
+        XCTAssertEqual(credentials.opaque, "")
+        XCTAssertEqual(credentials.cnonce, "\"")
+        XCTAssertEqual(credentials.realm, "r")
+    }
+
+    func testRealmComparisons() throws {
+        func realm(_ text: String) throws -> DigestCredentials { try XCTUnwrap(DigestCredentials(header: "Digest realm=\"\(text)\"")) }
+        XCTAssertTrue(try realm("Example.COM").realmLowercasedEquals("example.com"))
+        XCTAssertFalse(try realm("Example.COM").realmLowercasedEquals("Example.com"), "the domain is compared as given")
+        XCTAssertFalse(try realm("example.co").realmLowercasedEquals("example.com"))
+        XCTAssertFalse(try realm("example.com").realmLowercasedEquals("ex\u{00E4}mple.com"))
+        XCTAssertTrue(try realm("a;B").realmLowercasedEquals("a\u{037E}b"), "String equality: U+037E is canonically a semicolon")
+        XCTAssertTrue(try realm("EX\u{00C4}MPLE.com").realmLowercasedEquals("ex\u{00E4}mple.com"), "a non-ASCII realm is lower-cased in full")
+        XCTAssertTrue(try realm("\u{0130}.org").realmLowercasedEquals("\u{0130}.org".lowercased()), "lower-casing that changes the length")
+        XCTAssertFalse(try XCTUnwrap(DigestCredentials(header: "Digest nonce=n")).realmLowercasedEquals(""))
+        XCTAssertTrue(try realm("Example.COM").realmIs("example.com"))
+        XCTAssertFalse(try realm("a@b").realmIs("a`b"), "only letters fold")
+        XCTAssertFalse(try realm("a[b").realmIs("a{b"), "only letters fold")
+        XCTAssertFalse(try realm("\u{00C4}").realmIs("\u{00E4}"), "only ASCII letters fold")
+        XCTAssertFalse(try realm("ab").realmIs("abc"))
+    }
+
+    func testNonceIssueTimeInEitherCaseAndMalformedNonces() throws {
+        let authenticator = DigestAuthenticator(secret: Array("test-secret".utf8), nonceLifetime: 300)
+        let now = Date(timeIntervalSince1970: 1_800_000_000.25)
+        let nonce = authenticator.makeNonce(now: now)
+        XCTAssertEqual(authenticator.nonceIssueTime(nonce), now)
+        XCTAssertEqual(authenticator.nonceIssueTime(nonce.uppercased()), now)
+        XCTAssertNil(authenticator.nonceIssueTime(String(nonce.dropLast())))
+        XCTAssertNil(authenticator.nonceIssueTime(nonce + "0"))
+        XCTAssertNil(authenticator.nonceIssueTime("g" + nonce.dropFirst()), "a byte that is not hex")
+        XCTAssertNil(authenticator.nonceIssueTime(String(nonce.dropLast()) + "g"), "a byte that is not hex in the HMAC")
+        XCTAssertNil(DigestAuthenticator(secret: Array("other".utf8), nonceLifetime: 300).nonceIssueTime(nonce), "another secret")
     }
 }
