@@ -22,6 +22,15 @@ final class RegistrarShard: @unchecked Sendable {
     /// when each extension's last one was made: a read of the store begun before that may predate it.
     private let writesMade: WriteCounter
     private var lastWrite: [AddressOfRecord: UInt64] = [:]
+    /// `lastWrite` forgets an extension once its writes are answered and its last one was made
+    /// before the previous sweep (`forgetOldWrites`), so it holds the recent writes, not one entry
+    /// per extension ever written. A read whose mark is below `forgottenThrough` may predate a
+    /// forgotten write: an extension it finds without an entry is read again instead of replaced.
+    private var forgottenThrough: UInt64 = 0
+    /// The write count at the previous sweep, and when that sweep ran.
+    private var sweptAt: (mark: UInt64, time: Date)?
+    /// How long a write is remembered at least (stored reads take far less: one statement).
+    static let writeMemory: TimeInterval = 60
     /// Extensions whose stored bindings were read while a local write of theirs was out: read
     /// again once their last write is answered.
     private var readAgainAfterWrites: Set<AddressOfRecord> = []
@@ -130,13 +139,30 @@ final class RegistrarShard: @unchecked Sendable {
             readAgainAfterWrites.insert(aor)
             return false
         }
-        if let last = lastWrite[aor], last > mark {
+        // A write after the read began, or one forgotten that the read may predate.
+        if lastWrite[aor].map({ $0 > mark }) ?? (mark < forgottenThrough) {
             DispatchQueue.global().async { [self] in try? reload(aor) }
             return false
         }
         core.replace(aor, with: list)
         return true
     }
+
+    /// On `queue`: at most every `writeMemory`, drops the `lastWrite` entries made before the
+    /// previous sweep whose writes are all answered, and raises `forgottenThrough` to that sweep's mark.
+    private func forgetOldWrites(now: Date) {
+        guard let swept = sweptAt else {
+            sweptAt = (writesMade.mark, now)
+            return
+        }
+        guard now.timeIntervalSince(swept.time) >= Self.writeMemory else { return }
+        lastWrite = lastWrite.filter { aor, last in last > swept.mark || unwritten[aor] != nil }
+        forgottenThrough = max(forgottenThrough, swept.mark)
+        sweptAt = (writesMade.mark, now)
+    }
+
+    /// How many extensions' last writes this shard remembers (`lastWrite`).
+    var rememberedWrites: Int { queue.sync { lastWrite.count } }
 
     /// Calls `handler` with every binding event of this shard from now on.
     func subscribe(_ handler: @escaping @Sendable (BindingEvent) -> Void) {
@@ -150,10 +176,12 @@ final class RegistrarShard: @unchecked Sendable {
         queue.async { [self] in _ = replaceStored(aor, with: loaded, since: mark) }
     }
 
-    /// Removes this shard's expired bindings now.
+    /// Removes this shard's expired bindings now (and forgets old writes, `forgetOldWrites`).
     func expireNow() {
         queue.async { [self] in
-            let (changes, events) = core.expire(now: clock())
+            let now = clock()
+            forgetOldWrites(now: now)
+            let (changes, events) = core.expire(now: now)
             guard !changes.isEmpty else { return }
             store.apply(changes) { [self] result in
                 if case .success = result { publish(events) }
@@ -272,8 +300,10 @@ public final class Registrar: ExtensionDirectory, Sendable {
     /// Puts bindings read from the store into the index (another instance changed them): each
     /// extension's list replaces what the index holds, unless a local write of that extension is
     /// still out or was made after `mark` (the read may predate it, and would drop its binding);
-    /// such an extension is read again once its writes are answered. `everything`: the read
-    /// covered every extension, so one the index holds that is not in `bindings` has none.
+    /// such an extension is read again once its writes are answered. (A `mark` older than the
+    /// writes remembered, `RegistrarShard.writeMemory`, has each extension without a remembered
+    /// write read again instead.) `everything`: the read covered every extension, so one the index
+    /// holds that is not in `bindings` has none.
     /// `applied` gets the extensions replaced, once every shard has done its part, on a shard's
     /// queue (it must not block).
     public func applyStored(
@@ -358,6 +388,10 @@ public final class Registrar: ExtensionDirectory, Sendable {
     public func reload(_ aor: AddressOfRecord) throws {
         try shard(of: aor).reload(aor)
     }
+
+    /// How many extensions' last local writes the shards remember for stored reads (those made
+    /// in the last one or two `RegistrarShard.writeMemory` periods, or still out).
+    var rememberedWrites: Int { shards.reduce(0) { $0 + $1.rememberedWrites } }
 
     /// Removes expired bindings now (the timers call this every `interval`).
     public func expireNow() {

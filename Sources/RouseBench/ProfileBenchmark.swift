@@ -77,10 +77,10 @@ enum ProfileBenchmark {
 
     static let domain = "profile.bench.rouse.test"
     static let password = "bench-profile-secret"
-    /// Measured by this phase on e145fc6 (the start of session 10's work), release build; NaN
-    /// until measured ("–" in the report).
-    static let beforeInvite = Double.nan
-    static let beforePost = Double.nan
+    /// Measured by this phase on e145fc6 (the start of session 10's work), release build (this
+    /// phase's bench against e145fc6's rouse, 2026-12-02: 300 calls, 996 posts counted).
+    static let beforeInvite = 3_144_035.0
+    static let beforePost = 1_715_207.0
 
     static func run(_ settings: Settings) throws -> Result {
         guard FileManager.default.isExecutableFile(atPath: settings.valgrind) else {
