@@ -149,6 +149,9 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     public private(set) var devices: [Device] = []
     public private(set) var branches: [Branch] = []
     public private(set) var answered = false
+    /// The call ended unanswered (no device in time), not canceled, declined or answered: a push
+    /// answered after the end settles its wake as "not in time" only then, as `close` does.
+    private var endedUnanswered = false
     /// The ring timer's deadline: `ring_timeout` from the INVITE's arrival.
     public let ringDeadline: Date
     public private(set) var waitDeadline = Date.distantFuture
@@ -355,7 +358,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         } else if device.wake == .notPushed {
             device.wake = .pending
         }
-        if phase == .ended, accepted, device.wake == .pending { device.wake = answered ? .callEnded : .notInTime }
+        if phase == .ended, accepted, device.wake == .pending { device.wake = endedUnanswered ? .notInTime : .callEnded }
         device.answered = true
         device.accepted = accepted
         devices[index] = device
@@ -760,6 +763,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
 
     private mutating func close(outcome: CallOutcome, finalStatus: Int, reason: String, pushReason: CallEndReason, _ now: Date) {
         phase = .ended
+        endedUnanswered = outcome == .unanswered
         if outcome == .unanswered || outcome == .canceled { missed = true }
         out.append(.record(.ended(outcome: outcome, status: finalStatus, reason: reason, missed: missed)))
         stopWokenDevices(reason: pushReason, now)

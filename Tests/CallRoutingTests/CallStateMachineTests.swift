@@ -197,6 +197,16 @@ final class CallStateMachineTests: XCTestCase {
         XCTAssertEqual(signals(&call, .bindingsChanged, at: 10), [])
     }
 
+    func testAPushAnsweredAfterTheCallersCancelSettlesAsCallEndedNotAsNotInTime() {
+        bindings = [iPhone()]
+        var call = machine()
+        _ = step(&call, .admitted(targets(), tokensPending: false), at: 0)
+        _ = step(&call, .callerCanceled(reason: nil), at: 0.1)
+        let late = step(&call, .pushAnswered(device: 0, accepted, appID: 1), at: 0.3)
+        XCTAssertEqual(facts(late), ["push iPhone-push accepted call ended before the device came back"],
+                       "the provider answered after the CANCEL: the call ended, the device was not late")
+    }
+
     func testAMissedCallAfterACancelMoreThan30sInTellsTheRingingAppItsReason() {
         bindings = [android()]
         var call = machine(CallSettings(ringTimeout: .seconds(120)))
