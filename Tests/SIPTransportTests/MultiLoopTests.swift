@@ -154,8 +154,9 @@ final class MultiLoopTests: XCTestCase {
         let layer = SIPTransportLayer(
             listen: [ListenPoint(transport: .udp, host: "127.0.0.1", port: 0)], loops: 2,
             onPacket: { packet in
-                packets.record(packet)
+                // Recorded once shutdown returned: the send below is then sure to find the layer stopped.
                 box.layer?.shutdown()
+                packets.record(packet)
             })
         box.layer = layer
         try layer.start()
