@@ -628,10 +628,12 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         @inlinable
         func clientKeys(on flow: Flow) -> Set<TransactionKey> { clientKeysByFlow[flow] ?? [] }
 
+        /// Hashes the flow once (through the dictionary's index), not once per step.
         @inlinable
         static func unindex(_ key: TransactionKey, of flow: Flow, in index: inout [Flow: Set<TransactionKey>]) {
-            index[flow]?.remove(key)
-            if index[flow]?.isEmpty == true { index[flow] = nil }
+            guard let at = index.index(forKey: flow) else { return }
+            index.values[at].remove(key)
+            if index.values[at].isEmpty { index.remove(at: at) }
         }
 
         /// A number never handed out before: transaction serials and timer ids.
