@@ -80,7 +80,8 @@ public struct ProxyCore: Sendable {
     /// token of this instance or names this server (`namesThisServer`).
     public func popOwnRoutes(_ request: inout SIPRequest, listening: [ListenPoint]) -> RouteTokens {
         var tokens = RouteTokens()
-        while let first = request.headers.values(.route).first, let address = try? SIPNameAddress(parsing: first) {
+        // `firstValue`: only the top entry is split out (`values(.route)` split every line each time round).
+        while let first = request.headers.firstValue(.route), let address = try? SIPNameAddress(parsing: first) {
             let uri = address.uri
             let caller = uri.parameters.value(Self.callerFlowParameter).flatMap(flow(fromToken:))
             let device = uri.parameters.value(Self.deviceFlowParameter).flatMap(flow(fromToken:))
