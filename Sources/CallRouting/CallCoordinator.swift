@@ -12,9 +12,11 @@ public import SIPTransaction
 /// answers, branches and CANCELs through `CallSignaling`, pushes through `CallPushing`, the
 /// journey into the `JourneyStore`). The calls are split over shards (`CallCoordinatorShard`), each
 /// a serial queue of its own, by a hash of the Call-ID: an INVITE, its loops and spirals, its
-/// diversions and the BYE that ends it all go to the same shard. A CANCEL (matched to its INVITE
-/// by the server transaction) and a binding change go to every shard; only the one holding the
-/// call acts. Every shard gets each dead-token mark; the live-call count and the toll-fraud guard
+/// diversions and the BYE that ends it all go to the same shard, and so does the caller's CANCEL
+/// (which carries the INVITE's Call-ID, RFC 3261 §9.1). A binding change goes only to the shards
+/// that hold calls or grace devices of the AOR or may hold dead-token marks (`BindingWatch`,
+/// looked up under a lock: a REGISTER for a phone nobody is calling wakes no shard). Every shard
+/// gets each dead-token mark; the live-call count and the toll-fraud guard
 /// are shared (`CallShardsShared`), so the guard's limits stay those of the instance.
 ///
 /// Threading: every entry point hops onto a shard's queue and returns at once (the counts and
@@ -115,16 +117,16 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
         shard(ofCallID: invite.callID).handleInvite(invite, handle: handle, callerFlow: callerFlow, sourceIP: sourceIP, transport: transport)
     }
 
-    /// The caller's CANCEL matched the INVITE transaction `handle` (already answered 200): every
-    /// shard is told, the one holding the call acts.
-    public func handleCancel(of handle: ServerTransactionHandle, reason: String?) {
-        for shard in shards { shard.handleCancel(of: handle, reason: reason) }
+    /// The caller's CANCEL (Call-ID `callID`, the INVITE's) matched the INVITE transaction
+    /// `handle` (already answered 200): the shard of the Call-ID is told.
+    public func handleCancel(of handle: ServerTransactionHandle, callID: String?, reason: String?) {
+        shard(ofCallID: callID).handleCancel(of: handle, reason: reason)
     }
 
     /// The bindings of `aor` changed (a REGISTER here, or another instance's, announced by
-    /// NOTIFY): every shard is told (calls to `aor` may be on any of them).
+    /// NOTIFY): the shards holding calls or grace devices of `aor`, or dead-token marks, are told.
     public func bindingsChanged(_ aor: AddressOfRecord) {
-        for shard in shards { shard.bindingsChanged(aor) }
+        for index in shared.shardsToTell(of: aor) { shards[index].bindingsChanged(aor) }
     }
 
     /// A BYE of an answered call passed through Rouse: its journey gets the end of the talk.

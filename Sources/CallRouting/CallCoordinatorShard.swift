@@ -60,6 +60,8 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
     /// when: not pushed again until a binding carrying the token registers after that moment.
     /// Forgotten after `deadTokenMemory` (PostgreSQL keeps the mark; the next call reads it again).
     private var deadTokens: ExpiringTable<PushTokenID, Date>
+    /// What this shard last told `shared` about holding dead marks.
+    private var deadMarksAnnounced = false
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
     /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
     var talking: ExpiringTable<String, CallJourney>
@@ -141,8 +143,9 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
                 signaling?.respond(response, to: handle)
                 return
             }
+            let snapshot = directory.directorySnapshot()
             let admission = InviteAdmission.decide(
-                invite, sourceIP: sourceIP, directory: directory.directorySnapshot(), ownNames: ownNames, trustedPeers: settings.trustedPeers,
+                invite, sourceIP: sourceIP, directory: snapshot, ownNames: ownNames, trustedPeers: settings.trustedPeers,
                 authenticator: authenticator, throttle: throttle, serverName: serverName, now: arrivedAt)
             switch admission {
             case .respond(let response):
@@ -154,7 +157,9 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
                         invite, handle: handle, callerFlow: callerFlow, target: target, caller: caller, inOwnDomain: true, source: sourceIP,
                         transport: transport, at: arrivedAt, toExtension: true)
                 }
-                begin(invite, handle: handle, callerFlow: callerFlow, callee: callee, caller: caller, source: sourceIP, transport: transport, at: arrivedAt)
+                begin(
+                    invite, handle: handle, callerFlow: callerFlow, callee: callee, caller: caller, source: sourceIP, transport: transport, at: arrivedAt,
+                    snapshot: snapshot)
             case .outside(let target, let caller, let inOwnDomain):
                 beginOutside(
                     invite, handle: handle, callerFlow: callerFlow, target: target, caller: caller, inOwnDomain: inOwnDomain, source: sourceIP,
@@ -204,6 +209,7 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
                 run(.bindingsChanged, on: entry, bindings: bindings)
             }
             if hasGrace { graceDevicesMayBeBack(aor, bindings: bindings) }
+            if deadTokens.isEmpty { announceDeadMarks(false) }
         }
     }
 
@@ -242,10 +248,12 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
 
     /// Starts a call for `callee` on the caller's server transaction `handle`. `diverted`: the
     /// call is the target's side of a diversion (the handle then moves to it from the diverted
-    /// call, whose To tag it keeps).
+    /// call, whose To tag it keeps). `snapshot`: the directory as the admission read it (read
+    /// again when not given).
     private func begin(
         _ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, callee: AddressOfRecord, caller: AddressOfRecord?,
-        source: String, transport: String, at arrivedAt: Date, diverted: (from: AddressOfRecord, cause: DiversionCause, toTag: String)? = nil
+        source: String, transport: String, at arrivedAt: Date, diverted: (from: AddressOfRecord, cause: DiversionCause, toTag: String)? = nil,
+        snapshot: DirectorySnapshot? = nil
     ) {
         guard diverted != nil || callByHandle[handle] == nil else { return }
         let from = invite.from
@@ -255,13 +263,14 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
             transport: transport, source: source, instanceID: instanceID, startedAt: arrivedAt)
         var recorder = JourneyRecorder(journey, authenticatedAs: caller)
         if let diverted { _ = recorder.apply(.divertedHere(from: diverted.from, cause: diverted.cause), at: arrivedAt) }
-        let snapshot = directory.directorySnapshot()
+        let snapshot = snapshot ?? directory.directorySnapshot()
         let rules = usableDiversion(snapshot.diversions[callee], of: callee, in: snapshot, recorder: &recorder, at: arrivedAt)
         let machine = CallStateMachine<Flow>(.init(
             id: id, invite: invite, callee: callee, arrivedAt: arrivedAt, toTag: diverted?.toTag ?? Self.makeTag(), serverName: serverName,
             settings: settings, diversion: rules, calleeName: snapshot.displayNames[callee],
             callerExtensionName: caller.flatMap { snapshot.displayNames[$0] }))
         let entry = CallEntry(machine: machine, recorder: recorder, handle: handle, callerFlow: callerFlow, caller: caller)
+        hold(callee)
         callees[callee, default: CalleeCalls()].calls[id] = entry
         callees[callee]?.live += 1
         shared.addLiveCalls(1)
@@ -516,6 +525,7 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
     /// A token a provider called dead, here and (through the coordinator) on every other shard.
     private func markDead(_ key: PushTokenID, at now: Date) {
         deadTokens.insert(now, for: key, at: now)
+        announceDeadMarks(true)
         coordinator?.spreadDeadMark(key, at: now, from: index)
     }
 
@@ -523,6 +533,7 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
     func takeDeadMark(_ key: PushTokenID, at markedAt: Date) {
         queue.async { [self] in
             if deadTokens[key] == nil { deadTokens.insert(markedAt, for: key, at: markedAt) }
+            announceDeadMarks(true)
         }
     }
 
@@ -616,8 +627,22 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
         }
     }
 
+    /// Notes, before `callee` gets an entry here, that its binding changes must reach this shard.
+    private func hold(_ callee: AddressOfRecord) {
+        if callees[callee] == nil { shared.watch(callee, shard: index) }
+    }
+
     private func forgetIfEmpty(_ callee: AddressOfRecord) {
-        if let held = callees[callee], held.calls.isEmpty, held.grace.isEmpty { callees[callee] = nil }
+        guard let held = callees[callee], held.calls.isEmpty, held.grace.isEmpty else { return }
+        callees[callee] = nil
+        shared.unwatch(callee, shard: index)
+    }
+
+    /// Tells the shared watch whether this shard may hold dead-token marks (only when it changes).
+    private func announceDeadMarks(_ holds: Bool) {
+        guard holds != deadMarksAnnounced else { return }
+        deadMarksAnnounced = holds
+        shared.setHoldsDeadMarks(holds, shard: index)
     }
 
     /// Lets go of answered calls whose BYE did not pass within `maxCallDuration`, when the oldest
@@ -637,6 +662,7 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
 
     private func keepInGrace(_ device: GraceDevice, of entry: CallEntry, now: Date) {
         let callee = entry.machine.setup.callee
+        hold(callee)
         callees[callee, default: CalleeCalls()].grace.append(Grace(device: device, callID: entry.machine.setup.id, callerFlow: entry.callerFlow))
         // An iPhone that never registers again is not kept for ever.
         later(device.until.timeIntervalSince(now)) { coordinator in

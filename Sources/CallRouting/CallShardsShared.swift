@@ -4,18 +4,49 @@ import SIPDNS
 import Synchronization
 
 /// What every shard of the call coordinator shares: the count of live calls (one gauge for the
-/// instance) and the outside calls' toll-fraud guard with the hops held off, so their limits stay
-/// global. Thread-safe: the count is an atomic, the outside state sits behind a lock taken only
-/// for a guard decision (never across I/O).
+/// instance), the outside calls' toll-fraud guard with the hops held off, so their limits stay
+/// global, and which shards a binding change must reach (`BindingWatch`). Thread-safe: the count
+/// is an atomic, the outside state and the watch each sit behind a lock taken for a decision or
+/// a lookup only (never across I/O).
 final class CallShardsShared: @unchecked Sendable {
-    // @unchecked: `outside` is only touched under `lock`.
+    // @unchecked: `outside` is only touched under `lock`, `watch` under `watchLock`.
     /// Calls to extensions not yet ended, on every shard.
     let liveCalls = Atomic<Int>(0)
     private let lock = NSLock()
     private var outside: SharedOutside
+    private let watchLock = NSLock()
+    private var watch = BindingWatch()
 
     init(limits: OutsideCallLimits) {
         outside = SharedOutside(guardian: OutsideCallGuard(limits: limits))
+    }
+
+    /// The shards a binding change of `aor` must reach (none, nearly always: then no shard's
+    /// queue is woken for a REGISTER).
+    func shardsToTell(of aor: AddressOfRecord) -> [Int] {
+        watchLock.withLock { watch.shards(for: aor) }
+    }
+
+    /// Shard `shard` now holds calls or grace devices of `aor` (called before it reads the
+    /// callee's bindings, so a change made after that read is not missed).
+    func watch(_ aor: AddressOfRecord, shard: Int) {
+        watchLock.withLock { watch.holders[aor, default: []].append(shard) }
+    }
+
+    /// Shard `shard` holds nothing of `aor` any more.
+    func unwatch(_ aor: AddressOfRecord, shard: Int) {
+        watchLock.withLock {
+            watch.holders[aor]?.removeAll { $0 == shard }
+            if watch.holders[aor]?.isEmpty == true { watch.holders[aor] = nil }
+        }
+    }
+
+    /// Whether shard `shard` may hold dead-token marks (every binding change then reaches it: a
+    /// token registered again revives).
+    func setHoldsDeadMarks(_ holds: Bool, shard: Int) {
+        watchLock.withLock {
+            if holds { watch.deadMarkHolders.insert(shard) } else { watch.deadMarkHolders.remove(shard) }
+        }
     }
 
     /// Adds `delta` to the live calls and returns the new count.
@@ -29,6 +60,21 @@ final class CallShardsShared: @unchecked Sendable {
     /// Runs `body` on the outside-call state under the lock.
     func withOutside<Result>(_ body: (inout SharedOutside) -> Result) -> Result {
         lock.withLock { body(&outside) }
+    }
+}
+
+/// Which shards care about a binding change: those holding calls or grace devices of an AOR (by
+/// AOR, each shard once), and those that may hold dead-token marks. Each shard keeps its own part
+/// up to date from its queue; a shard listed that no longer cares only costs a wasted hop. Only
+/// touched under `CallShardsShared`'s watch lock.
+struct BindingWatch {
+    var holders: [AddressOfRecord: [Int]] = [:]
+    var deadMarkHolders: Set<Int> = []
+
+    func shards(for aor: AddressOfRecord) -> [Int] {
+        let holding = holders[aor] ?? []
+        if deadMarkHolders.isEmpty { return holding }
+        return deadMarkHolders.union(holding).sorted()
     }
 }
 

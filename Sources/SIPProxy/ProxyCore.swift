@@ -27,6 +27,9 @@ public struct ProxyCore: Sendable {
     /// Signs flow tokens (shared by every instance, so one instance can route through another's
     /// flows and nobody else can forge them).
     private let flowTokenKey: [UInt8]
+    /// Tokens already signed or checked, so the HMAC runs once per flow, not on every request of
+    /// a dialog (shared by the copies of this value).
+    private let tokenCache = FlowTokenCache()
 
     public init(instanceID: String, ownNames: Set<String>, flowTokenKey: [UInt8]) {
         self.instanceID = instanceID
@@ -40,12 +43,24 @@ public struct ProxyCore: Sendable {
     /// `hex(instance " " name).hex(HMAC-SHA256(key, instance " " name)[0..<8])`. Every instance
     /// shares the key; nobody else can forge a token, and an instance accepts only its own.
     public func flowToken(_ flow: FlowID) -> String {
+        if let known = tokenCache.token(of: flow) { return known }
         let text = Array("\(instanceID) \(flow.description)".utf8)
-        return Hex.encode(text) + "." + Hex.encode(Digest.hmacSHA256(key: flowTokenKey, message: text).prefix(8))
+        let token = Hex.encode(text) + "." + Hex.encode(Digest.hmacSHA256(key: flowTokenKey, message: text).prefix(8))
+        tokenCache.remember(signed: token, for: flow)
+        return token
     }
 
-    /// The flow a token names, when the signature is Rouse's and the flow is this instance's.
+    /// The flow a token names, when the signature is Rouse's and the flow is this instance's. A
+    /// token seen before (signed here or checked) is looked up, not checked again: the whole
+    /// token is the key, so only a token that passed the check can match.
     public func flow(fromToken token: String) -> FlowID? {
+        if let known = tokenCache.flow(of: token) { return known }
+        guard let flow = checkedFlow(fromToken: token) else { return nil }
+        tokenCache.remember(checked: token, for: flow)
+        return flow
+    }
+
+    private func checkedFlow(fromToken token: String) -> FlowID? {
         // Read as bytes: every in-dialog request carries two tokens per Route entry, and
         // Character-wise splitting cost more than the HMAC.
         guard let dot = token.utf8.firstIndex(of: UInt8(ascii: ".")), let textBytes = Hex.decode(String(token[..<dot])),
@@ -65,7 +80,8 @@ public struct ProxyCore: Sendable {
     /// token of this instance or names this server (`namesThisServer`).
     public func popOwnRoutes(_ request: inout SIPRequest, listening: [ListenPoint]) -> RouteTokens {
         var tokens = RouteTokens()
-        while let first = request.headers.values(.route).first, let address = try? SIPNameAddress(parsing: first) {
+        // `firstValue`: only the top entry is split out (`values(.route)` split every line each time round).
+        while let first = request.headers.firstValue(.route), let address = try? SIPNameAddress(parsing: first) {
             let uri = address.uri
             let caller = uri.parameters.value(Self.callerFlowParameter).flatMap(flow(fromToken:))
             let device = uri.parameters.value(Self.deviceFlowParameter).flatMap(flow(fromToken:))

@@ -251,7 +251,7 @@ public final class SIPService: Sendable {
         if let forwarded = forwardedInvites.withLock({ $0.cancel(invite, reason: cancel.headers[.reason]) }) {
             sendCancel(forwarded.cancel, over: forwarded.flow)
         } else {
-            coordinator?.handleCancel(of: invite, reason: cancel.headers[.reason])
+            coordinator?.handleCancel(of: invite, callID: cancel.callID, reason: cancel.headers[.reason])
         }
     }
 

@@ -83,8 +83,11 @@ final class EventLoop: @unchecked Sendable {
         let wake = !inLoopThread
         return tasks.withLock { queue in
             guard !queue.closed else { return false }
+            // A queue already holding tasks has its wake-up on the way (the loop takes them all
+            // and looks again before it waits), so only the first task of a batch writes.
+            let alreadyWoken = !queue.tasks.isEmpty
             queue.tasks.append(task)
-            if wake {
+            if wake, !alreadyWoken {
                 // Written under the lock: the loop closes its descriptors only after marking the queue closed.
                 var one: UInt64 = 1
                 _ = Glibc.write(wakeFD, &one, 8)

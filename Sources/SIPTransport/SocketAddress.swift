@@ -58,3 +58,56 @@ extension SocketAddress {
         }
     }
 }
+
+/// The peers' addresses a loop has read, by the kernel's binary form, so a datagram from a peer
+/// seen before costs a hash lookup instead of `inet_ntop`, a buffer and a new String (the text
+/// form is shared by every packet from that peer). Bounded: at `limit` peers it starts again
+/// empty. A value owned by one `TransportCore`, used on its loop thread only.
+struct PeerAddressCache {
+    /// A `sockaddr_in`/`sockaddr_in6`'s address and port, as integers.
+    private struct Key: Hashable {
+        var high: UInt64
+        var low: UInt64
+        var port: UInt16
+        var isIPv6: Bool
+    }
+
+    private var addresses: [Key: SocketAddress] = [:]
+    let limit: Int
+
+    init(limit: Int = 4_096) {
+        self.limit = max(1, limit)
+    }
+
+    /// The address of a `sockaddr_storage` filled by the kernel; nil for other families.
+    mutating func address(of storage: inout sockaddr_storage) -> SocketAddress? {
+        let key: Key
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            key = withUnsafeMutablePointer(to: &storage) { raw in
+                raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
+                    Key(high: 0, low: UInt64(sin.pointee.sin_addr.s_addr), port: sin.pointee.sin_port, isIPv6: false)
+                }
+            }
+        case AF_INET6:
+            key = withUnsafeMutablePointer(to: &storage) { raw in
+                raw.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin6 in
+                    withUnsafeBytes(of: sin6.pointee.sin6_addr) { bytes in
+                        Key(high: bytes.loadUnaligned(as: UInt64.self), low: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+                            port: sin6.pointee.sin6_port, isIPv6: true)
+                    }
+                }
+            }
+        default:
+            return nil
+        }
+        if let known = addresses[key] { return known }
+        guard let address = SocketAddress(storage: storage) else { return nil }
+        if addresses.count >= limit { addresses.removeAll(keepingCapacity: true) }
+        addresses[key] = address
+        return address
+    }
+
+    /// Peers held (for tests).
+    var count: Int { addresses.count }
+}

@@ -77,6 +77,8 @@ final class TransportCore: @unchecked Sendable {
     private let shardCount: UInt64
     private var nextConnectionNumber: UInt64
     private var isShutDown = false
+    /// The UDP peers' addresses already read (no `inet_ntop` per datagram).
+    private var peers = PeerAddressCache()
 
     init(
         loop: EventLoop, shard: Int = 0, of shardCount: Int = 1, limits: TransportLimits, serverTLS: TLSContext?, clientTLS: TLSContext,
@@ -196,7 +198,7 @@ final class TransportCore: @unchecked Sendable {
             guard count > 0, count <= limits.framing.maxMessageBytes, count < readBuffer.count else { continue }
             let bytes = [UInt8](UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
             guard bytes.contains(where: { $0 != 0x0D && $0 != 0x0A }) else { continue }
-            guard let source = SocketAddress(storage: storage) else { continue }
+            guard let source = peers.address(of: &storage) else { continue }
             // RFC 5626 §8: a STUN Binding request on the SIP port is a keep-alive, answered here.
             if STUNMessage.looksLikeSTUN(bytes) {
                 if let answer = STUNKeepAliveResponder.response(to: bytes, fromIP: source.ipBytes, port: source.port) {

@@ -57,7 +57,7 @@ final class CallCoordinatorDiversionTests: XCTestCase {
         let invite = try harness.waitForBranch()
         XCTAssertEqual(invite.request.uri.user, "desk3", "unconditional: straight to the colleague")
         invite.respond(180)
-        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         try harness.waitUntil { harness.signaling.cancels.count == 1 }
         XCTAssertEqual(harness.coordinator.liveCallCount, 0)

@@ -32,7 +32,7 @@ extension CallCoordinatorTests {
             harness.placeCall(callID: callID(onShard: shard, of: harness.coordinator))
             let invite = try harness.waitForBranch()
             invite.respond(180)
-            harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+            harness.coordinator.handleCancel(of: harness.serverHandle!, callID: harness.callID, reason: nil)
             XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487, "call on shard \(shard)")
             try harness.waitUntil { harness.signaling.cancels.count == 1 }
             XCTAssertEqual(try harness.waitForJourney().outcome, .canceled)

@@ -28,7 +28,7 @@ extension CallCoordinatorTests {
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 1 }
         let handle = try XCTUnwrap(harness.serverHandle)
-        harness.coordinator.handleCancel(of: handle, reason: nil)
+        harness.coordinator.handleCancel(of: handle, callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         try harness.waitUntil { !liveness.ends.isEmpty }
         XCTAssertEqual(liveness.ends.first?.outlasted, false)

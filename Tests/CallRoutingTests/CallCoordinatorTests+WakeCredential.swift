@@ -66,7 +66,7 @@ extension CallCoordinatorTests {
         let content = try XCTUnwrap(harness.pusher.ringPayloads.first)
         let claims = try XCTUnwrap(WakeCredentialSigner(secret: secret).verify(try XCTUnwrap(content.wakeCredential), now: content.timestamp))
         harness.advance(by: .seconds(2))
-        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
+        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), callID: harness.callID, reason: nil)
         try harness.waitUntil { !retired.all.isEmpty }
         XCTAssertEqual(retired.all.first?.ids, [claims.id])
         XCTAssertEqual(try XCTUnwrap(retired.all.first?.until).timeIntervalSince(claims.expiresAt), 0, accuracy: 0.002)

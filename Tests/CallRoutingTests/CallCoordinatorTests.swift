@@ -69,7 +69,7 @@ final class CallCoordinatorTests: XCTestCase {
         harness.placeCall()
         let invite = try harness.waitForBranch()
         invite.respond(180)
-        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         try harness.waitUntil { harness.signaling.cancels.count == 1 }
         try harness.waitUntil { harness.pusher.cancels.count == 1 }
@@ -84,7 +84,7 @@ final class CallCoordinatorTests: XCTestCase {
         harness.placeCall()
         let invite = try harness.waitForBranch()
         invite.respond(180)
-        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         invite.respond(200)
         try harness.waitUntil { harness.signaling.late2xx.count == 1 }
@@ -150,6 +150,7 @@ final class Harness: @unchecked Sendable {
     let transactions: TransactionLayer<Int>
     private var callerResponses: [SIPResponse] = []
     private var handle: ServerTransactionHandle?
+    private var lastCallID: String?
 
     /// The call timers and the coordinator's clock when the harness was made with `manualClock`:
     /// time moves only by `advance(by:)`.
@@ -185,6 +186,8 @@ final class Harness: @unchecked Sendable {
     }
 
     var serverHandle: ServerTransactionHandle? { lock.withLock { handle } }
+    /// The Call-ID of the INVITE last handed to the coordinator (what its CANCEL carries).
+    var callID: String? { lock.withLock { lastCallID } }
 
     /// What the caller has been sent so far (above 100 Trying).
     var responsesToCaller: [SIPResponse] { lock.withLock { callerResponses } }
@@ -207,7 +210,10 @@ final class Harness: @unchecked Sendable {
 
     func core(_ event: TransactionLayerEvent<Int>) {
         if case .request(let request, let handle, let flow) = event, request.method == .invite {
-            lock.withLock { self.handle = handle }
+            lock.withLock {
+                self.handle = handle
+                lastCallID = request.callID
+            }
             coordinator.handleInvite(request, handle: handle, callerFlow: flow, sourceIP: "192.0.2.1", transport: "udp")
         }
     }

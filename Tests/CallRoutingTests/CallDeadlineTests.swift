@@ -47,7 +47,7 @@ final class CallDeadlineTests: XCTestCase {
             tokens: tokens, manualClock: true)
         harness.placeCall()
         try harness.waitUntil { tokens.stalledReads == 1 }
-        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
+        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         XCTAssertEqual(harness.coordinator.occupancy.endedCalls, 0, "no call token was issued: nothing can ask how it ended")
         harness.advance(by: .seconds(32))
@@ -125,7 +125,7 @@ final class CallDeadlineTests: XCTestCase {
         harness.placeCall()
         try harness.waitUntil { harness.signaling.heldSendCount == 1 }
         // The caller hangs up while the connection to the other instance is still being set up.
-        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
+        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         harness.signaling.releaseSends()
         let invite = try harness.waitForBranch()
@@ -157,7 +157,7 @@ final class CallDeadlineTests: XCTestCase {
         let harness = Harness(bindings: [app()], manualClock: true)
         harness.placeCall()
         try harness.waitUntil { harness.pusher.rings.count == 1 }
-        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), reason: nil)
+        harness.coordinator.handleCancel(of: try XCTUnwrap(harness.serverHandle), callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         harness.advance(by: .milliseconds(29_999))
         XCTAssertEqual(harness.coordinator.occupancy.graceDevices, 1, "it may still register within the 30 s grace")

@@ -206,7 +206,7 @@ final class CallTokenTests: XCTestCase {
         let harness = Harness(bindings: [fcmApp("pixel", token: "fcm-a")], settings: CallSettings(wakeWait: .seconds(30)), callTokens: signer)
         harness.placeCall()
         let pixel = try tokenClaims(harness, ringTo: "fcm-a")
-        harness.coordinator.handleCancel(of: harness.serverHandle!, reason: nil)
+        harness.coordinator.handleCancel(of: harness.serverHandle!, callID: harness.callID, reason: nil)
         XCTAssertEqual(try harness.waitForCallerResponse { $0 >= 200 }.statusCode, 487)
         try harness.waitUntil { harness.pusher.missedNotices.count == 1 }
         XCTAssertEqual(harness.pusher.missedNotices.first?.reason, "caller_hangup")

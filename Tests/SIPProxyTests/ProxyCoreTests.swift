@@ -94,6 +94,27 @@ final class ProxyCoreTests: XCTestCase {
         XCTAssertNil(otherInstance.flow(fromToken: token), "another instance of the deployment does not take this one's flows")
     }
 
+    func testAFlowTokenIsCheckedOnceRememberedAndTheCacheStaysBounded() throws {
+        let token = proxy.flowToken(callerFlow)
+        XCTAssertEqual(proxy.flowToken(callerFlow), token, "signed once, the same token again")
+        let reader = ProxyCore(instanceID: "instance-a", ownNames: [], flowTokenKey: key)
+        XCTAssertEqual(reader.flow(fromToken: token), callerFlow, "checked")
+        XCTAssertEqual(reader.flow(fromToken: token), callerFlow, "remembered")
+        let parts = token.split(separator: ".").map(String.init)
+        XCTAssertNil(reader.flow(fromToken: parts[0] + "." + String(parts[1].reversed())), "a changed MAC misses the cache and fails the check")
+
+        let cache = FlowTokenCache(limit: 2)
+        cache.remember(checked: "a", for: callerFlow)
+        cache.remember(signed: "b", for: deviceFlow)
+        XCTAssertEqual(cache.flow(of: "a"), callerFlow)
+        XCTAssertEqual(cache.token(of: deviceFlow), "b")
+        XCTAssertNil(cache.token(of: callerFlow), "a checked token is not taken as the flow's own")
+        cache.remember(checked: "c", for: deviceTCPFlow)
+        XCTAssertEqual(cache.count, 1, "full: started again")
+        XCTAssertNil(cache.flow(of: "a"))
+        XCTAssertEqual(cache.flow(of: "c"), deviceTCPFlow)
+    }
+
     func testTheCallersByeFollowsTheTokenToTheDeviceWithRousesRoutePoppedAndItsCredentialsRemoved() throws {
         let recordRoute = try XCTUnwrap(try forwardedInvite(to: deviceFlow).headers.values(.recordRoute).first)
         var bye = try inDialog(.bye, routes: [recordRoute, "<sip:edge.example.net;lr>"], extra: "Proxy-Authorization: Digest username=\"1001\"\r\n")

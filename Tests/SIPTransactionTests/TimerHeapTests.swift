@@ -110,4 +110,27 @@ final class TimerHeapTests: XCTestCase {
         wait(for: [done], timeout: 10)
         XCTAssertEqual(ticks.withLock { $0 }, 3)
     }
+
+    func testLongTimersShareTheWakeUpAtTheNextGrain() {
+        let queue = DispatchQueue(label: "rouse.test.heap-timers")
+        let grain: UInt64 = 500_000_000
+        let scheduler = HeapTimerScheduler(queue: queue, slack: .zero, coarseAfter: .milliseconds(1), grain: .nanoseconds(Int64(grain)))
+        // Two deadlines 100 ms apart, both inside the grain after next: rounded up, they are one.
+        let now = DispatchTime.now().uptimeNanoseconds
+        let boundary = (now / grain + 2) * grain
+        let first = Int64(boundary - grain - now) + 100_000_000
+        let seen = Mutex<[(at: UInt64, pending: Int)]>([])
+        let done = expectation(description: "both long timers fired")
+        done.expectedFulfillmentCount = 2
+        for delay in [first, first + 100_000_000] {
+            _ = scheduler.schedule(after: .nanoseconds(delay)) {
+                seen.withLock { $0.append((DispatchTime.now().uptimeNanoseconds, scheduler.pendingCount)) }
+                done.fulfill()
+            }
+        }
+        wait(for: [done], timeout: 10)
+        let fired = seen.withLock { $0 }
+        XCTAssertEqual(fired.map(\.pending), [0, 0], "the second was taken in the same wake-up as the first")
+        XCTAssertTrue(fired.allSatisfy { $0.at >= boundary }, "not before the grain's end")
+    }
 }
