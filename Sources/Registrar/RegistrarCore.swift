@@ -404,7 +404,7 @@ public struct RegistrarCore: Sendable {
                 flow: flow, pushChannels: channels, refreshesItself: item.refreshesItself)
             if let existing { reinsert(existing, as: binding) } else { insert(binding) }
             touched.append(binding.id)
-            changes.append(.save(binding))
+            changes.append(existing.map { RegistrarCore.onlyMovesExpiry($0, to: binding) } == true ? .refresh(binding) : .save(binding))
             events.append(BindingEvent(kind: existing == nil ? .added : .refreshed, binding: binding))
         }
 
@@ -447,6 +447,18 @@ public struct RegistrarCore: Sendable {
         guard !others.isEmpty else { return nil }
         let key = RegistrarCore.comparisonKey(address.uri)
         return others.first { (try? SIPURI(parsing: $0.contact)).map(RegistrarCore.comparisonKey) == key }
+    }
+
+    /// Whether `new` is `old` registered again with only its CSeq, registration and expiry times
+    /// moved, and neither has push channels (their rows and dead marks would need writing):
+    /// `BindingChange.refresh`.
+    static func onlyMovesExpiry(_ old: Binding, to new: Binding) -> Bool {
+        guard old.pushChannels.isEmpty, new.pushChannels.isEmpty else { return false }
+        var moved = old
+        moved.cseq = new.cseq
+        moved.registeredAt = new.registeredAt
+        moved.expiresAt = new.expiresAt
+        return moved == new
     }
 
     /// The parts of a URI that RFC 3261 §19.1.4 compares: scheme, user, host (case-insensitive),
