@@ -76,7 +76,10 @@ enum BindingRecords {
     /// The first NUL character in the changes' texts (PostgreSQL text cannot hold one), as an error.
     /// The texts a quoted-pair may give a NUL (instance, Path, User-Agent) are stored escaped instead.
     static func unstorable(_ changes: [BindingChange]) -> LocationStoreError? {
-        func holdsNUL(_ text: String?) -> Bool { text?.utf8.contains(0) == true }
+        func holdsNUL(_ text: String?) -> Bool {
+            guard let text else { return false }
+            return text.utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? text.utf8.contains(0)
+        }
         for change in changes {
             let binding: Binding
             switch change {
@@ -187,13 +190,14 @@ enum BindingRecords {
             throw failure.error
         }
         var outcome = WriteOutcome()
-        if let upsert {
+        // Each id is in a plan once: a row for each binding means every one was written.
+        if let upsert, results.rows[upsert].count < saves.count {
             let inserted = writtenIDs(results.rows[upsert])
             for (binding, member) in saves where !inserted.contains(binding.id) {
                 outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
             }
         }
-        if let refresh {
+        if let refresh, results.rows[refresh].count < refreshes.count {
             let updated = writtenIDs(results.rows[refresh])
             let gone = refreshes.filter { !updated.contains($0.binding.id) }
             if !gone.isEmpty {
@@ -225,20 +229,32 @@ enum BindingRecords {
     /// literals (one element per binding, in the same order), the channel and the origin suffix.
     static func refreshParameters(_ bindings: [Binding], originSuffix: String) -> PostgresParameters {
         var parameters = PostgresParameters(capacity: bindings.count * 80 + 64)
-        func array(_ element: (inout PostgresParameters, Binding) -> Void) {
+        parameters.begin()
+        parameters.write(UInt8(ascii: "{"))
+        for index in bindings.indices {
+            if index > 0 { parameters.write(UInt8(ascii: ",")) }
+            parameters.write(uuid: bindings[index].id)
+        }
+        parameters.write(UInt8(ascii: "}"))
+        parameters.end()
+        parameters.begin()
+        parameters.write(UInt8(ascii: "{"))
+        for index in bindings.indices {
+            if index > 0 { parameters.write(UInt8(ascii: ",")) }
+            parameters.write(decimal: Int(bindings[index].cseq))
+        }
+        parameters.write(UInt8(ascii: "}"))
+        parameters.end()
+        for pass in 0..<2 {
             parameters.begin()
             parameters.write(UInt8(ascii: "{"))
-            for (index, binding) in bindings.enumerated() {
+            for index in bindings.indices {
                 if index > 0 { parameters.write(UInt8(ascii: ",")) }
-                element(&parameters, binding)
+                parameters.write(epochSeconds: pass == 0 ? bindings[index].registeredAt : bindings[index].expiresAt)
             }
             parameters.write(UInt8(ascii: "}"))
             parameters.end()
         }
-        array { $0.write(uuid: $1.id) }
-        array { $0.write(decimal: Int($1.cseq)) }
-        array { $0.write(epochSeconds: $1.registeredAt) }
-        array { $0.write(epochSeconds: $1.expiresAt) }
         parameters.append(PostgresLocationStore.notificationChannel)
         parameters.append(originSuffix)
         return parameters
