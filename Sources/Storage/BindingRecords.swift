@@ -78,7 +78,9 @@ enum BindingRecords {
     static func unstorable(_ changes: [BindingChange]) -> LocationStoreError? {
         func holdsNUL(_ text: String?) -> Bool {
             guard let text else { return false }
-            return text.utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? text.utf8.contains(0)
+            return text.utf8.withContiguousStorageIfAvailable { utf8 in
+                utf8.baseAddress.map { memchr($0, 0, utf8.count) != nil } ?? false
+            } ?? text.utf8.contains(0)
         }
         for change in changes {
             let binding: Binding

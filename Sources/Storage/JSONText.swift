@@ -188,21 +188,12 @@ enum DecimalText {
             append(-value, to: &bytes)
             return
         }
-        if value < 10 {
-            bytes.append(UInt8(ascii: "0") + UInt8(value))
-            return
-        }
-        // Room for the 19 digits of the largest Int.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var rest = value
-            var index = buffer.count
-            while rest > 0 {
-                index -= 1
-                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            }
-            bytes.append(contentsOf: buffer[index...])
+        // Highest digit first, each appended alone (no buffer, no slice copied in).
+        var divisor = 1
+        while value / divisor >= 10 { divisor &*= 10 }
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / divisor % 10))
+            divisor /= 10
         }
     }
 
@@ -216,14 +207,11 @@ enum DecimalText {
             let whole = Int(micros)
             append(whole / 1_000_000, to: &bytes)
             bytes.append(UInt8(ascii: "."))
-            var fraction = whole % 1_000_000
-            var digits: (UInt32, UInt16) = (0, 0)
-            withUnsafeMutableBytes(of: &digits) { buffer in
-                for index in stride(from: 5, through: 0, by: -1) {
-                    buffer[index] = UInt8(ascii: "0") + UInt8(fraction % 10)
-                    fraction /= 10
-                }
-                bytes.append(contentsOf: buffer[0..<6])
+            let fraction = whole % 1_000_000
+            var divisor = 100_000
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: fraction / divisor % 10))
+                divisor /= 10
             }
             return true
         }
