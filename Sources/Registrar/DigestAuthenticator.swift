@@ -265,7 +265,9 @@ public final class DigestAuthenticator: @unchecked Sendable {
     public let algorithms: [Digest.Algorithm]
     private let opaque: String
     private let lock = NSLock()
-    private var seenCounts: [NonceKey: (count: UInt32, issued: Date)] = [:]
+    /// The last nonce count accepted for each nonce in use, with the nonce's HMAC prefix: a nonce
+    /// whose prefix is the one recorded here was checked before, and is not HMAC'd again.
+    private var seenCounts: [NonceKey: (count: UInt32, issued: Date, mac: NonceMAC)] = [:]
     private var lastPurge = Date.distantPast
 
     /// The MD5-only default of `digest_algorithms`.
@@ -347,7 +349,8 @@ public final class DigestAuthenticator: @unchecked Sendable {
         guard let issued = nonceIssue(nonce) else { return .rejected }
         if now.timeIntervalSince(issued.time) > nonceLifetime || issued.time.timeIntervalSince(now) > 60 { return .stale }
         if answer.qop != nil {
-            guard let count = answer.nc.flatMap({ UInt32($0, radix: 16) }), acceptCount(count, for: issued.key, issued: issued.time, now: now)
+            guard let count = answer.nc.flatMap({ UInt32($0, radix: 16) }),
+                acceptCount(count, for: issued.key, mac: issued.mac, issued: issued.time, now: now)
             else { return .rejected }
         }
         return .authenticated(aor)
@@ -368,30 +371,33 @@ public final class DigestAuthenticator: @unchecked Sendable {
         nonceIssue(Substring(nonce))?.time
     }
 
-    /// A nonce's issue time and its first 16 bytes (time and random: what tells nonces apart),
-    /// decoded on the stack; nil unless its HMAC is right.
-    private func nonceIssue(_ nonce: Substring) -> (time: Date, key: NonceKey)? {
+    /// A nonce's issue time, its first 16 bytes (time and random: what tells nonces apart) and its
+    /// HMAC prefix, decoded on the stack; nil unless the prefix is right. A nonce in the replay
+    /// window with this same prefix was checked when it was first used, and is not HMAC'd again.
+    private func nonceIssue(_ nonce: Substring) -> (time: Date, key: NonceKey, mac: NonceMAC)? {
         var text = nonce
-        return text.withUTF8 { hex -> (time: Date, key: NonceKey)? in
+        return text.withUTF8 { hex -> (time: Date, key: NonceKey, mac: NonceMAC)? in
             guard hex.count == 64 else { return nil }
-            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { body -> (time: Date, key: NonceKey)? in
-                for index in 0..<16 {
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { bytes -> (time: Date, key: NonceKey, mac: NonceMAC)? in
+                for index in 0..<32 {
                     guard let high = Hex.value(hex[2 * index]), let low = Hex.value(hex[2 * index + 1]) else { return nil }
-                    body[index] = high << 4 | low
+                    bytes[index] = high << 4 | low
                 }
-                let mac = nonceKey.mac(UnsafeRawBufferPointer(body))
-                // The HMAC prefix must match the nonce's last 32 hex digits.
-                let signed = mac.withUnsafeBytes {
-                    Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: hex[32...])))
+                func word(_ start: Int) -> UInt64 {
+                    var value: UInt64 = 0
+                    for index in start..<start + 8 { value = value << 8 | UInt64(bytes[index]) }
+                    return value
                 }
-                guard signed else { return nil }
-                var milliseconds: UInt64 = 0
-                var random: UInt64 = 0
-                for index in 0..<8 {
-                    milliseconds = milliseconds << 8 | UInt64(body[index])
-                    random = random << 8 | UInt64(body[8 + index])
+                let key = NonceKey(milliseconds: word(0), random: word(8))
+                let mac = NonceMAC(high: word(16), low: word(24))
+                if !wasChecked(key, mac: mac) {
+                    // The HMAC prefix must match the nonce's last 32 hex digits.
+                    let signed = nonceKey.mac(UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: bytes[0..<16]))).withUnsafeBytes {
+                        Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: hex[32...])))
+                    }
+                    guard signed else { return nil }
                 }
-                return (Date(timeIntervalSince1970: Double(milliseconds) / 1000), NonceKey(milliseconds: milliseconds, random: random))
+                return (Date(timeIntervalSince1970: Double(key.milliseconds) / 1000), key, mac)
             }
         }
     }
@@ -402,8 +408,22 @@ public final class DigestAuthenticator: @unchecked Sendable {
         var random: UInt64
     }
 
+    /// A nonce's HMAC prefix (its last 16 bytes).
+    struct NonceMAC: Hashable {
+        var high: UInt64
+        var low: UInt64
+    }
+
+    /// Whether the replay window holds `nonce` with this HMAC prefix (it was checked before).
+    private func wasChecked(_ nonce: NonceKey, mac: NonceMAC) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let known = seenCounts[nonce]?.mac else { return false }
+        return (known.high ^ mac.high) | (known.low ^ mac.low) == 0
+    }
+
     /// RFC 7616 §3.4.5: each use of a nonce must carry a higher nonce count than the last.
-    private func acceptCount(_ count: UInt32, for nonce: NonceKey, issued: Date, now: Date) -> Bool {
+    private func acceptCount(_ count: UInt32, for nonce: NonceKey, mac: NonceMAC, issued: Date, now: Date) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         if now.timeIntervalSince(lastPurge) > 10 {
@@ -413,7 +433,7 @@ public final class DigestAuthenticator: @unchecked Sendable {
             lastPurge = now
         }
         if let last = seenCounts[nonce], count <= last.count { return false }
-        seenCounts[nonce] = (count, issued)
+        seenCounts[nonce] = (count, issued, mac)
         return true
     }
 }

@@ -5,6 +5,10 @@ public enum BindingChange: Hashable, Sendable {
     /// Insert or replace the binding (matched by id), with its push channels. Saving a binding also
     /// clears any dead mark on its tokens: a device that registers a token again revives it.
     case save(Binding)
+    /// The binding registered again with nothing changed but its CSeq, registration and expiry
+    /// times (same Contact, Call-ID, flow, Path and User-Agent, no push channels): the store may
+    /// write those three alone. If the stored row is gone, it is saved whole, as `save` would.
+    case refresh(Binding)
     /// Remove the binding, saying why (announced with the change).
     case delete(Binding, BindingEvent.Kind)
 }

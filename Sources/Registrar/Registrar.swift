@@ -497,7 +497,7 @@ public final class InMemoryLocationStore: LocationStore, @unchecked Sendable {
         }
         for change in changes {
             switch change {
-            case .save(let binding): stored[binding.id] = binding
+            case .save(let binding), .refresh(let binding): stored[binding.id] = binding
             case .delete(let binding, _): stored[binding.id] = nil
             }
         }

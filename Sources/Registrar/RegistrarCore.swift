@@ -232,7 +232,9 @@ public struct RegistrarCore: Sendable {
         let woken = credentials == nil ? wakeCredentials?.spend(request, for: target, now: now) : nil
         if woken == nil {
             guard let credentials else { return .respond(challenge(request, realm: domain, stale: false, now: now)) }
-            switch authenticator.verify(credentials, method: request.method.rawValue, realm: domain, now: now, lookup: { directory.extensions[$0] }) {
+            // The extensions alone are captured (a closure reading `self` may copy the whole core).
+            let extensions = directory.extensions
+            switch authenticator.verify(credentials, method: request.method.rawValue, realm: domain, now: now, lookup: { extensions[$0] }) {
             case .rejected:
                 authFailureThrottle?.recordFailure(sourceAddress, now: now)  // only a present, wrong answer counts
                 return .respond(challenge(request, realm: domain, stale: false, now: now))
@@ -396,15 +398,33 @@ public struct RegistrarCore: Sendable {
                     }
                 }
             }
-            let binding = Binding(
-                id: existing?.id ?? UUID(), aor: target, contact: item.contact,
-                instance: item.address.instance, regID: item.regID, q: item.address.q,
-                callID: callID ?? "", cseq: cseqNumber ?? 0, registeredAt: now,
-                expiresAt: now.addingTimeInterval(TimeInterval(item.expires)), path: path, userAgent: userAgent,
-                flow: flow, pushChannels: channels, refreshesItself: item.refreshesItself)
+            let expiresAt = now.addingTimeInterval(TimeInterval(item.expires))
+            let binding: Binding
+            // Registered again with nothing but its CSeq and times moved, and no push channels
+            // (their rows and dead marks would need writing): the store writes those alone.
+            let onlyTimesMove: Bool
+            if var moved = existing, channels.isEmpty, moved.pushChannels.isEmpty, moved.contact == item.contact,
+                moved.callID == (callID ?? ""), moved.flow == flow, moved.instance == item.address.instance, moved.regID == item.regID,
+                moved.q == item.address.q, moved.path == path, moved.userAgent == userAgent, moved.refreshesItself == item.refreshesItself,
+                moved.aor == target
+            {
+                moved.cseq = cseqNumber ?? 0
+                moved.registeredAt = now
+                moved.expiresAt = expiresAt
+                binding = moved
+                onlyTimesMove = true
+            } else {
+                binding = Binding(
+                    id: existing?.id ?? UUID(), aor: target, contact: item.contact,
+                    instance: item.address.instance, regID: item.regID, q: item.address.q,
+                    callID: callID ?? "", cseq: cseqNumber ?? 0, registeredAt: now,
+                    expiresAt: expiresAt, path: path, userAgent: userAgent,
+                    flow: flow, pushChannels: channels, refreshesItself: item.refreshesItself)
+                onlyTimesMove = false
+            }
             if let existing { reinsert(existing, as: binding) } else { insert(binding) }
             touched.append(binding.id)
-            changes.append(.save(binding))
+            changes.append(onlyTimesMove ? .refresh(binding) : .save(binding))
             events.append(BindingEvent(kind: existing == nil ? .added : .refreshed, binding: binding))
         }
 

@@ -65,7 +65,7 @@ public struct WakeCredentialClaims: Sendable, Equatable {
         var saved = false
         for change in changes {
             switch change {
-            case .save(let binding):
+            case .save(let binding), .refresh(let binding):
                 guard names(binding) else { return false }
                 if instance != nil, before.contains(where: { $0.instance == binding.instance && $0.regID != binding.regID }) { return false }
                 saved = true

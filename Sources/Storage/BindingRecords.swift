@@ -13,32 +13,57 @@ enum BindingRecords {
     struct WritePlan {
         enum Operation {
             case save(Binding)
+            /// Only the CSeq and the times move (`BindingChange.refresh`).
+            case refresh(Binding)
             case delete(Binding, BindingEvent.Kind)
         }
 
-        private(set) var order: [UUID] = []
-        private(set) var operations: [UUID: (operation: Operation, member: Int)] = [:]
+        /// The operations in first-seen order of their binding ids; a later change to an id
+        /// replaces its entry (with the member that made it).
+        private(set) var entries: [(id: UUID, operation: Operation, member: Int)] = []
+        /// Where each id's entry is, kept once the plan holds more than `scanned` entries (a
+        /// short plan is searched instead, with no hashing and no table).
+        private var positions: [UUID: Int] = [:]
+        private static let scanned = 16
         private(set) var members: [Int] = []
         private(set) var changeCount = 0
 
-        var isEmpty: Bool { order.isEmpty }
+        var isEmpty: Bool { entries.isEmpty }
 
         mutating func add(_ changes: [BindingChange], member: Int) {
             members.append(member)
             changeCount += changes.count
             for change in changes {
-                let operation: Operation
-                let id: UUID
                 switch change {
                 case .save(let binding):
-                    operation = .save(binding)
-                    id = binding.id
+                    put(binding.id, .save(binding), member: member)
+                case .refresh(let binding):
+                    // A refresh of a save not written yet is that save, with the new times.
+                    if let at = position(of: binding.id), case .save = entries[at].operation {
+                        put(binding.id, .save(binding), member: member)
+                    } else {
+                        put(binding.id, .refresh(binding), member: member)
+                    }
                 case .delete(let binding, let kind):
-                    operation = .delete(binding, kind)
-                    id = binding.id
+                    put(binding.id, .delete(binding, kind), member: member)
                 }
-                if operations[id] == nil { order.append(id) }
-                operations[id] = (operation, member)
+            }
+        }
+
+        private func position(of id: UUID) -> Int? {
+            entries.count <= Self.scanned ? entries.firstIndex { $0.id == id } : positions[id]
+        }
+
+        private mutating func put(_ id: UUID, _ operation: Operation, member: Int) {
+            if let at = position(of: id) {
+                entries[at] = (id, operation, member)
+                return
+            }
+            entries.append((id, operation, member))
+            if entries.count == Self.scanned + 1 {
+                for (at, entry) in entries.enumerated() { positions[entry.id] = at }
+            } else if entries.count > Self.scanned + 1 {
+                positions[id] = entries.count - 1
             }
         }
     }
@@ -51,9 +76,18 @@ enum BindingRecords {
     /// The first NUL character in the changes' texts (PostgreSQL text cannot hold one), as an error.
     /// The texts a quoted-pair may give a NUL (instance, Path, User-Agent) are stored escaped instead.
     static func unstorable(_ changes: [BindingChange]) -> LocationStoreError? {
-        func holdsNUL(_ text: String?) -> Bool { text?.utf8.contains(0) == true }
+        func holdsNUL(_ text: String?) -> Bool {
+            guard let text else { return false }
+            return text.utf8.withContiguousStorageIfAvailable { utf8 in
+                utf8.baseAddress.map { memchr($0, 0, utf8.count) != nil } ?? false
+            } ?? text.utf8.contains(0)
+        }
         for change in changes {
-            guard case .save(let binding) = change else { continue }
+            let binding: Binding
+            switch change {
+            case .save(let saved), .refresh(let saved): binding = saved
+            case .delete: continue
+            }
             let field: String
             if holdsNUL(binding.contact) {
                 field = "contact"
@@ -84,11 +118,12 @@ enum BindingRecords {
     /// thrown.
     static func commit(_ plan: WritePlan, origin: String = "", on connection: PostgresConnection) throws -> WriteOutcome {
         var saves: [(binding: Binding, member: Int)] = []
+        var refreshes: [(binding: Binding, member: Int)] = []
         var deletes: [(binding: Binding, kind: BindingEvent.Kind)] = []
-        for id in plan.order {
-            guard let entry = plan.operations[id] else { continue }
+        for entry in plan.entries {
             switch entry.operation {
             case .save(let binding): saves.append((binding, entry.member))
+            case .refresh(let binding): refreshes.append((binding, entry.member))
             case .delete(let binding, let kind): deletes.append((binding, kind))
             }
         }
@@ -110,6 +145,13 @@ enum BindingRecords {
             parameters.append(PostgresLocationStore.notificationChannel)
             parameters.append(originSuffix)
             statements.append(PostgresStatement(prepared: "rouse_bindings_delete", deleteSQL, parameters))
+        }
+
+        var refresh: Int?
+        if !refreshes.isEmpty {
+            refresh = statements.count
+            statements.append(
+                PostgresStatement(prepared: "rouse_bindings_refresh", refreshSQL, refreshParameters(refreshes.map(\.binding), originSuffix: originSuffix)))
         }
 
         var upsert: Int?
@@ -150,18 +192,90 @@ enum BindingRecords {
             throw failure.error
         }
         var outcome = WriteOutcome()
-        guard let upsert else { return outcome }
-        let rows = results.rows[upsert]
-        var inserted: Set<UUID> = []
-        inserted.reserveCapacity(rows.count)
-        for row in rows.rows {
-            if let id = row[0].flatMap(UUIDText.parse) { inserted.insert(id) }
+        // Each id is in a plan once: a row for each binding means every one was written.
+        if let upsert, results.rows[upsert].count < saves.count {
+            let inserted = writtenIDs(results.rows[upsert])
+            for (binding, member) in saves where !inserted.contains(binding.id) {
+                outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
+            }
         }
-        for (binding, member) in saves where !inserted.contains(binding.id) {
-            outcome.failedMembers.append((member, LocationStoreError.noSuchExtension(binding.aor)))
+        if let refresh, results.rows[refresh].count < refreshes.count {
+            let updated = writtenIDs(results.rows[refresh])
+            let gone = refreshes.filter { !updated.contains($0.binding.id) }
+            if !gone.isEmpty {
+                // Its row went meanwhile (an expiry sweep, another instance, the extension): saved
+                // whole in a transaction of its own, before any member is answered.
+                var again = WritePlan()
+                for (binding, member) in gone { again.add([.save(binding)], member: member) }
+                do {
+                    outcome.failedMembers += try commit(again, origin: origin, on: connection).failedMembers
+                } catch {
+                    for (_, member) in gone { outcome.failedMembers.append((member, error)) }
+                }
+            }
         }
         return outcome
     }
+
+    /// The ids in the first column of a statement's rows (the bindings it wrote).
+    private static func writtenIDs(_ rows: PostgresRows) -> Set<UUID> {
+        var ids: Set<UUID> = []
+        ids.reserveCapacity(rows.count)
+        for row in rows.rows {
+            if let id = row[0].flatMap(UUIDText.parse) { ids.insert(id) }
+        }
+        return ids
+    }
+
+    /// `refreshSQL`'s parameters: the ids, CSeqs, registration and expiry times as four array
+    /// literals (one element per binding, in the same order), the channel and the origin suffix.
+    static func refreshParameters(_ bindings: [Binding], originSuffix: String) -> PostgresParameters {
+        var parameters = PostgresParameters(capacity: bindings.count * 80 + 64)
+        parameters.begin()
+        parameters.write(UInt8(ascii: "{"))
+        for index in bindings.indices {
+            if index > 0 { parameters.write(UInt8(ascii: ",")) }
+            parameters.write(uuid: bindings[index].id)
+        }
+        parameters.write(UInt8(ascii: "}"))
+        parameters.end()
+        parameters.begin()
+        parameters.write(UInt8(ascii: "{"))
+        for index in bindings.indices {
+            if index > 0 { parameters.write(UInt8(ascii: ",")) }
+            parameters.write(decimal: Int(bindings[index].cseq))
+        }
+        parameters.write(UInt8(ascii: "}"))
+        parameters.end()
+        for pass in 0..<2 {
+            parameters.begin()
+            parameters.write(UInt8(ascii: "{"))
+            for index in bindings.indices {
+                if index > 0 { parameters.write(UInt8(ascii: ",")) }
+                parameters.write(epochSeconds: pass == 0 ? bindings[index].registeredAt : bindings[index].expiresAt)
+            }
+            parameters.write(UInt8(ascii: "}"))
+            parameters.end()
+        }
+        parameters.append(PostgresLocationStore.notificationChannel)
+        parameters.append(originSuffix)
+        return parameters
+    }
+
+    /// Moves the CSeq, registration and expiry times of the bindings `$1` (with `$2`…`$4`, arrays
+    /// in the same order), announcing each row updated on `$5` as `refreshed <aor> <id>$6`;
+    /// returns the `id` of each (a binding whose row is gone updates none).
+    static let refreshSQL = """
+        WITH written AS (
+            UPDATE bindings b SET cseq = r.cseq, registered_at = to_timestamp(r.registered_at),
+                expires_at = to_timestamp(r.expires_at), updated_at = now()
+            FROM unnest($1::uuid[], $2::bigint[], $3::double precision[], $4::double precision[])
+                AS r(id, cseq, registered_at, expires_at)
+            WHERE b.id = r.id
+            RETURNING b.id, b.aor
+        )
+        SELECT w.id::text, pg_notify($5, 'refreshed ' || w.aor || ' ' || w.id::text || $6) FROM written w
+        """
 
     static func announce(_ payloads: [String], on connection: PostgresConnection) throws {
         guard !payloads.isEmpty else { return }

@@ -92,24 +92,7 @@ struct JSONText {
     /// (`to_timestamp` of it gives back that microsecond).
     mutating func field(_ name: StaticString, epochSeconds date: Date) {
         key(name)
-        let seconds = date.timeIntervalSince1970
-        let micros = (seconds * 1_000_000).rounded()
-        if micros >= 0 && micros < 9e15 {
-            let whole = Int(micros)
-            appendDecimal(whole / 1_000_000)
-            bytes.append(UInt8(ascii: "."))
-            var fraction = whole % 1_000_000
-            var digits = [UInt8](repeating: UInt8(ascii: "0"), count: 6)
-            for index in stride(from: 5, through: 0, by: -1) {
-                digits[index] = UInt8(ascii: "0") + UInt8(fraction % 10)
-                fraction /= 10
-            }
-            bytes.append(contentsOf: digits)
-        } else if seconds.isFinite {
-            bytes.append(contentsOf: String(seconds).utf8)
-        } else {
-            raw("null")
-        }
+        if !DecimalText.appendEpochSeconds(date, to: &bytes) { raw("null") }
         needsComma = true
     }
 
@@ -156,31 +139,7 @@ struct JSONText {
     }
 
     private mutating func appendDecimal(_ value: Int) {
-        if value < 0 {
-            guard value != .min else {
-                bytes.append(contentsOf: String(value).utf8)
-                return
-            }
-            bytes.append(UInt8(ascii: "-"))
-            appendDecimal(-value)
-            return
-        }
-        if value < 10 {
-            bytes.append(UInt8(ascii: "0") + UInt8(value))
-            return
-        }
-        // Room for the 19 digits of the largest Int.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var rest = value
-            var index = buffer.count
-            while rest > 0 {
-                index -= 1
-                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            }
-            bytes.append(contentsOf: buffer[index...])
-        }
+        DecimalText.append(value, to: &bytes)
     }
 
     private mutating func appendQuoted(_ value: String) {
@@ -210,6 +169,55 @@ struct JSONText {
             }
             bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
         }
+    }
+}
+
+/// Numbers and times as decimal text, written digit by digit into a byte buffer (no `String`, no
+/// `printf`), for JSON and for PostgreSQL's array literals alike.
+///
+/// Threading: pure functions.
+enum DecimalText {
+    /// Appends `value` in decimal.
+    static func append(_ value: Int, to bytes: inout [UInt8]) {
+        if value < 0 {
+            guard value != .min else {
+                bytes.append(contentsOf: String(value).utf8)
+                return
+            }
+            bytes.append(UInt8(ascii: "-"))
+            append(-value, to: &bytes)
+            return
+        }
+        // Highest digit first, each appended alone (no buffer, no slice copied in).
+        var divisor = 1
+        while value / divisor >= 10 { divisor &*= 10 }
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / divisor % 10))
+            divisor /= 10
+        }
+    }
+
+    /// Appends a time as seconds since 1970 to the microsecond (PostgreSQL's precision), written
+    /// exactly (`to_timestamp` of it gives back that microsecond); false, appending nothing, when
+    /// the time is not finite.
+    static func appendEpochSeconds(_ date: Date, to bytes: inout [UInt8]) -> Bool {
+        let seconds = date.timeIntervalSince1970
+        let micros = (seconds * 1_000_000).rounded()
+        if micros >= 0 && micros < 9e15 {
+            let whole = Int(micros)
+            append(whole / 1_000_000, to: &bytes)
+            bytes.append(UInt8(ascii: "."))
+            let fraction = whole % 1_000_000
+            var divisor = 100_000
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: fraction / divisor % 10))
+                divisor /= 10
+            }
+            return true
+        }
+        guard seconds.isFinite else { return false }
+        bytes.append(contentsOf: String(seconds).utf8)
+        return true
     }
 }
 

@@ -231,7 +231,15 @@ public struct PostgresRows: Sendable {
                 })
         }
         self.rows = rows
-        affectedRows = Int(String(cString: PQcmdTuples(result))) ?? 0
+        // Digits, or empty for a statement that changes no rows: read without a String.
+        var affected = 0
+        if var digit = PQcmdTuples(result) {
+            while digit.pointee >= 0x30 && digit.pointee <= 0x39 {
+                affected = affected * 10 + Int(digit.pointee - 0x30)
+                digit += 1
+            }
+        }
+        affectedRows = affected
     }
 
     public var count: Int { rows.count }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The bind parameters of one statement in one buffer: each value's text as UTF-8 bytes ending in
 /// a NUL, as libpq takes them, so a statement costs one allocation for all its values however many
 /// there are, and a large value (a batch of rows as JSON) is written straight into it, never
@@ -61,6 +63,22 @@ struct PostgresParameters {
     /// Appends a static text to the value being written.
     mutating func write(_ text: StaticString) {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends a number in decimal to the value being written.
+    mutating func write(decimal value: Int) {
+        DecimalText.append(value, to: &bytes)
+    }
+
+    /// Appends a uuid (PostgreSQL's text form) to the value being written.
+    mutating func write(uuid: UUID) {
+        UUIDText.append(uuid, to: &bytes)
+    }
+
+    /// Appends a time as seconds since 1970 (`DecimalText.appendEpochSeconds`), or `NULL` when it
+    /// is not finite, to the value being written (an element of an array literal).
+    mutating func write(epochSeconds date: Date) {
+        if !DecimalText.appendEpochSeconds(date, to: &bytes) { write("NULL" as StaticString) }
     }
 
     /// Finishes the value being written.

@@ -193,14 +193,8 @@ final class PostgresLocationStoreTests: XCTestCase {
     }
 
     func testChangesAreAnnouncedOnRouseBindingsAfterCommit() throws {
-        let received = Collector<PostgresNotification>()
-        let listening = Collector<Bool>()
-        let listener = PostgresNotificationListener(
-            settings: database.settings, channels: [PostgresLocationStore.notificationChannel],
-            onListening: { listening.append(true) }, onNotification: { received.append($0) })
-        listener.start()
+        let (listener, received) = database.startListener([PostgresLocationStore.notificationChannel])
         defer { listener.stop() }
-        XCTAssertEqual(listening.wait(for: 1).count, 1)
 
         var binding = makeBinding(alice)
         let expiring = makeBinding(bob, expiresIn: -1)

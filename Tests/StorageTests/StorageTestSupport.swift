@@ -116,3 +116,16 @@ extension PostgresLocationStore {
         try result.get()
     }
 }
+
+extension MigratedDatabase {
+    /// A listener on `channels`, started and listening (stop it when done), and what it receives.
+    func startListener(_ channels: [String]) -> (listener: PostgresNotificationListener, received: Collector<PostgresNotification>) {
+        let received = Collector<PostgresNotification>()
+        let listening = Collector<Bool>()
+        let listener = PostgresNotificationListener(
+            settings: settings, channels: channels, onListening: { listening.append(true) }, onNotification: { received.append($0) })
+        listener.start()
+        XCTAssertEqual(listening.wait(for: 1).count, 1, "the listener listens")
+        return (listener, received)
+    }
+}
