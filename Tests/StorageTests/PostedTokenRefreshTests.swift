@@ -1,5 +1,6 @@
 import Foundation
 import Registrar
+import RouseTestSupport
 import RouseVocabulary
 import Storage
 import XCTest
