@@ -35,6 +35,9 @@ public enum PushRegistrationAPI {
         let status: String
     }
 
+    /// A posting's 200, encoded once (every stored post answers the same bytes).
+    static let stored = HTTPResponse.json(200, Done(status: "stored"))
+
     /// A field problem: 400 naming the field.
     struct FieldProblem: Error {
         let field: String
@@ -131,7 +134,7 @@ public enum PushRegistrationAPI {
                 posting.channel, deviceID: posting.deviceID, webPushKeys: posting.webPushKeys, for: posting.sipUser,
                 on: store.pool.groupCommit, within: seconds)
         }
-        return stored != nil ? .json(200, Done(status: "stored")) : ExtensionAuthentication.unauthorized
+        return stored != nil ? Self.stored : ExtensionAuthentication.unauthorized
     }
 
     /// `DELETE`: checks the body (400) and `sipUser` if given (403), and removes the token (404 if it was not there).

@@ -17,7 +17,8 @@ import Storage
 ///    settle time after it;
 /// 2. posting load: `connections` keep-alive connections each send posts back to back, cycling
 ///    through the extensions (each re-posting its own token: a durable refresh), for `seconds` or
-///    `maxRequests` posts, with `rouse`'s CPU time over it;
+///    `maxRequests` posts, with `rouse`'s CPU time over it; then the same from `wideConnections`
+///    connections (the few connections' rate is bounded by their latency, not by Rouse);
 /// 3. idle SIP: OPTIONS over UDP, one at a time (window 1), for `sipSeconds`;
 /// 4. SIP under posts: the posting load again, for `sipSeconds` + 1, and the same OPTIONS
 ///    window-1 load against the same `rouse` while it runs, so that its latency can be set beside
@@ -39,6 +40,9 @@ enum PostingBenchmark {
         var seconds = 5.0
         /// Keep-alive connections, each with one post in flight.
         var connections = 8
+        /// Connections of the wide pass (`posting.keepalive_wide`), as many as the REGISTER and
+        /// call phases keep in flight.
+        var wideConnections = 64
         /// Upper bound on the posts of the measured load.
         var maxRequests = 1_000_000
         /// Length of each OPTIONS window-1 measurement, in seconds.
@@ -89,11 +93,11 @@ enum PostingBenchmark {
         progress("posting: rouse serve up, HTTP on 127.0.0.1:\(httpPort), SIP on \(sip)")
 
         let requests = numbers.map { request(number: $0, port: httpPort) }
-        func post(_ maxRequests: Int, for seconds: Double) throws -> LoadReport {
+        func post(_ maxRequests: Int, for seconds: Double, connections: Int? = nil) throws -> LoadReport {
             do {
                 return try PostingLoad(
                     configuration: .init(
-                        host: "127.0.0.1", port: httpPort, connections: settings.connections, requests: requests,
+                        host: "127.0.0.1", port: httpPort, connections: connections ?? settings.connections, requests: requests,
                         maxRequests: maxRequests, duration: seconds)
                 ).run()
             } catch {
@@ -124,6 +128,14 @@ enum PostingBenchmark {
         let posting = try post(settings.maxRequests, for: max(settings.seconds, 0.5))
         let cpu = (rouse.cpuSeconds() ?? .nan) - cpuBefore
         figures += describe(posting, as: "posting.keepalive", unit: "POST/s", cpu: cpu)
+
+        // With one post in flight per connection, a few connections cap the rate at connections ÷
+        // latency (a commit's WAL flush and all) whatever the server could do: the same load from
+        // `wideConnections` connections (many phones posting at once) says what Rouse passes.
+        let wideCPUBefore = rouse.cpuSeconds() ?? .nan
+        let wide = try post(settings.maxRequests, for: max(settings.seconds, 0.5), connections: settings.wideConnections)
+        let wideCPU = (rouse.cpuSeconds() ?? .nan) - wideCPUBefore
+        figures += describe(wide, as: "posting.keepalive_wide", unit: "POST/s", cpu: wideCPU)
 
         let sipSeconds = max(settings.sipSeconds, 0.2)
         Thread.sleep(forTimeInterval: 1)

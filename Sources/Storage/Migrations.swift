@@ -21,7 +21,8 @@ public enum Migrator {
     /// `Migrations+Calls.swift`, `Migrations+WebPush.swift`, `Migrations+Replica.swift`,
     /// `Migrations+Routes.swift`, `Migrations+Diversion.swift`, `Migrations+Gateway.swift`,
     /// `Migrations+PushPolicy.swift`, `Migrations+Tokens.swift`, `Migrations+Retention.swift`,
-    /// `Migrations+Sealed.swift`, `Migrations+DisplayNames.swift`), in its own range of versions.
+    /// `Migrations+Sealed.swift`, `Migrations+DisplayNames.swift`, `Migrations+Posting.swift`), in its own range of
+    /// versions.
     public static var all: [Migration] {
         let lists: [[Migration]] = [
             coreMigrations,
@@ -39,6 +40,7 @@ public enum Migrator {
             retentionMigrations,
             sealedMigrations,
             displayNameMigrations,
+            postingMigrations,
         ]
         return lists.joined()
             .sorted { $0.version < $1.version }

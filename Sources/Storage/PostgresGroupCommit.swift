@@ -3,9 +3,11 @@ import Foundation
 /// Group commit for small durable writes that many callers make at once (a posted push token per
 /// HTTP request), as the location store does for REGISTERs: a free lane (a writer thread with its
 /// own connection) takes every queued job (up to `maxBatchJobs`) and sends BEGIN, each job's
-/// statements and COMMIT as one pipeline (one round trip, one WAL flush for the burst). A few
-/// lanes run at once, so one batch is executed while another waits for its commit. Each caller
-/// resumes only once its transaction committed.
+/// statements and COMMIT as one pipeline (one round trip, one WAL flush for the burst). Several
+/// lanes run at once (8 by default), so a post that arrives while batches wait for their flush
+/// finds a free lane instead of waiting a whole commit for one; PostgreSQL flushes the lanes'
+/// concurrent commits together (make bench, 8 connections: 2 lanes p50 ~10 ms, 8 lanes ~5 ms).
+/// Each caller resumes only once its transaction committed.
 ///
 /// A job that fails does not spoil the others: PostgreSQL skips what follows it, the transaction
 /// is rolled back, that job gets its error, and the others are sent again in a new transaction
@@ -41,7 +43,7 @@ public final class PostgresGroupCommit: @unchecked Sendable {
     private var transactions = 0
 
     /// Starts `lanes` writer threads (named `name-<n>`); no connection opens until there is a job.
-    public init(settings: PostgresSettings, lanes: Int = 2, maxBatchJobs: Int = 128, name: String = "rouse-group-commit") {
+    public init(settings: PostgresSettings, lanes: Int = 8, maxBatchJobs: Int = 128, name: String = "rouse-group-commit") {
         self.settings = settings
         self.maxBatchJobs = max(1, maxBatchJobs)
         laneCount = max(1, lanes)
