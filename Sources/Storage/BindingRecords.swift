@@ -231,32 +231,10 @@ enum BindingRecords {
     /// literals (one element per binding, in the same order), the channel and the origin suffix.
     static func refreshParameters(_ bindings: [Binding], originSuffix: String) -> PostgresParameters {
         var parameters = PostgresParameters(capacity: bindings.count * 80 + 64)
-        parameters.begin()
-        parameters.write(UInt8(ascii: "{"))
-        for index in bindings.indices {
-            if index > 0 { parameters.write(UInt8(ascii: ",")) }
-            parameters.write(uuid: bindings[index].id)
-        }
-        parameters.write(UInt8(ascii: "}"))
-        parameters.end()
-        parameters.begin()
-        parameters.write(UInt8(ascii: "{"))
-        for index in bindings.indices {
-            if index > 0 { parameters.write(UInt8(ascii: ",")) }
-            parameters.write(decimal: Int(bindings[index].cseq))
-        }
-        parameters.write(UInt8(ascii: "}"))
-        parameters.end()
-        for pass in 0..<2 {
-            parameters.begin()
-            parameters.write(UInt8(ascii: "{"))
-            for index in bindings.indices {
-                if index > 0 { parameters.write(UInt8(ascii: ",")) }
-                parameters.write(epochSeconds: pass == 0 ? bindings[index].registeredAt : bindings[index].expiresAt)
-            }
-            parameters.write(UInt8(ascii: "}"))
-            parameters.end()
-        }
+        parameters.appendArray(bindings) { $0.write(uuid: $1.id) }
+        parameters.appendArray(bindings) { $0.write(decimal: Int($1.cseq)) }
+        parameters.appendArray(bindings) { $0.write(epochSeconds: $1.registeredAt) }
+        parameters.appendArray(bindings) { $0.write(epochSeconds: $1.expiresAt) }
         parameters.append(PostgresLocationStore.notificationChannel)
         parameters.append(originSuffix)
         return parameters

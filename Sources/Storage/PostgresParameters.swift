@@ -81,6 +81,20 @@ struct PostgresParameters {
         if !DecimalText.appendEpochSeconds(date, to: &bytes) { write("NULL" as StaticString) }
     }
 
+    /// One whole value: an array literal (`{a,b,c}`) of `elements`, each written by `element`.
+    mutating func appendArray<Elements: Collection>(_ elements: Elements, _ element: (inout PostgresParameters, Elements.Element) -> Void) {
+        begin()
+        write(UInt8(ascii: "{"))
+        var first = true
+        for item in elements {
+            if !first { write(UInt8(ascii: ",")) }
+            first = false
+            element(&self, item)
+        }
+        write(UInt8(ascii: "}"))
+        end()
+    }
+
     /// Finishes the value being written.
     mutating func end() {
         guard let start = open else { preconditionFailure("no parameter is being written") }
