@@ -249,7 +249,8 @@ extension BenchReport {
             text += "- **Posted tokens**: \(Self.rate(posted))/s with Rouse at \(String(format: "%.2f", perThousand)) CPU s per 1,000 posts,"
             text += " \(String(format: "%.2f", busy)) of the machine's \(ProcessInfo.processInfo.activeProcessorCount) cores busy in Rouse's process"
             text += busy < 0.75 * Double(ProcessInfo.processInfo.activeProcessorCount)
-                ? ": Rouse's CPU is not the bound; each post waits for its batch's commit (one WAL flush per batch), and the generator keeps one post in flight per connection.\n"
+                ? ": Rouse's CPU is not the bound. The rest of each post's time is PostgreSQL's (its statement, triggers included, and its batch's commit)"
+                    + " and the generator's (one post in flight per connection).\n"
                 : ": Rouse's CPU is the bound; the profile's posted-token stretch names where it goes.\n"
         }
         if let sipp {
