@@ -41,12 +41,22 @@ final class TimerSchedulerTests: XCTestCase {
         let scheduler = DispatchTimerScheduler(queue: queue)
         let cancelledRan = Mutex(false)
         let ran = expectation(description: "timer fired")
+        // The queue is held shut while the first timer is scheduled and cancelled, so however slow
+        // this thread is (ThreadSanitizer), that timer cannot run before `cancel()` is called.
+        let gate = DispatchSemaphore(value: 0)
+        let queueHeld = DispatchSemaphore(value: 0)
+        queue.async {
+            queueHeld.signal()
+            gate.wait()
+        }
+        queueHeld.wait()
         let cancelled = scheduler.schedule(after: .milliseconds(1)) { cancelledRan.withLock { $0 = true } }
-        cancelled.cancel()
         _ = scheduler.schedule(after: .milliseconds(5)) {
             dispatchPrecondition(condition: .onQueue(queue))
             ran.fulfill()
         }
+        cancelled.cancel()
+        gate.signal()
         wait(for: [ran], timeout: 10)
         XCTAssertFalse(cancelledRan.withLock { $0 })
     }
