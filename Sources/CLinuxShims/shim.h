@@ -1,4 +1,4 @@
-// Linux system calls the Glibc module does not export (epoll, eventfd, timerfd), and typed
+// Linux system calls the Glibc module does not export (epoll, eventfd, timerfd, malloc_trim), and typed
 // wrappers for the few macros Swift cannot call. Only declarations and static inline functions:
 // a system-library target cannot hold .c files.
 #ifndef ROUSE_CLINUXSHIMS_H
@@ -16,4 +16,5 @@
 #include <unistd.h>
 #include <errno.h>
 #include <signal.h>
+#include <malloc.h>
 #endif

@@ -123,16 +123,22 @@ enum ScaleBenchmark {
     ) {
         let started = Date()
         let rouse = try RouseServerUnderTest(
-            executable: settings.rouseExecutable, databaseURL: settings.databaseURL, environment: ["ROUSE_SIP_T1": "10ms"],
+            executable: settings.rouseExecutable, databaseURL: settings.databaseURL, environment: ["ROUSE_SIP_T1": "10ms", "ROUSE_LOG_LEVEL": "info"],
             startTimeout: 900)
         defer { rouse.stop() }
         let seconds = Date().timeIntervalSince(started)
         Thread.sleep(forTimeInterval: 1)
         let resident = rouse.child.residentBytes() ?? .nan
         progress("scale: rouse served SIP \(String(format: "%.2f", seconds)) s after start with \(holding), resident \(mebibytes(resident)) MiB")
+        let stages = startStages(rouse.outputText)
+        progress("scale: rouse with \(holding): \(stages)")
         let run = try latency(rouse, numbers: numbers, phones: phones, bindings: bindings, settings: settings)
         let errors = rouse.outputText.split(separator: "\n").filter { $0.contains("level=error") }
-        return (seconds, resident, run, errors.prefix(1).map { "scale: rouse (\(holding)) logged \(errors.count) error line(s), the first: \($0.prefix(300))" })
+        return (
+            seconds, resident, run,
+            ["scale: rouse with \(holding): \(stages)"]
+                + errors.prefix(1).map { "scale: rouse (\(holding)) logged \(errors.count) error line(s), the first: \($0.prefix(300))" }
+        )
     }
 
     /// Phones `0..<phones` challenged, registered (their bindings made or refreshed), then a
@@ -202,6 +208,21 @@ enum ScaleBenchmark {
             throw Failure(description: "scale: no binding of \(template)@\(domain) to copy")
         }
         return inserted
+    }
+
+    /// The start-up's stages as `rouse serve` logged them (`registrar.ready`): the seconds it took
+    /// to load the directory and to load the bindings.
+    static func startStages(_ output: String) -> String {
+        guard let line = output.split(separator: "\n").first(where: { $0.contains("registrar.ready") }) else {
+            return "no registrar.ready line logged"
+        }
+        func seconds(_ key: String) -> String {
+            guard let field = line.split(separator: " ").first(where: { $0.hasPrefix(key + "=") }),
+                let milliseconds = Double(field.dropFirst(key.count + 1).trimmingCharacters(in: CharacterSet(charactersIn: "\"")))
+            else { return "–" }
+            return String(format: "%.1f s", milliseconds / 1_000)
+        }
+        return "directory loaded in \(seconds("directory_ms")), bindings in \(seconds("bindings_ms"))"
     }
 
     static func mebibytes(_ value: Double) -> String { value.isFinite ? String(format: "%.1f", value / 1_048_576) : "–" }

@@ -1,3 +1,4 @@
+import CLinuxShims
 import CallRouting
 import Crypto
 import Dispatch
@@ -75,8 +76,14 @@ public final class RouseService: @unchecked Sendable {
             pushMaxExpires: configuration.pushBindingMaxExpires, maxBindingsPerExtension: configuration.maxBindingsPerExtension,
             flowTimer: configuration.effectiveFlowTimer)
         let secret = try RouseService.sharedSecret(named: "digest_nonce_secret", connection)
+        // Listening for directory changes from before the load: the listener's first LISTEN reads
+        // the directory again only when one was announced meanwhile.
+        let directoryWatch = try PostgresDirectoryWatch(settings: settings)
+        let loadStarted = ContinuousClock.now
+        let loadedDirectory = try directory.loadDirectory()
+        let directoryLoaded = ContinuousClock.now
         var core = RegistrarCore(
-            policy: policy, directory: try directory.loadDirectory(),
+            policy: policy, directory: loadedDirectory,
             supportedPushProviders: try PostgresPushApps.providerFamilies(on: connection),
             authenticator: DigestAuthenticator(secret: secret, nonceLifetime: Double(configuration.nonceLifetime.components.seconds),
                 algorithms: configuration.digestAlgorithms),
@@ -154,11 +161,20 @@ public final class RouseService: @unchecked Sendable {
             tokens: wakeTokens)
         self.replica = replica
         try replica.start()
+        let bindingsLoaded = ContinuousClock.now
+        RouseService.returnFreedMemory()
         replica.startPruning()
         RouseService.registerReplicaMetrics(metrics, replica: replica)
         registrar.startExpiryTimer()
         retention = RouseService.startRetention(configuration: configuration, settings: settings, logger: logger)
-        logger.info("registrar.ready", ["bindings": String(registrar.bindingCount), "replica_seq": String(replica.lastSeen)])
+        logger.info(
+            "registrar.ready",
+            [
+                "bindings": String(registrar.bindingCount), "replica_seq": String(replica.lastSeen),
+                "extensions": String(loadedDirectory.extensions.count),
+                "directory_ms": String((directoryLoaded - loadStarted).wholeMilliseconds),
+                "bindings_ms": String((bindingsLoaded - directoryLoaded).wholeMilliseconds),
+            ])
         self.databaseSettings = settings
         let refresher = BindingRefresher(
             source: registrar, claims: PostgresRefreshClaims(pool: callPool), pusher: pushService,
@@ -179,8 +195,8 @@ public final class RouseService: @unchecked Sendable {
         self.registrar = registrar
         self.locationStore = store
         listener = startListening(
-            settings: settings, directory: directory, registrar: registrar, replica: replica, instanceID: instanceID,
-            pushService: pushService, coordinator: coordinator, outsideClass: outsideClass, gatewayRoutes: gatewayRoutes)
+            settings: settings, directory: directory, directoryWatch: directoryWatch, registrar: registrar, replica: replica,
+            instanceID: instanceID, pushService: pushService, coordinator: coordinator, outsideClass: outsideClass, gatewayRoutes: gatewayRoutes)
         try sip.start()
         for point in sip.listeningPoints {
             logger.info("sip.listening", ["listen": point.description])
@@ -235,6 +251,12 @@ public final class RouseService: @unchecked Sendable {
             callerIdentity: .unchanged, requestHost: pbx.domain)
     }
 
+    /// Gives the operating system back the heap pages the start-up's loads freed (every page of
+    /// rows read and decoded: hundreds of MiB with a million bindings), which glibc's `free` keeps.
+    static func returnFreedMemory() {
+        _ = malloc_trim(0)
+    }
+
     /// A random secret shared by every instance through `rouse_settings`, made by whichever starts
     /// first (decisions.md: nonces work across instances), stored sealed.
     static func sharedSecret(named name: String, _ connection: PostgresConnection) throws -> [UInt8] {
@@ -245,9 +267,10 @@ public final class RouseService: @unchecked Sendable {
     /// apps (which providers Rouse can wake), and the replica's change log (bindings, posted tokens
     /// and dead marks written anywhere). After every (re)connect of the listener the replica
     /// catches up from the last change it applied and the directory is read again, since what was
-    /// announced while the connection was down is lost.
+    /// announced while the connection was down is lost (the first time only when `directoryWatch`
+    /// saw a change announced since the start-up's load).
     private func startListening(
-        settings: PostgresSettings, directory: PostgresDirectory, registrar: Registrar, replica: PostgresReplica, instanceID: String,
+        settings: PostgresSettings, directory: PostgresDirectory, directoryWatch: PostgresDirectoryWatch, registrar: Registrar, replica: PostgresReplica, instanceID: String,
         pushService: PushService, coordinator: CallCoordinator<SIPService>, outsideClass: ClassOfService,
         gatewayRoutes: [(route: OutboundRoute, password: String?)]
     ) -> PostgresNotificationListener {
@@ -263,7 +286,7 @@ public final class RouseService: @unchecked Sendable {
                 replica.listening()
                 work.async {
                     do {
-                        registrar.updateDirectory(try directory.loadDirectory())
+                        if directoryWatch.changedSinceLoad() { registrar.updateDirectory(try directory.loadDirectory()) }
                         try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, gateways: gatewayRoutes, into: coordinator, logger: logger)
                     } catch {
                         logger.warning("database.directory_reload_failed", ["error": "\(error)"])

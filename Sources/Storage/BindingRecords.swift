@@ -471,6 +471,24 @@ enum BindingRecords {
         return bindings
     }
 
+    /// Every live binding, one list per extension, each list ordered as `load(_:aor:now:)` orders
+    /// one extension's. Read in pages as `load` reads them, each page's bindings put in their lists
+    /// as it comes, so no array of every binding is built and sorted (a million at start-up).
+    static func loadByExtension(_ connection: PostgresConnection, now: Date, pageSize: Int = defaultPageSize) throws -> [AddressOfRecord: [Binding]] {
+        var lists: [AddressOfRecord: [Binding]] = [:]
+        var after: UUID?
+        repeat {
+            let page = try loadPage(connection, after: after, now: now, limit: pageSize)
+            for binding in page { lists[binding.aor, default: []].append(binding) }
+            after = page.count < pageSize ? nil : page.last?.id
+        } while after != nil
+        // Each list is in id order: stable, bindings registered at the same time stay so.
+        for (aor, list) in lists where list.count > 1 {
+            lists[aor] = list.sorted { $0.registeredAt < $1.registeredAt }
+        }
+        return lists
+    }
+
     /// One page of the live bindings: at most `limit`, those whose id sorts after `after` (from the
     /// first when nil), in id order. One statement.
     static func loadPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [Binding] {

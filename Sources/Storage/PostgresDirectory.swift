@@ -107,22 +107,14 @@ public final class PostgresDirectory: DirectorySource, Sendable {
         if let count = try connection.query("SELECT count(*) FROM extensions").rows.first?[0].flatMap({ Int($0) }) {
             extensions.reserveCapacity(count)
         }
+        // The hashes are opened on every core, each thread with an opener of its own.
+        let openers = try (0..<openingThreads).map { _ in try connection.secretOpener() }
         var after: String?
         repeat {
             let rows = try connection.query(after.map { _ in nextSQL } ?? firstSQL, [String(pageSize)] + (after.map { [$0] } ?? [])).rows
-            for row in rows {
-                guard let domainID = row[1], let domain = domainByID[domainID], let number = row[2], let md5 = row[3], let sha256 = row[4]
-                else { continue }
-                let aor = AddressOfRecord(number: number, domain: domain)
-                guard
-                    let credentials = ExtensionCredentials(
-                        aor: aor, ha1MD5: try connection.openSecret(md5, context: Self.ha1Context(.md5, aor)),
-                        ha1SHA256: try connection.openSecret(sha256, context: Self.ha1Context(.sha256, aor)))
-                else {
-                    throw PostgresError(kind: .unexpectedResult, message: "the stored password hashes of \(aor) are not MD5 and SHA-256 hex")
-                }
-                extensions[aor] = credentials
-                if let name = row[5] { names[aor] = name }
+            for case let entry? in try openHA1s(rows, domainByID: domainByID, openers: openers) {
+                extensions[entry.aor] = entry.credentials
+                if let name = entry.name { names[entry.aor] = name }
             }
             after = rows.count < pageSize ? nil : rows.last?[0]
         } while after != nil
@@ -130,6 +122,72 @@ public final class PostgresDirectory: DirectorySource, Sendable {
         let hasDiversions = try connection.query("SELECT to_regclass('extension_diversions') IS NOT NULL").rows.first?[0] == "t"
         let diversions = hasDiversions ? try PostgresDiversions.all(on: connection) : [:]
         return DirectorySnapshot(domains: Set(domainByID.values), extensions: extensions, diversions: diversions, displayNames: names)
+    }
+
+    /// Threads that open the directory's hashes at a load: the cores, up to 8.
+    static let openingThreads = min(8, max(1, ProcessInfo.processInfo.activeProcessorCount))
+
+    /// Each row's address, opened hashes and display name (nil for a row of no known domain), the
+    /// rows shared among `openers`, one thread each. Throws the first hash that does not open.
+    private static func openHA1s(
+        _ rows: [[String?]], domainByID: [String: String], openers: [SealedSecrets.Opener]
+    ) throws -> [PageOpening.Entry?] {
+        let opening = PageOpening(rows: rows, domainByID: domainByID, openers: openers)
+        DispatchQueue.concurrentPerform(iterations: openers.count) { part in opening.open(part: part) }
+        if let failure = opening.failures.lazy.compactMap({ $0 }).first { throw failure }
+        return Array(opening.opened)
+    }
+
+    /// One page of extensions whose hashes are opened on several threads, each part of the rows
+    /// by one opener. @unchecked Sendable: each part writes only its own rows' slots and its own
+    /// failure, and they are read once every part is done.
+    private final class PageOpening: @unchecked Sendable {
+        typealias Entry = (aor: AddressOfRecord, credentials: ExtensionCredentials, name: String?)
+        private let rows: [[String?]]
+        private let domainByID: [String: String]
+        private let openers: [SealedSecrets.Opener]
+        private let share: Int
+        let opened: UnsafeMutableBufferPointer<Entry?>
+        let failures: UnsafeMutableBufferPointer<(any Error)?>
+
+        init(rows: [[String?]], domainByID: [String: String], openers: [SealedSecrets.Opener]) {
+            self.rows = rows
+            self.domainByID = domainByID
+            self.openers = openers
+            share = (rows.count + openers.count - 1) / openers.count
+            opened = .allocate(capacity: rows.count)
+            opened.initialize(repeating: nil)
+            failures = .allocate(capacity: openers.count)
+            failures.initialize(repeating: nil)
+        }
+
+        deinit {
+            opened.deinitialize().deallocate()
+            failures.deinitialize().deallocate()
+        }
+
+        func open(part: Int) {
+            let opener = openers[part]
+            for index in (part * share)..<min(rows.count, (part + 1) * share) {
+                let row = rows[index]
+                guard let domainID = row[1], let domain = domainByID[domainID], let number = row[2], let md5 = row[3], let sha256 = row[4]
+                else { continue }
+                let aor = AddressOfRecord(number: number, domain: domain)
+                do {
+                    guard
+                        let credentials = ExtensionCredentials(
+                            aor: aor, ha1MD5: try opener.open(md5, context: PostgresDirectory.ha1Context(.md5, aor)),
+                            ha1SHA256: try opener.open(sha256, context: PostgresDirectory.ha1Context(.sha256, aor)))
+                    else {
+                        throw PostgresError(kind: .unexpectedResult, message: "the stored password hashes of \(aor) are not MD5 and SHA-256 hex")
+                    }
+                    opened[index] = (aor, credentials, row[5])
+                } catch {
+                    failures[part] = error
+                    return
+                }
+            }
+        }
     }
 
     // MARK: - Domains
@@ -381,5 +439,31 @@ extension ExtensionCredentials {
             try connection.sealSecret(ha1MD5, context: PostgresDirectory.ha1Context(.md5, aor)),
             try connection.sealSecret(ha1SHA256, context: PostgresDirectory.ha1Context(.sha256, aor))
         )
+    }
+}
+
+/// A `LISTEN` on the directory's channel taken before the start-up's directory load, so that the
+/// notification listener's first `LISTEN` reads the directory again (a million extensions) only
+/// when a change was announced in between. Used once, from one thread.
+public final class PostgresDirectoryWatch: @unchecked Sendable {
+    // @unchecked: `connection` is used by one thread at a time (taken once, then closed).
+    private var connection: PostgresConnection?
+
+    /// Listens from now on; call before loading the directory.
+    public init(settings: PostgresSettings) throws {
+        let connection = try settings.connect()
+        try connection.query("LISTEN \(PostgresDirectory.notificationChannel)")
+        self.connection = connection
+    }
+
+    /// Whether a directory change was announced since `init` (true as well when the watch broke or
+    /// was already asked, since then one may have been missed); stops watching. Call once the
+    /// listener is listening: any change after that is announced to it.
+    public func changedSinceLoad() -> Bool {
+        guard let connection else { return true }
+        self.connection = nil
+        // A statement's round trip first: notifications the watch's backend already took are sent before its answer.
+        guard (try? connection.query("SELECT 1")) != nil, connection.consumeInput() else { return true }
+        return connection.nextNotification() != nil
     }
 }

@@ -294,8 +294,7 @@ public final class PostgresReplica: @unchecked Sendable {
         let newest = state.rows.first?[1].flatMap { Int64($0) } ?? 0
         let through = max(newest, pruned, after ?? 0)
         guard let after, after >= pruned else {
-            var bindings: [AddressOfRecord: [Binding]] = [:]
-            for binding in try BindingRecords.load(connection, aor: nil, now: now) { bindings[binding.aor, default: []].append(binding) }
+            let bindings = try BindingRecords.loadByExtension(connection, now: now)
             let posted = try PostedPushTokens.list(for: nil, on: connection)
             let dead = try deadKeys(connection, among: nil)
             return ReplicaRead(

@@ -197,11 +197,27 @@ extension PostgresConnection {
     /// the value was sealed by another key, does not belong to `context`, or is still plain (the
     /// start-up's `SealedSecrets.sealPlainValues` seals those).
     func openSecret(_ stored: String, context: String) throws(SecretSealError) -> String {
-        let seal = try SealedSecrets.requireKeys(self)
-        guard !stored.hasPrefix(SealedSecrets.plainMarker) else {
-            throw SecretSealError("\(context) is not sealed yet: start rouse serve, or run rouse secrets seal, with the secrets key")
+        try secretOpener().open(stored, context: context)
+    }
+
+    /// What opens many stored secrets on one thread as `openSecret` does, each key's cipher set up
+    /// once (the directory's start-up load).
+    func secretOpener() throws(SecretSealError) -> SealedSecrets.Opener {
+        SealedSecrets.Opener(opener: try SealedSecrets.requireKeys(self).opener())
+    }
+}
+
+extension SealedSecrets {
+    /// `PostgresConnection.openSecret` for many values: one per thread, not thread-safe.
+    struct Opener {
+        let opener: SecretSeal.Opener
+
+        func open(_ stored: String, context: String) throws(SecretSealError) -> String {
+            guard !stored.hasPrefix(SealedSecrets.plainMarker) else {
+                throw SecretSealError("\(context) is not sealed yet: start rouse serve, or run rouse secrets seal, with the secrets key")
+            }
+            return try opener.open(stored, context: context)
         }
-        return try seal.open(stored, context: context)
     }
 }
 
