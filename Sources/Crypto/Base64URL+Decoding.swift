@@ -7,35 +7,59 @@ extension Base64URL {
         return text.withUTF8 { decode(utf8: $0) }
     }
 
-    /// `decode(_:)` of UTF-8 bytes, in one pass with one allocation (the start-up's directory load
-    /// decodes two million sealed values).
+    /// `decode(_:)` of UTF-8 bytes: four characters at a time through a table, one allocation
+    /// (the start-up's directory load decodes two million sealed values).
     public static func decode(utf8 input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         var count = input.count
         while count > 0, input[count - 1] == UInt8(ascii: "=") { count -= 1 }
         let padding = input.count - count
         guard count % 4 != 1, padding <= 2, padding == 0 || (count + padding) % 4 == 0 else { return nil }
+        let whole = count / 4 * 4
         var valid = true
-        let output = [UInt8](unsafeUninitializedCapacity: count / 4 * 3 + max(0, count % 4 - 1)) { out, written in
-            var accumulator: UInt32 = 0
-            var bits = 0
-            for character in UnsafeBufferPointer(rebasing: input[..<count]) {
-                guard let value = sextet(character) else {
-                    valid = false
-                    break
+        let decodedCount = whole / 4 * 3 + max(0, count % 4 - 1)
+        let output = [UInt8](unsafeUninitializedCapacity: decodedCount) { out, written in
+            sextets.withUnsafeBufferPointer { table in
+                var position = 0
+                var end = 0
+                // A table entry is 0xFF for a byte that is no base64 digit: any of the four sets bits 6-7.
+                while position < whole {
+                    let a = UInt32(table[Int(input[position])]), b = UInt32(table[Int(input[position + 1])])
+                    let c = UInt32(table[Int(input[position + 2])]), d = UInt32(table[Int(input[position + 3])])
+                    guard (a | b | c | d) & 0xC0 == 0 else { return }
+                    let n = a &<< 18 | b &<< 12 | c &<< 6 | d
+                    out[end] = UInt8(truncatingIfNeeded: n &>> 16)
+                    out[end + 1] = UInt8(truncatingIfNeeded: n &>> 8)
+                    out[end + 2] = UInt8(truncatingIfNeeded: n)
+                    position += 4
+                    end += 3
                 }
-                accumulator = accumulator << 6 | UInt32(value)
-                bits += 6
-                if bits >= 8 {
-                    bits -= 8
-                    out[written] = UInt8(truncatingIfNeeded: accumulator >> UInt32(bits))
-                    written += 1
+                var n: UInt32 = 0
+                for index in whole..<count {
+                    let value = UInt32(table[Int(input[index])])
+                    guard value & 0xC0 == 0 else { return }
+                    n |= value &<< (18 - 6 * UInt32(index - whole))
                 }
+                // The bits past the last whole byte must be zero (one spelling per byte string).
+                switch count - whole {
+                case 2 where n & 0xFFFF == 0:
+                    out[end] = UInt8(truncatingIfNeeded: n &>> 16)
+                    end += 1
+                case 3 where n & 0xFF == 0:
+                    out[end] = UInt8(truncatingIfNeeded: n &>> 16)
+                    out[end + 1] = UInt8(truncatingIfNeeded: n &>> 8)
+                    end += 2
+                case 0: break
+                default: return
+                }
+                written = end
             }
-            // The bits past the last whole byte must be zero (one spelling per byte string).
-            if accumulator & (1 << UInt32(bits) - 1) != 0 { valid = false }
+            valid = written == decodedCount
         }
         return valid ? output : nil
     }
+
+    /// Each byte's value as a base64 or base64url digit, 0xFF for a byte that is none.
+    private static let sextets: [UInt8] = (0...255).map { sextet(UInt8($0)) ?? 0xFF }
 
     private static func sextet(_ character: UInt8) -> UInt8? {
         switch character {

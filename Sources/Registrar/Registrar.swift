@@ -123,6 +123,8 @@ final class RegistrarShard: @unchecked Sendable {
     ) {
         queue.async { [self] in
             var all = bindings
+            // The start-up's read of every binding: the indexes are sized once, not grown.
+            if everything, core.bindingCount == 0 { core.reserveCapacity(bindings.values.reduce(0) { $0 + $1.count }) }
             if everything {
                 for aor in core.bindings.keys where all[aor] == nil { all[aor] = [] }
             }
@@ -313,7 +315,9 @@ public final class Registrar: ExtensionDirectory, Sendable {
         guard shards.count > 1 else {
             return shards[0].applyStored(bindings, everything: everything, since: mark, applied: applied)
         }
-        var parts = [[AddressOfRecord: [Binding]]](repeating: [:], count: shards.count)
+        var part: [AddressOfRecord: [Binding]] = [:]
+        part.reserveCapacity(bindings.count / shards.count + bindings.count / 16)
+        var parts = [[AddressOfRecord: [Binding]]](repeating: part, count: shards.count)
         for (aor, list) in bindings { parts[shardIndex(of: aor)][aor] = list }
         gather(over: shards.indices, { index, done in
             shards[index].applyStored(parts[index], everything: everything, since: mark, applied: done)

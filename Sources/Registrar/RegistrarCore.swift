@@ -73,7 +73,22 @@ public struct RegistrarCore: Sendable {
     /// Replaces one extension's bindings (another instance changed them, or a write failed).
     public mutating func replace(_ aor: AddressOfRecord, with replacement: [Binding]) {
         for binding in bindings[aor] ?? [] { removeFromIndex(binding) }
-        for binding in replacement { insert(binding) }
+        // A stored list of distinct bindings of `aor` is kept as it is: no list built again binding
+        // by binding (a million at start-up, each a heap block left behind).
+        guard !replacement.isEmpty, replacement.allSatisfy({ $0.aor == aor }),
+            replacement.count == 1 || Set(replacement.map(\.id)).count == replacement.count
+        else {
+            for binding in replacement { insert(binding) }
+            return
+        }
+        bindings[aor] = replacement
+        for position in replacement.indices { addToIndexes(replacement[position]) }
+    }
+
+    /// Room for `count` bindings in the indexes, made once before a load of that many.
+    public mutating func reserveCapacity(_ count: Int) {
+        bindings.reserveCapacity(count)
+        bindingAOR.reserveCapacity(count)
     }
 
     /// Every live binding of an extension, highest q first.
@@ -86,6 +101,11 @@ public struct RegistrarCore: Sendable {
     private mutating func insert(_ binding: Binding) {
         bindings[binding.aor, default: []].removeAll { $0.id == binding.id }
         bindings[binding.aor, default: []].append(binding)
+        addToIndexes(binding)
+    }
+
+    /// Indexes a binding already in its extension's list: by id, by push token, and by expiry.
+    private mutating func addToIndexes(_ binding: Binding) {
         bindingAOR[binding.id] = binding.aor
         for channel in binding.pushChannels {
             tokenOwners[channel.tokenID, default: TokenOwners()].insert(binding.id)

@@ -222,7 +222,7 @@ enum ScaleBenchmark {
             else { return "–" }
             return String(format: "%.1f s", milliseconds / 1_000)
         }
-        return "directory loaded in \(seconds("directory_ms")), bindings in \(seconds("bindings_ms"))"
+        return "\(seconds("before_ms")) before the directory, directory loaded in \(seconds("directory_ms")), bindings in \(seconds("bindings_ms"))"
     }
 
     static func mebibytes(_ value: Double) -> String { value.isFinite ? String(format: "%.1f", value / 1_048_576) : "–" }

@@ -52,6 +52,7 @@ public final class RouseService: @unchecked Sendable {
     /// migrations, loads extensions and bindings, binds the SIP listen points, then starts the HTTP
     /// API on `httpListen` (its own threads; see `HTTPAPIService`).
     public func start() throws {
+        let started = ContinuousClock.now
         // Rouse stores secrets (its own keys at least) from the start: never without a key.
         guard configuration.secrets != nil else { throw SealedSecrets.missingKey }
         let connection = try PostgresConnection(
@@ -171,7 +172,7 @@ public final class RouseService: @unchecked Sendable {
             "registrar.ready",
             [
                 "bindings": String(registrar.bindingCount), "replica_seq": String(replica.lastSeen),
-                "extensions": String(loadedDirectory.extensions.count),
+                "extensions": String(loadedDirectory.extensions.count), "before_ms": String((loadStarted - started).wholeMilliseconds),
                 "directory_ms": String((directoryLoaded - loadStarted).wholeMilliseconds),
                 "bindings_ms": String((bindingsLoaded - directoryLoaded).wholeMilliseconds),
             ])
@@ -219,7 +220,7 @@ public final class RouseService: @unchecked Sendable {
             pushService: pushService, testPushInterval: configuration.testPushInterval.timeInterval,
             outsideCallSurges: { coordinator.outsideCallSurges }, historyRetention: configuration.historyRetention.timeInterval, logger: logger)
         self.http = http
-        logger.info("http.listening", ["listen": http.listenAddress])
+        logger.info("http.listening", ["listen": http.listenAddress, "started_ms": String((ContinuousClock.now - started).wholeMilliseconds)])
     }
 
     /// The HTTP API's `host:port` as bound, once started.

@@ -476,11 +476,21 @@ enum BindingRecords {
     /// as it comes, so no array of every binding is built and sorted (a million at start-up).
     static func loadByExtension(_ connection: PostgresConnection, now: Date, pageSize: Int = defaultPageSize) throws -> [AddressOfRecord: [Binding]] {
         var lists: [AddressOfRecord: [Binding]] = [:]
+        // Sized once from PostgreSQL's estimate of the rows (a hint: the count may have moved since).
+        if let estimate = try connection.query("SELECT reltuples::bigint FROM pg_class WHERE oid = 'bindings'::regclass").rows.first?[0]
+            .flatMap({ Int($0) }), estimate > 0 {
+            lists.reserveCapacity(min(estimate, 10_000_000))
+        }
         var after: UUID?
+        // Each page's rows are decoded on every core.
+        let threads = [Void](repeating: (), count: ConcurrentMap.threads)
         repeat {
-            let page = try loadPage(connection, after: after, now: now, limit: pageSize)
-            for binding in page { lists[binding.aor, default: []].append(binding) }
-            after = page.count < pageSize ? nil : page.last?.id
+            let rows = try pageRows(connection, after: after, now: now, limit: pageSize)
+            for case let binding? in try ConcurrentMap.map(count: rows.count, states: threads, { _, index in try decodeBinding(rows[index]) }) {
+                lists[binding.aor, default: []].append(binding)
+                after = binding.id
+            }
+            if rows.count < pageSize { after = nil }
         } while after != nil
         // Each list is in id order: stable, bindings registered at the same time stay so.
         for (aor, list) in lists where list.count > 1 {
@@ -492,15 +502,17 @@ enum BindingRecords {
     /// One page of the live bindings: at most `limit`, those whose id sorts after `after` (from the
     /// first when nil), in id order. One statement.
     static func loadPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [Binding] {
+        try pageRows(connection, after: after, now: now, limit: limit).map(decodeBinding)
+    }
+
+    /// The rows of `loadPage`, not yet decoded.
+    private static func pageRows(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [[String?]] {
         let epoch = String(now.timeIntervalSince1970)
         let size = String(max(1, limit))
-        let rows: PostgresRows
         if let after {
-            rows = try connection.query(loadNextPageSQL, [epoch, size, UUIDText.string(after)])
-        } else {
-            rows = try connection.query(loadFirstPageSQL, [epoch, size])
+            return try connection.query(loadNextPageSQL, [epoch, size, UUIDText.string(after)]).rows
         }
-        return try rows.rows.map(decodeBinding)
+        return try connection.query(loadFirstPageSQL, [epoch, size]).rows
     }
 
     /// The live bindings of the extensions whose stored texts are `aors`, one list per extension

@@ -108,7 +108,7 @@ public final class PostgresDirectory: DirectorySource, Sendable {
             extensions.reserveCapacity(count)
         }
         // The hashes are opened on every core, each thread with an opener of its own.
-        let openers = try (0..<openingThreads).map { _ in try connection.secretOpener() }
+        let openers = try (0..<ConcurrentMap.threads).map { _ in try connection.secretOpener() }
         var after: String?
         repeat {
             let rows = try connection.query(after.map { _ in nextSQL } ?? firstSQL, [String(pageSize)] + (after.map { [$0] } ?? [])).rows
@@ -124,69 +124,24 @@ public final class PostgresDirectory: DirectorySource, Sendable {
         return DirectorySnapshot(domains: Set(domainByID.values), extensions: extensions, diversions: diversions, displayNames: names)
     }
 
-    /// Threads that open the directory's hashes at a load: the cores, up to 8.
-    static let openingThreads = min(8, max(1, ProcessInfo.processInfo.activeProcessorCount))
-
     /// Each row's address, opened hashes and display name (nil for a row of no known domain), the
     /// rows shared among `openers`, one thread each. Throws the first hash that does not open.
     private static func openHA1s(
         _ rows: [[String?]], domainByID: [String: String], openers: [SealedSecrets.Opener]
-    ) throws -> [PageOpening.Entry?] {
-        let opening = PageOpening(rows: rows, domainByID: domainByID, openers: openers)
-        DispatchQueue.concurrentPerform(iterations: openers.count) { part in opening.open(part: part) }
-        if let failure = opening.failures.lazy.compactMap({ $0 }).first { throw failure }
-        return Array(opening.opened)
-    }
-
-    /// One page of extensions whose hashes are opened on several threads, each part of the rows
-    /// by one opener. @unchecked Sendable: each part writes only its own rows' slots and its own
-    /// failure, and they are read once every part is done.
-    private final class PageOpening: @unchecked Sendable {
-        typealias Entry = (aor: AddressOfRecord, credentials: ExtensionCredentials, name: String?)
-        private let rows: [[String?]]
-        private let domainByID: [String: String]
-        private let openers: [SealedSecrets.Opener]
-        private let share: Int
-        let opened: UnsafeMutableBufferPointer<Entry?>
-        let failures: UnsafeMutableBufferPointer<(any Error)?>
-
-        init(rows: [[String?]], domainByID: [String: String], openers: [SealedSecrets.Opener]) {
-            self.rows = rows
-            self.domainByID = domainByID
-            self.openers = openers
-            share = (rows.count + openers.count - 1) / openers.count
-            opened = .allocate(capacity: rows.count)
-            opened.initialize(repeating: nil)
-            failures = .allocate(capacity: openers.count)
-            failures.initialize(repeating: nil)
-        }
-
-        deinit {
-            opened.deinitialize().deallocate()
-            failures.deinitialize().deallocate()
-        }
-
-        func open(part: Int) {
-            let opener = openers[part]
-            for index in (part * share)..<min(rows.count, (part + 1) * share) {
-                let row = rows[index]
-                guard let domainID = row[1], let domain = domainByID[domainID], let number = row[2], let md5 = row[3], let sha256 = row[4]
-                else { continue }
-                let aor = AddressOfRecord(number: number, domain: domain)
-                do {
-                    guard
-                        let credentials = ExtensionCredentials(
-                            aor: aor, ha1MD5: try opener.open(md5, context: PostgresDirectory.ha1Context(.md5, aor)),
-                            ha1SHA256: try opener.open(sha256, context: PostgresDirectory.ha1Context(.sha256, aor)))
-                    else {
-                        throw PostgresError(kind: .unexpectedResult, message: "the stored password hashes of \(aor) are not MD5 and SHA-256 hex")
-                    }
-                    opened[index] = (aor, credentials, row[5])
-                } catch {
-                    failures[part] = error
-                    return
-                }
+    ) throws -> [(aor: AddressOfRecord, credentials: ExtensionCredentials, name: String?)?] {
+        try ConcurrentMap.map(count: rows.count, states: openers) { opener, index in
+            let row = rows[index]
+            guard let domainID = row[1], let domain = domainByID[domainID], let number = row[2], let md5 = row[3], let sha256 = row[4]
+            else { return nil }
+            let aor = AddressOfRecord(number: number, domain: domain)
+            guard
+                let credentials = ExtensionCredentials(
+                    aor: aor, ha1MD5: try opener.open(md5, context: Self.ha1Context(.md5, aor)),
+                    ha1SHA256: try opener.open(sha256, context: Self.ha1Context(.sha256, aor)))
+            else {
+                throw PostgresError(kind: .unexpectedResult, message: "the stored password hashes of \(aor) are not MD5 and SHA-256 hex")
             }
+            return (aor, credentials, row[5])
         }
     }
 
@@ -462,7 +417,9 @@ public final class PostgresDirectoryWatch: @unchecked Sendable {
     public func changedSinceLoad() -> Bool {
         guard let connection else { return true }
         self.connection = nil
-        // A statement's round trip first: notifications the watch's backend already took are sent before its answer.
+        // A change's commit signals the listening sessions before it returns, and PostgreSQL (14
+        // and later) sends a signalled session its notifications before a statement's answer: after
+        // one round trip, every change committed before now has reached the watch.
         guard (try? connection.query("SELECT 1")) != nil, connection.consumeInput() else { return true }
         return connection.nextNotification() != nil
     }

@@ -51,6 +51,29 @@ final class SecretSealTests: XCTestCase {
         XCTAssertEqual(SecretSeal.keyID(of: try ring.seal("y", context: "c")), new.id)
     }
 
+    func testOneOpenerOpensManyValuesOfEveryKeyAfterOneThatFails() throws {
+        let old = SecretSealKey.generate()
+        let ring = SecretSeal(current: .generate(), older: [old])
+        let values = try (0..<50).map { index in
+            (text: "ha1-\(index)", context: "extensions.ha1_md5:\(index)@example.com",
+             sealed: try (index % 2 == 0 ? ring : SecretSeal(current: old)).seal("ha1-\(index)", context: "extensions.ha1_md5:\(index)@example.com"))
+        }
+        let opener = ring.opener()
+        for (index, value) in values.enumerated() {
+            XCTAssertEqual(try opener.open(value.sealed, context: value.context), value.text)
+            // A value that does not open (another row's context) leaves the opener opening the next.
+            XCTAssertThrowsError(try opener.open(value.sealed, context: values[(index + 1) % values.count].context)) { error in
+                XCTAssertTrue("\(error)".contains("copied from another row"), "\(error)")
+            }
+        }
+        XCTAssertThrowsError(try opener.open("v1:\(ring.current.id):AB*D", context: "c")) { error in
+            XCTAssertTrue("\(error)".contains("damaged"), "\(error)")
+        }
+        XCTAssertThrowsError(try opener.open("v1:0000beef:AAAA", context: "c")) { error in
+            XCTAssertTrue("\(error)".contains("sealed with secrets key 0000beef"), "\(error)")
+        }
+    }
+
     func testKeyTextIsHexOrBase64OfThirtyTwoBytes() throws {
         let key = SecretSealKey.generate()
         let bytes = Hex.decode(key.hexText)!

@@ -42,6 +42,10 @@ final class PagedLoadTests: XCTestCase {
             for binding in loaded {
                 XCTAssertEqual(binding, saved.first { $0.id == binding.id }, "page size \(pageSize)")
             }
+            // The start-up's read: the same bindings, one list per extension in the same order.
+            XCTAssertEqual(
+                try BindingRecords.loadByExtension(connection, now: start, pageSize: pageSize), Dictionary(grouping: loaded, by: \.aor),
+                "page size \(pageSize)")
         }
         XCTAssertEqual(Set(try store.loadBindings(now: start).map(\.id)), Set(saved.map(\.id)))
     }

@@ -143,6 +143,17 @@ final class PostgresDirectoryTests: XCTestCase {
             ])
     }
 
+    func testAWatchTakenBeforeALoadSaysWhetherTheDirectoryChangedSince() throws {
+        try directory.addDomain("example.com")
+        let unchanged = try PostgresDirectoryWatch(settings: store.settings)
+        XCTAssertEqual(try directory.loadDirectory().domains, ["example.com"])
+        XCTAssertFalse(unchanged.changedSinceLoad())
+        XCTAssertTrue(unchanged.changedSinceLoad(), "asked again, it cannot say: the directory is read again")
+        let changed = try PostgresDirectoryWatch(settings: store.settings)
+        try directory.addExtension(AddressOfRecord(number: "1001", domain: "example.com"), password: "pw")
+        XCTAssertTrue(changed.changedSinceLoad())
+    }
+
     func testRemovingAnExtensionRemovesItsBindings() throws {
         try directory.addDomain("example.com")
         let aor = AddressOfRecord(number: "1001", domain: "example.com")
