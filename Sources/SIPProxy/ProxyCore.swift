@@ -30,6 +30,9 @@ public struct ProxyCore: Sendable {
     /// Tokens already signed or checked, so the HMAC runs once per flow, not on every request of
     /// a dialog, and the Record-Route entries written here (shared by the copies of this value).
     let tokenCache = FlowTokenCache()
+    /// The text around a Via's branch for each transport and listen point it was made for (a few),
+    /// written once instead of on every request (shared by the copies of this value).
+    private let viaTexts = Locked([ViaKey: (head: String, tail: String)]())
 
     public init(instanceID: String, ownNames: Set<String>, flowTokenKey: [UInt8]) {
         self.instanceID = instanceID
@@ -139,10 +142,22 @@ public struct ProxyCore: Sendable {
     /// detection.
     public func addVia(to request: inout SIPRequest, over flow: FlowID, listening: [ListenPoint], branch: String) {
         let local = listening.first { $0.transport == flow.transport } ?? listening.first
-        let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
-        let sentBy = local.map { "\(host):\($0.port)" } ?? host
-        request.headers.prepend(
-            .via, "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=\(branch);rport;\(ProxyRules.viaMarkerParameter)=\(instanceID)")
+        let key = ViaKey(transport: flow.transport, local: local)
+        let text = viaTexts.withLock { texts in
+            if let known = texts[key] { return known }
+            let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
+            let sentBy = local.map { "\(host):\($0.port)" } ?? host
+            let made = (head: "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=", tail: ";rport;\(ProxyRules.viaMarkerParameter)=\(instanceID)")
+            if texts.count < 64 { texts[key] = made }
+            return made
+        }
+        request.headers.prepend(.via, text.head + branch + text.tail)
+    }
+
+    /// What a Via's text depends on besides its branch.
+    private struct ViaKey: Hashable {
+        var transport: SIPTransportKind
+        var local: ListenPoint?
     }
 
     // MARK: Forwarding
