@@ -25,7 +25,7 @@ public import SIPTransaction
 public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
     public typealias Flow = Signaling.Flow
 
-    private let shards: [CallCoordinatorShard<Signaling>]
+    private let shards: [CallCoordinatorShard]
     private let shared: CallShardsShared
 
     /// - Parameters:
@@ -57,7 +57,11 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
 
     /// Connects the SIP side (which owns the coordinator, hence the weak references).
     public func attach(_ signaling: Signaling) {
-        for shard in shards { shard.attach(signaling, coordinator: self) }
+        let edge = SignalingEdge(signaling)
+        for shard in shards {
+            let index = shard.index
+            shard.attach(edge) { [weak self] key, markedAt in self?.spreadDeadMark(key, at: markedAt, from: index) }
+        }
     }
 
     /// How many shards the calls are split over.
@@ -72,7 +76,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
         return Int(hash % UInt64(shards.count))
     }
 
-    private func shard(ofCallID callID: String?) -> CallCoordinatorShard<Signaling> {
+    private func shard(ofCallID callID: String?) -> CallCoordinatorShard {
         shards[shardIndex(ofCallID: callID ?? "")]
     }
 
@@ -83,22 +87,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
     }
 
     /// What the coordinator holds now, for tests and diagnostics.
-    public struct Occupancy: Sendable, Equatable {
-        /// Calls kept, live or ended (an ended one for `endedCallKeep`).
-        public var calls: Int
-        /// How ended calls ended, kept while their call tokens may ask.
-        public var endedCalls: Int
-        /// Answered calls followed to their BYE.
-        public var talking: Int
-        /// Tokens a provider called dead (each shard keeps every mark: counted once, the most any
-        /// shard holds).
-        public var deadTokens: Int
-        /// VoIP-only iPhones still sent the INVITE and its CANCEL if they register (`cancel_grace`).
-        public var graceDevices: Int
-        /// Callees with anything kept, summed over the shards (a callee with calls on two shards
-        /// counts twice).
-        public var callees: Int
-    }
+    public typealias Occupancy = CallOccupancy
 
     /// Counted on each shard's queue (waits for the events before it).
     public var occupancy: Occupancy {
@@ -114,7 +103,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
 
     /// An INVITE outside any dialog arrived (its server transaction already sent 100 Trying).
     public func handleInvite(_ invite: SIPRequest, handle: ServerTransactionHandle, callerFlow: Flow, sourceIP: String, transport: String) {
-        shard(ofCallID: invite.callID).handleInvite(invite, handle: handle, callerFlow: callerFlow, sourceIP: sourceIP, transport: transport)
+        shard(ofCallID: invite.callID).handleInvite(invite, handle: handle, callerFlow: CallFlow(callerFlow), sourceIP: sourceIP, transport: transport)
     }
 
     /// The caller's CANCEL (Call-ID `callID`, the INVITE's) matched the INVITE transaction
@@ -177,8 +166,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
     /// (less a timer's slack), or for a device pushed after it ended (a posted token read late),
     /// the shorter of the two waits from its push.
     public static func wakeWaitEnd(sentAt: Date, callWaitDeadline: Date, settings: CallSettings) -> Date {
-        if callWaitDeadline != .distantFuture, sentAt <= callWaitDeadline { return callWaitDeadline.addingTimeInterval(-0.05) }
-        return sentAt.addingTimeInterval(min(settings.wakeWait, settings.wakeWaitWithDeskPhone).timeInterval - 0.05)
+        CallCoordinatorShard.wakeWaitEnd(sentAt: sentAt, callWaitDeadline: callWaitDeadline, settings: settings)
     }
 }
 
@@ -199,4 +187,22 @@ extension CallCoordinator: CallControl {
             answer(claims, declining: reason, from: first + 1, completion: completion)
         }, completion: completion)
     }
+}
+
+/// What a call coordinator holds now (`CallCoordinator.occupancy`), for tests and diagnostics.
+public struct CallOccupancy: Sendable, Equatable {
+    /// Calls kept, live or ended (an ended one for `endedCallKeep`).
+    public var calls: Int
+    /// How ended calls ended, kept while their call tokens may ask.
+    public var endedCalls: Int
+    /// Answered calls followed to their BYE.
+    public var talking: Int
+    /// Tokens a provider called dead (each shard keeps every mark: counted once, the most any
+    /// shard holds).
+    public var deadTokens: Int
+    /// VoIP-only iPhones still sent the INVITE and its CANCEL if they register (`cancel_grace`).
+    public var graceDevices: Int
+    /// Callees with anything kept, summed over the shards (a callee with calls on two shards
+    /// counts twice).
+    public var callees: Int
 }

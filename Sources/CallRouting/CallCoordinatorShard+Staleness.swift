@@ -47,7 +47,7 @@ extension CallCoordinatorShard {
             case .notInTime, .callEnded:
                 if device.accepted, device.declined == nil {
                     let over = journey.endedAt ?? journey.answeredAt ?? now
-                    let waitEnd = CallCoordinator<Signaling>.wakeWaitEnd(sentAt: sentAt, callWaitDeadline: entry.machine.waitDeadline, settings: settings)
+                    let waitEnd = Self.wakeWaitEnd(sentAt: sentAt, callWaitDeadline: entry.machine.waitDeadline, settings: settings)
                     liveness.ringPushEnded(device.device.id, pushedAt: sentAt, accepted: true, callOutlastedWakeWait: over >= waitEnd)
                 }
             case .woke, .late, .notPushed:
@@ -55,6 +55,12 @@ extension CallCoordinatorShard {
             }
             entry.livenessReported.insert(device.pushID)
         }
+    }
+
+    /// `CallCoordinator.wakeWaitEnd`.
+    static func wakeWaitEnd(sentAt: Date, callWaitDeadline: Date, settings: CallSettings) -> Date {
+        if callWaitDeadline != .distantFuture, sentAt <= callWaitDeadline { return callWaitDeadline.addingTimeInterval(-0.05) }
+        return sentAt.addingTimeInterval(min(settings.wakeWait, settings.wakeWaitWithDeskPhone).timeInterval - 0.05)
     }
 
     /// A call token was used: its device is alive. On `queue`.

@@ -22,17 +22,25 @@ public import SIPTransaction
 /// hops onto it and returns at once. Pushes run as tasks whose results hop back onto the queue;
 /// SIP sends go through `CallSignaling`, which never blocks. What the shards share (the live-call
 /// count, the toll-fraud guard) is in `CallShardsShared`.
-final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable {
-    // @unchecked: every mutable property below is only touched on `queue`; `signaling` and
-    // `coordinator` are set once by `attach` before the SIP side delivers any INVITE.
-    typealias Flow = Signaling.Flow
+///
+/// Not generic over the SIP side: flows are `CallFlow`s and the SIP side is reached through a
+/// `CallSignalingEdge`, so this code and the machines it runs are specialised here.
+final class CallCoordinatorShard: @unchecked Sendable {
+    // @unchecked: every mutable property below is only touched on `queue`; `edge` and
+    // `spreadDeadMark` are set once by `attach` before the SIP side delivers any INVITE.
+    typealias Flow = CallFlow
 
     let queue: DispatchQueue
     /// This shard's place among the coordinator's.
     let index: Int
-    weak var signaling: Signaling?
-    /// The coordinator in front, which hands each dead-token mark to the other shards.
-    weak var coordinator: CallCoordinator<Signaling>?
+    private var edge: (any CallSignalingEdge)?
+    /// The SIP side, while it is there.
+    var signaling: (any CallSignalingEdge)? {
+        guard let edge, edge.isAttached else { return nil }
+        return edge
+    }
+    /// Hands a dead-token mark made here to the other shards (the coordinator in front does).
+    private var spreadDeadMark: (@Sendable (PushTokenID, Date) -> Void)?
     let shared: CallShardsShared
     private let directory: any CalleeDirectory
     private let tokens: (any WakeTokenSource)?
@@ -110,18 +118,18 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
         outside = OutsideCalls(metrics: outsideMetrics)
     }
 
-    /// Connects the SIP side and the coordinator in front.
-    func attach(_ signaling: Signaling, coordinator: CallCoordinator<Signaling>) {
+    /// Connects the SIP side, and the coordinator in front that spreads dead-token marks.
+    func attach(_ edge: any CallSignalingEdge, spreadDeadMark: @escaping @Sendable (PushTokenID, Date) -> Void) {
         queue.sync {
-            self.signaling = signaling
-            self.coordinator = coordinator
+            self.edge = edge
+            self.spreadDeadMark = spreadDeadMark
         }
     }
 
     /// What this shard holds now (`CallCoordinator.occupancy`), counted on its queue.
-    var occupancy: CallCoordinator<Signaling>.Occupancy {
+    var occupancy: CallOccupancy {
         queue.sync {
-            CallCoordinator<Signaling>.Occupancy(
+            CallOccupancy(
                 calls: callees.values.reduce(0) { $0 + $1.calls.count }, endedCalls: endedCalls.count, talking: talking.count,
                 deadTokens: deadTokens.count, graceDevices: callees.values.reduce(0) { $0 + $1.grace.count }, callees: callees.count)
         }
@@ -526,7 +534,7 @@ final class CallCoordinatorShard<Signaling: CallSignaling>: @unchecked Sendable 
     private func markDead(_ key: PushTokenID, at now: Date) {
         deadTokens.insert(now, for: key, at: now)
         announceDeadMarks(true)
-        coordinator?.spreadDeadMark(key, at: now, from: index)
+        spreadDeadMark?(key, now)
     }
 
     /// Another shard's dead mark.

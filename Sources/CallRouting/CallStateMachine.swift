@@ -215,7 +215,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     // MARK: - Starting
 
     private mutating func admitted(_ registered: CallTargets, tokensPending: Bool, _ now: Date, _ callee: CalleeView) {
-        if divert(.unconditional, fallback: unavailable("call forwarding failed"), reason: "forwarded before ringing", pushReason: .timeout, now) {
+        if divert(.unconditional, fallback: .unavailable("call forwarding failed"), reason: "forwarded before ringing", pushReason: .timeout, now) {
             return
         }
         // The ring timer runs from the INVITE's arrival, whatever the start still waits for.
@@ -528,7 +528,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         if status >= 600 {
             // §16.7: a 6xx ends the search; the other branches are cancelled.
             let reason = "\(branches[index].binding.userAgent ?? "a device") answered \(status) \(response.reasonPhrase)"
-            if isBusy(status), divert(.busy, fallback: stripped(selector.chosen), reason: reason, pushReason: .busy, now) { return }
+            if isBusy(status), divert(.busy, fallback: .stripped(selector.chosen), reason: reason, pushReason: .busy, now) { return }
             end(response: stripped(selector.chosen), outcome: .failed, reason: reason, cancelReason: nil, pushReason: .declined, now)
             return
         }
@@ -585,20 +585,20 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         guard phase == .ringing, !answered, !branches.contains(where: { $0.final == nil }) else { return }
         if let chosen = selector.chosen, chosen.statusCode != 408, chosen.statusCode != 480 {
             let reason = "every device refused the call (best answer \(chosen.statusCode) \(chosen.reasonPhrase))"
-            if everyAnswerBusy, divert(.busy, fallback: stripped(chosen), reason: reason, pushReason: .busy, now) { return }
+            if everyAnswerBusy, divert(.busy, fallback: .stripped(chosen), reason: reason, pushReason: .busy, now) { return }
             if [486, 600].contains(chosen.statusCode) { missed = true }
             end(response: stripped(chosen), outcome: .failed, reason: reason, cancelReason: nil, pushReason: .declined, now)
             return
         }
         let text = branches.isEmpty ? nothingText : (devices.isEmpty ? "no device answered" : nothingText)
-        if divert(.unreachable, fallback: unavailable(text), reason: text, pushReason: .timeout, now) { return }
+        if divert(.unreachable, fallback: .unavailable(text), reason: text, pushReason: .timeout, now) { return }
         end(response: unavailable(text), outcome: .unanswered, reason: text, cancelReason: nil, pushReason: .timeout, now)
     }
 
     private mutating func ringTimedOut(_ now: Date) {
         guard phase != .ended, !answered else { return }
         let text = "no answer within \(CallText.seconds(setup.settings.ringTimeout.timeInterval))"
-        if divert(.noAnswer, fallback: unavailable(text), reason: text, pushReason: .timeout, now) { return }
+        if divert(.noAnswer, fallback: .unavailable(text), reason: text, pushReason: .timeout, now) { return }
         end(response: unavailable(text), outcome: .unanswered, reason: text, cancelReason: ProxyRules.reason(cause: 480, text: text),
             pushReason: .timeout, now)
     }
@@ -609,7 +609,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         noAnswerTimerArmed = false
         guard phase != .ended, !answered, let after = setup.diversion?.noAnswerAfter else { return }
         let text = "no answer within \(CallText.seconds(after.timeInterval))"
-        _ = divert(.noAnswer, fallback: unavailable(text), reason: text, pushReason: .timeout, now)
+        _ = divert(.noAnswer, fallback: .unavailable(text), reason: text, pushReason: .timeout, now)
     }
 
     // MARK: - Diversion
@@ -632,7 +632,8 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     /// allows: the branches are cancelled and the woken devices stopped as when a call ends, the
     /// journey says where and why, and the rewritten INVITE goes to the shell (`.divert`) instead
     /// of a final answer. False when the call is not diverted (it then ends as it would have).
-    private mutating func divert(_ cause: DiversionCause, fallback: SIPResponse, reason: String, pushReason: CallEndReason, _ now: Date) -> Bool {
+    /// `fallback` is built only for a call that is diverted (nearly every call has no forwarding).
+    private mutating func divert(_ cause: DiversionCause, fallback: Fallback, reason: String, pushReason: CallEndReason, _ now: Date) -> Bool {
         guard phase != .ended, !answered, let target = setup.diversion?.target(for: cause) else { return false }
         let limit = setup.settings.maxDiversions
         guard setup.diversionsSoFar < limit else {
@@ -642,6 +643,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
             }
             return false
         }
+        let fallback = response(fallback)
         var request = HistoryInfo.retarget(setup.invite, to: target, cause: cause)
         request.headers.set(.maxForwards, String(max(0, (setup.invite.maxForwards ?? ProxyRules.defaultMaxForwards) - 1)))
         request.headers.remove(.proxyAuthorization)
@@ -723,7 +725,7 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
         let text = busy ? "every device is busy" : "every device declined"
         response.headers.add(.reason, ProxyRules.reason(cause: busy ? 486 : 603, text: text))
         response.headers.add(.server, setup.serverName)
-        if isBusy(response.statusCode), divert(.busy, fallback: response, reason: text, pushReason: .busy, now) { return }
+        if isBusy(response.statusCode), divert(.busy, fallback: .response(response), reason: text, pushReason: .busy, now) { return }
         if busy { missed = true }
         end(response: response, outcome: .failed, reason: text, cancelReason: nil, pushReason: busy ? .busy : .declined, now)
     }
@@ -857,6 +859,22 @@ public struct CallStateMachine<Flow: Hashable & Sendable>: Sendable {
     // MARK: - Answers
 
     /// 480 with the reason in the status line and in a Reason header (decisions.md).
+    /// The answer a diverted call's caller gets when its target cannot be used after all
+    /// (`DiversionOrder.fallback`), said by what it is made of.
+    private enum Fallback {
+        case unavailable(String)
+        case stripped(SIPResponse?)
+        case response(SIPResponse)
+    }
+
+    private func response(_ fallback: Fallback) -> SIPResponse {
+        switch fallback {
+        case .unavailable(let text): unavailable(text)
+        case .stripped(let response): stripped(response)
+        case .response(let response): response
+        }
+    }
+
     private func unavailable(_ text: String) -> SIPResponse {
         var response = SIPResponse(replyingTo: setup.invite, statusCode: 480, reasonPhrase: CallText.phrase(text), toTag: setup.toTag)
         response.headers.add(.reason, ProxyRules.reason(cause: 480, text: text))

@@ -199,7 +199,10 @@ public struct JourneyRecorder: Sendable {
 enum CallText {
     /// `8 s`, `2.5 s`.
     static func seconds(_ interval: TimeInterval) -> String {
-        interval == interval.rounded() ? "\(Int(interval)) s" : String(format: "%.1f s", interval)
+        if interval == interval.rounded() { return "\(Int(interval)) s" }
+        // One decimal without Foundation's `String(format:)` (two journey lines a call have one).
+        let tenths = Int((interval * 10).rounded())
+        return "\(tenths < 0 ? "-" : "")\(abs(tenths) / 10).\(abs(tenths) % 10) s"
     }
 
     /// A reason phrase: the text with a capital letter, limited to what a status line may hold.

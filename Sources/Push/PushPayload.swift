@@ -154,18 +154,19 @@ public struct PushPayload: Sendable, Equatable {
         ]).bytes
     }
 
-    /// UUID v5 of a Call-ID in `uuidNamespace`, lower-case.
+    /// UUID v5 of a Call-ID in `uuidNamespace`, lower-case (every call computes one: the namespace
+    /// is decoded once, and Foundation writes the text).
     public static func uuid(forCallID callID: String) -> String {
-        let namespace = Hex.decode(uuidNamespace.replacingOccurrences(of: "-", with: ""))!
-        var bytes = Array(Digest.sha1(namespace + Array(callID.utf8)).prefix(16))
+        var bytes = Array(Digest.sha1(uuidNamespaceBytes + Array(callID.utf8)).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50
         bytes[8] = (bytes[8] & 0x3F) | 0x80
-        let hex = Hex.encode(bytes)
-        let parts = [0..<8, 8..<12, 12..<16, 16..<20, 20..<32].map { range in
-            String(hex[hex.index(hex.startIndex, offsetBy: range.lowerBound)..<hex.index(hex.startIndex, offsetBy: range.upperBound)])
-        }
-        return parts.joined(separator: "-")
+        let uuid = UUID(uuid: (
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+            bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        return uuid.uuidString.lowercased()
     }
+
+    private static let uuidNamespaceBytes = withUnsafeBytes(of: UUID(uuidString: uuidNamespace)!.uuid) { Array($0) }
 
     /// ISO-8601 in UTC with milliseconds: `2025-01-31T09:15:02.123Z`.
     static func iso8601(_ date: Date) -> String {

@@ -28,8 +28,11 @@ public struct ProxyCore: Sendable {
     /// flows and nobody else can forge them).
     private let flowTokenKey: [UInt8]
     /// Tokens already signed or checked, so the HMAC runs once per flow, not on every request of
-    /// a dialog (shared by the copies of this value).
-    private let tokenCache = FlowTokenCache()
+    /// a dialog, and the Record-Route entries written here (shared by the copies of this value).
+    let tokenCache = FlowTokenCache()
+    /// The text around a Via's branch for each transport and listen point it was made for (a few),
+    /// written once instead of on every request (shared by the copies of this value).
+    private let viaTexts = Locked([ViaKey: (head: String, tail: String)]())
 
     public init(instanceID: String, ownNames: Set<String>, flowTokenKey: [UInt8]) {
         self.instanceID = instanceID
@@ -81,7 +84,16 @@ public struct ProxyCore: Sendable {
     public func popOwnRoutes(_ request: inout SIPRequest, listening: [ListenPoint]) -> RouteTokens {
         var tokens = RouteTokens()
         // `firstValue`: only the top entry is split out (`values(.route)` split every line each time round).
-        while let first = request.headers.firstValue(.route), let address = try? SIPNameAddress(parsing: first) {
+        while let first = request.headers.firstValue(.route) {
+            // An entry of this instance's Record-Route, come back unchanged: known without a parse.
+            if let known = tokenCache.flows(ofRoute: first) {
+                request.headers.removeFirstValue(.route)
+                tokens.popped = true
+                tokens.caller = tokens.caller ?? known.caller
+                tokens.device = tokens.device ?? known.device
+                continue
+            }
+            guard let address = try? SIPNameAddress(parsing: first) else { break }
             let uri = address.uri
             let caller = uri.parameters.value(Self.callerFlowParameter).flatMap(flow(fromToken:))
             let device = uri.parameters.value(Self.deviceFlowParameter).flatMap(flow(fromToken:))
@@ -116,7 +128,9 @@ public struct ProxyCore: Sendable {
             let host = point.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
             let port = point.map { String($0.port) } ?? "5060"
             let transportParameter = transport == .udp ? "" : ";transport=\(transport.rawValue)"
-            return "<sip:\(host):\(port)\(transportParameter);lr;\(tokens)>"
+            let entry = "<sip:\(host):\(port)\(transportParameter);lr;\(tokens)>"
+            tokenCache.remember(route: entry, caller: callerFlow, device: deviceFlow)
+            return entry
         }
         // The device side is nearest the device: its entry comes first in the request it gets.
         if callerFlow.transport != deviceFlow.transport { request.headers.prepend(.recordRoute, entry(callerFlow.transport)) }
@@ -128,10 +142,22 @@ public struct ProxyCore: Sendable {
     /// detection.
     public func addVia(to request: inout SIPRequest, over flow: FlowID, listening: [ListenPoint], branch: String) {
         let local = listening.first { $0.transport == flow.transport } ?? listening.first
-        let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
-        let sentBy = local.map { "\(host):\($0.port)" } ?? host
-        request.headers.prepend(
-            .via, "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=\(branch);rport;\(ProxyRules.viaMarkerParameter)=\(instanceID)")
+        let key = ViaKey(transport: flow.transport, local: local)
+        let text = viaTexts.withLock { texts in
+            if let known = texts[key] { return known }
+            let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
+            let sentBy = local.map { "\(host):\($0.port)" } ?? host
+            let made = (head: "SIP/2.0/\(flow.transport.rawValue.uppercased()) \(sentBy);branch=", tail: ";rport;\(ProxyRules.viaMarkerParameter)=\(instanceID)")
+            if texts.count < 64 { texts[key] = made }
+            return made
+        }
+        request.headers.prepend(.via, text.head + branch + text.tail)
+    }
+
+    /// What a Via's text depends on besides its branch.
+    private struct ViaKey: Hashable {
+        var transport: SIPTransportKind
+        var local: ListenPoint?
     }
 
     // MARK: Forwarding
@@ -139,7 +165,8 @@ public struct ProxyCore: Sendable {
     /// Where a request Rouse does not answer itself goes, once its own Route entries are popped.
     public enum Step: Sendable {
         /// Not inside a dialog Rouse record-routed: for Rouse itself, the call coordinator or an
-        /// instance forward (`tokens.forwarded`). `request` has Rouse's Route entries popped.
+        /// instance forward (`tokens.forwarded`). `request` has Rouse's Route entries popped, and
+        /// no To tag unless it is an OPTIONS.
         case outsideDialog(SIPRequest, RouteTokens)
         /// Inside a dialog: answer with this status (481 when no Route of Rouse's names the dialog,
         /// 430 when its token names no flow to go on).

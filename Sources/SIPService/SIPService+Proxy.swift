@@ -125,13 +125,14 @@ extension SIPService: CallSignaling {
             forward(request, handle, to: target, recordRouteFrom: nil, unreachable: unreachable)
             return true
         case .outsideDialog(let request, let tokens):
-            let inDialog = request.to?.tag != nil
-            if let forwarded = tokens.forwarded, request.method == .invite, !inDialog,
+            // An INVITE here has no To tag (`step` sends only an OPTIONS with one this way): its
+            // To is not parsed again.
+            if let forwarded = tokens.forwarded, request.method == .invite,
                 takeForwarded(request, handle, arrivedOn: flow, binding: forwarded.binding, proof: forwarded.proof)
             {
                 return true
             }
-            guard request.method == .invite, !inDialog, let coordinator else { return false }
+            guard request.method == .invite, let coordinator else { return false }
             coordinator.handleInvite(request, handle: handle, callerFlow: flow, sourceIP: sourceIP(of: flow), transport: flow.transport.rawValue)
             return true
         }

@@ -115,6 +115,31 @@ final class ProxyCoreTests: XCTestCase {
         XCTAssertEqual(cache.flow(of: "c"), deviceTCPFlow)
     }
 
+    func testARecordRouteWrittenHereIsKnownUnparsedAndOneWrittenElsewhereIsParsedToTheSameFlows() throws {
+        let recordRoute = try XCTUnwrap(try forwardedInvite(to: deviceFlow).headers.values(.recordRoute).first)
+        XCTAssertEqual(proxy.tokenCache.flows(ofRoute: recordRoute)?.device, deviceFlow, "the entry as it came back is the one written")
+        // The same instance after a restart (the same key, nothing remembered) parses the entry.
+        let restarted = ProxyCore(instanceID: "instance-a", ownNames: ["192.0.2.50"], flowTokenKey: key)
+        for core in [proxy, restarted] {
+            let bye = try inDialog(.bye, routes: [recordRoute, "<sip:edge.example.net;lr>"])
+            guard case .forward(let request, let target, let fromCallee) = core.step(bye, arrivedOn: deviceFlow, listening: listening) else {
+                XCTFail("the device's BYE is forwarded")
+                continue
+            }
+            XCTAssertEqual(target, callerFlow)
+            XCTAssertEqual(fromCallee, true)
+            XCTAssertEqual(request.headers.values(.route), ["<sip:edge.example.net;lr>"])
+        }
+
+        let cache = FlowTokenCache(limit: 1)
+        cache.remember(route: "<sip:a;lr>", caller: callerFlow, device: deviceFlow)
+        XCTAssertEqual(cache.flows(ofRoute: "<sip:a;lr>")?.caller, callerFlow)
+        XCTAssertNil(cache.flows(ofRoute: "<sip:A;lr>"), "only the entry exactly as written")
+        cache.remember(route: "<sip:b;lr>", caller: deviceFlow, device: callerFlow)
+        XCTAssertNil(cache.flows(ofRoute: "<sip:a;lr>"), "full: started again")
+        XCTAssertEqual(cache.flows(ofRoute: "<sip:b;lr>")?.caller, deviceFlow)
+    }
+
     func testTheCallersByeFollowsTheTokenToTheDeviceWithRousesRoutePoppedAndItsCredentialsRemoved() throws {
         let recordRoute = try XCTUnwrap(try forwardedInvite(to: deviceFlow).headers.values(.recordRoute).first)
         var bye = try inDialog(.bye, routes: [recordRoute, "<sip:edge.example.net;lr>"], extra: "Proxy-Authorization: Digest username=\"1001\"\r\n")
