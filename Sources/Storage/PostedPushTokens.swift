@@ -117,13 +117,22 @@ public enum PostedPushTokens {
                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
                     WITH ORDINALITY AS i(domain, number, family, token, provider, param, kind, device_id, n)
             ), ext AS (
-                SELECT i.*, e.id FROM input i
-                JOIN sip_domains d ON d.domain = i.domain JOIN extensions e ON e.domain_id = d.id AND e.number = i.number
+                -- Looked up row by row (a subquery each: an index lookup whatever the plan guesses
+                -- of the arrays' length), as the token's row is; the deletes below name the arrays
+                -- (`= ANY`) for the same reason.
+                SELECT * FROM (
+                    SELECT i.*, (
+                        SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = i.domain AND e.number = i.number
+                    ) AS id
+                    FROM input i
+                ) AS looked_up WHERE id IS NOT NULL
             ), prev AS (
-                SELECT p.family, p.token, p.extension_id, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
-                FROM posted_push_tokens p JOIN input i ON i.family = p.family AND i.token = p.token
-                    JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
-                FOR UPDATE OF p
+                SELECT held.* FROM input i CROSS JOIN LATERAL (
+                    SELECT p.family, p.token, p.extension_id, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
+                    FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
+                    WHERE p.family = i.family AND p.token = i.token
+                    FOR UPDATE OF p
+                ) AS held
             ), upserted AS (
                 INSERT INTO posted_push_tokens (family, token, extension_id, provider, param, kind, device_id, posted_at)
                 SELECT family, token, id, provider, param, kind, device_id, now() FROM ext
@@ -135,12 +144,15 @@ public enum PostedPushTokens {
                 -- The same device's earlier token of the same channel kind (VoIP, or regular):
                 -- rotated, so it goes. The device's token of the other kind stays, paired by it.
                 DELETE FROM posted_push_tokens q USING ext
-                WHERE ext.device_id IS NOT NULL AND q.extension_id = ext.id AND q.device_id = ext.device_id
+                WHERE q.extension_id = ANY (ARRAY(SELECT id FROM ext WHERE device_id IS NOT NULL))
+                    AND ext.device_id IS NOT NULL AND q.extension_id = ext.id AND q.device_id = ext.device_id
                     AND (q.kind = 'voip') = (ext.kind = 'voip')
                     AND NOT EXISTS (SELECT 1 FROM input i WHERE i.family = q.family AND i.token = q.token)
                 RETURNING ext.n
             ), revived AS (
-                DELETE FROM push_dead_tokens t USING ext WHERE t.family = ext.family AND t.token = ext.token RETURNING 1
+                DELETE FROM push_dead_tokens t USING ext
+                WHERE t.family = ANY ($3::text[]) AND t.token = ANY ($4::text[]) AND t.family = ext.family AND t.token = ext.token
+                RETURNING 1
             ), alive AS (
                 -- A post is its device's sign of life (the stale-device rule).
                 INSERT INTO push_token_liveness AS l (family, token, last_sign_of_life, unanswered_pushes)
@@ -149,7 +161,8 @@ public enum PostedPushTokens {
                 RETURNING 1
             ), stripped AS (
                 DELETE FROM binding_push_channels c USING bindings b, ext
-                WHERE b.id = c.binding_id AND c.family = ext.family AND c.token = ext.token AND b.extension_id <> ext.id
+                WHERE c.family = ANY ($3::text[]) AND c.token = ANY ($4::text[])
+                    AND b.id = c.binding_id AND c.family = ext.family AND c.token = ext.token AND b.extension_id <> ext.id
                 RETURNING b.id, b.aor
             ), announced AS (
                 SELECT pg_notify($9, 'refreshed ' || aor || ' ' || lower(id::text) || ' ' || $10) FROM stripped

@@ -95,6 +95,16 @@ public final class PostgresGroupCommit: @unchecked Sendable {
         }
     }
 
+    /// A lane's connection. Its statements (prepared once) are planned once, for any arguments:
+    /// left to choose, PostgreSQL plans a shared statement again on every run, since a plan for a
+    /// known number of rows looks cheaper than the general one, and planning a post's statement
+    /// costs more than running it.
+    private static func connect(_ settings: PostgresSettings) throws -> PostgresConnection {
+        let connection = try settings.connect()
+        try connection.query("SET plan_cache_mode = force_generic_plan")
+        return connection
+    }
+
     /// Stops taking jobs, writes what is queued and waits for the lanes to end.
     public func shutdown() {
         queue.shutdown()
@@ -107,7 +117,7 @@ public final class PostgresGroupCommit: @unchecked Sendable {
             let current: PostgresConnection
             do {
                 if let open = lane.connection, !open.probe() { lane.connection = nil }
-                if lane.connection == nil { lane.connection = try settings.connect() }
+                if lane.connection == nil { lane.connection = try Self.connect(settings) }
                 current = lane.connection!
             } catch {
                 for member in remaining { member.finish(.failure(error)) }
