@@ -102,24 +102,21 @@ public enum PostedPushTokens {
 
     /// `storeSQL` shared by the posts of a batch: a row each, the announcements' channels after.
     static let storeStatement = PostgresSharedStatement(
-        name: "rouse_posted_tokens_store", sql: storeSQL, columns: 8,
+        name: "rouse_posted_tokens_store", singleName: "rouse_posted_token_store_one",
+        columns: ["domain", "number", "family", "token", "provider", "param", "kind", "device_id"], afterInput: storeSQL,
         constants: [PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel])
 
-    /// The store statement of any number of posts (arrays `$1`…`$8`: domain, number, family,
-    /// token, provider, param, kind, device id; no two of the same token, or of one extension's
-    /// device and channel kind), each
-    /// answered by one row: its ordinal, the extension's id (NULL when it does not exist), the
-    /// token's earlier extension (id, number, domain) and whether nothing changed but the time.
+    /// The store statement of any number of posts, after `input` (domain, number, family, token,
+    /// provider, param, kind, device id, ordinal; no two of the same token, or of one extension's
+    /// device and channel kind): each post is answered by one row, its ordinal, the extension's id
+    /// (NULL when it does not exist), the token's earlier extension (id, number, domain) and
+    /// whether nothing changed but the time.
     /// A device's earlier token that another post of the same statement posts is not replaced by
     /// it (that post takes it, as if it came after).
     static let storeSQL = """
-            WITH input AS (
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-                    WITH ORDINALITY AS i(domain, number, family, token, provider, param, kind, device_id, n)
-            ), ext AS (
+            , ext AS (
                 -- Looked up row by row (a subquery each: an index lookup whatever the plan guesses
-                -- of the arrays' length), as the token's row is; the deletes below name the arrays
-                -- (`= ANY`) for the same reason.
+                -- of the number of rows), as the token's row is.
                 SELECT * FROM (
                     SELECT i.*, (
                         SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = i.domain AND e.number = i.number
@@ -151,7 +148,7 @@ public enum PostedPushTokens {
                 RETURNING ext.n
             ), revived AS (
                 DELETE FROM push_dead_tokens t USING ext
-                WHERE t.family = ANY ($3::text[]) AND t.token = ANY ($4::text[]) AND t.family = ext.family AND t.token = ext.token
+                WHERE t.family = ext.family AND t.token = ext.token
                 RETURNING 1
             ), alive AS (
                 -- A post is its device's sign of life (the stale-device rule).
@@ -161,8 +158,7 @@ public enum PostedPushTokens {
                 RETURNING 1
             ), stripped AS (
                 DELETE FROM binding_push_channels c USING bindings b, ext
-                WHERE c.family = ANY ($3::text[]) AND c.token = ANY ($4::text[])
-                    AND b.id = c.binding_id AND c.family = ext.family AND c.token = ext.token AND b.extension_id <> ext.id
+                WHERE b.id = c.binding_id AND c.family = ext.family AND c.token = ext.token AND b.extension_id <> ext.id
                 RETURNING b.id, b.aor
             ), announced AS (
                 SELECT pg_notify($9, 'refreshed ' || aor || ' ' || lower(id::text) || ' ' || $10) FROM stripped

@@ -157,19 +157,42 @@ public final class PostgresGroupCommit: @unchecked Sendable {
 }
 
 /// A statement the jobs of one group commit batch share, each adding a row to it, so that a burst
-/// of like writes (posted tokens) costs PostgreSQL one statement, not one per job: its parameters
-/// are one text array per column (`$1`…`$columns`, element i being the i-th job's value) and then
-/// `constants`; its first output column is the ordinal (1-based) of the job the output row
-/// belongs to, and the other columns are that job's. Prepared once per connection. A value.
+/// of like writes (posted tokens) costs PostgreSQL one statement, not one per job. Its rows are the
+/// CTE `input` (`columns`, all text, and `n`, the row's ordinal from 1); `afterInput` is the rest of
+/// the statement (its other CTEs, each after a comma, and its query), whose first output column is
+/// the ordinal of the job the output row belongs to, the other columns being that job's; its other
+/// parameters (`constants`) follow the columns'. Several rows come as one text array per column
+/// (`unnest`); one row (a batch of one, the usual case under light load) as plain parameters in a
+/// statement of its own (`singleName`), which PostgreSQL runs faster (its one plan knows there is
+/// one row). Prepared once per connection. A value.
 struct PostgresSharedStatement: Sendable {
     let name: StaticString
-    let sql: String
+    let singleName: StaticString
     let columns: Int
     let constants: [String?]
+    /// The statement for several rows, and for one.
+    let sql: String
+    let singleSQL: String
+
+    init(name: StaticString, singleName: StaticString, columns: [String], afterInput: String, constants: [String?]) {
+        self.name = name
+        self.singleName = singleName
+        self.columns = columns.count
+        self.constants = constants
+        let arrays = columns.indices.map { "$\($0 + 1)::text[]" }.joined(separator: ", ")
+        sql = "WITH input AS (SELECT * FROM unnest(\(arrays)) WITH ORDINALITY AS i(\(columns.joined(separator: ", ")), n))\(afterInput)"
+        let values = columns.enumerated().map { "$\($0.offset + 1)::text AS \($0.element)" }.joined(separator: ", ")
+        singleSQL = "WITH input AS (SELECT \(values), 1::bigint AS n)\(afterInput)"
+    }
 
     /// The statement for `rows` (each `columns` values), in order.
     func statement(for rows: [[String?]]) -> PostgresStatement {
         var parameters = PostgresParameters(capacity: rows.count * columns * 24 + 128)
+        if rows.count == 1, let row = rows.first {
+            for value in row { parameters.append(value) }
+            for constant in constants { parameters.append(constant) }
+            return PostgresStatement(prepared: singleName, singleSQL, parameters)
+        }
         for column in 0..<columns {
             parameters.appendArray(rows) { parameters, row in parameters.write(arrayElement: row[column]) }
         }

@@ -196,13 +196,12 @@ final class PostgresGroupCommitTests: XCTestCase {
 
     /// Inserts each job's number; each job's row says how many jobs its statement carried.
     static let sharedInsert = PostgresSharedStatement(
-        name: "test_grouped_shared_insert",
-        sql: """
-            WITH input AS (SELECT * FROM unnest($1::text[]) WITH ORDINALITY AS i(v, n)),
-            inserted AS (INSERT INTO grouped (n) SELECT v::integer FROM input RETURNING n)
+        name: "test_grouped_shared_insert", singleName: "test_grouped_shared_insert_one", columns: ["v"],
+        afterInput: """
+            , inserted AS (INSERT INTO grouped (n) SELECT v::integer FROM input RETURNING n)
             SELECT input.n, inserted.n, count(*) OVER () FROM input JOIN inserted ON inserted.n = input.v::integer
             """,
-        columns: 1, constants: [])
+        constants: [])
 
     /// A job inserting `n` by its row of `sharedInsert`, its number's text and each key given.
     func sharedJob(_ group: PostgresGroupCommit, _ n: Int, keys: [String] = []) -> Task<[String], any Error> {
@@ -267,13 +266,17 @@ final class PostgresGroupCommitTests: XCTestCase {
 
     func testArrayElementsKeepQuotesBackslashesCommasAndNulls() throws {
         let statement = PostgresSharedStatement(
-            name: "test_grouped_array_elements",
-            sql: "SELECT n, v, v IS NULL FROM unnest($1::text[]) WITH ORDINALITY AS i(v, n)", columns: 1, constants: [])
+            name: "test_grouped_array_elements", singleName: "test_grouped_array_element", columns: ["v"],
+            afterInput: " SELECT n, v, v IS NULL FROM input", constants: [])
         let values: [String?] = [#"a"b"#, #"c\d"#, "e,f}{", nil, "NULL", ""]
         let rows = try connection.query(statement.statement(for: values.map { [$0] }))
         let byJob = PostgresSharedStatement.rowsByJob(rows, jobs: values.count)
         XCTAssertEqual(byJob.map(\.count), Array(repeating: 1, count: values.count), "a row for each job")
         XCTAssertEqual(byJob.map { $0.first?[0] ?? "absent" }, values.map { $0 ?? "absent" })
         XCTAssertEqual(byJob.map { $0.first?[1] }, ["f", "f", "f", "t", "f", "f"], "only the NULL element is NULL")
+        for value in values {
+            let alone = try connection.query(statement.statement(for: [[value]]))
+            XCTAssertEqual(alone.rows, [["1", value, value == nil ? "t" : "f"]], "a row alone, as plain parameters")
+        }
     }
 }
