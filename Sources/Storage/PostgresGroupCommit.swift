@@ -215,7 +215,8 @@ struct PostgresSharedStatement: Sendable {
 /// One job's row of a `PostgresSharedStatement`, and the keys that keep it apart from others: two
 /// jobs with a key in common never share a statement (the later one's row goes into a statement
 /// of its own after the earlier one's, in the same transaction), so a statement's rows never touch
-/// each other's. A value.
+/// each other's. A statement's rows go in the order of their first keys (name the rows the
+/// statement locks by it). A value.
 struct PostgresSharedRow: Sendable {
     let statement: PostgresSharedStatement
     /// One value per column of the statement.
@@ -233,8 +234,8 @@ struct PostgresGroupResult: Sendable {
 /// One group commit transaction's statements for its jobs, and which jobs each belongs to: BEGIN,
 /// then by rounds the shared statements (one per statement name and round; a job joins the round
 /// after the last one holding a job it shares a key with, so jobs that touch the same things keep
-/// their order), each followed by its jobs' own statements, then the statements of the jobs
-/// without a shared row, and COMMIT. A value, pure.
+/// their order; within a statement, jobs by their first key), each followed by its jobs' own
+/// statements, then the statements of the jobs without a shared row, and COMMIT. A value, pure.
 struct GroupCommitPlan {
     private(set) var statements: [PostgresStatement] = [.begin]
     /// For each statement, the jobs it belongs to (none for BEGIN and COMMIT).
@@ -266,7 +267,10 @@ struct GroupCommitPlan {
             }
         }
         for round in rounds {
-            for group in round {
+            for var group in round {
+                // In one order of their first keys, whichever lane sends them: two batches that
+                // lock the same rows lock them in the same order, so they never deadlock.
+                group.jobs.sort { (shared[$0]?.keys.first ?? "", $0) < (shared[$1]?.keys.first ?? "", $1) }
                 sharedJobs[statements.count] = group.jobs.count
                 for (ordinal, job) in group.jobs.enumerated() { sharedAt[job] = (statements.count, ordinal) }
                 append(group.statement.statement(for: group.jobs.map { shared[$0]?.values ?? [] }), owners: group.jobs)

@@ -279,4 +279,15 @@ final class PostgresGroupCommitTests: XCTestCase {
             XCTAssertEqual(alone.rows, [["1", value, value == nil ? "t" : "f"]], "a row alone, as plain parameters")
         }
     }
+
+    func testAStatementsRowsGoInTheOrderOfTheirFirstKeysWhateverOrderTheJobsCameIn() throws {
+        func row(_ value: String) -> PostgresSharedRow {
+            PostgresSharedRow(statement: Self.sharedInsert, values: [value], keys: ["token \(value)"])
+        }
+        let plan = GroupCommitPlan(shared: [row("7"), row("3"), row("5")], statements: [[], [], []])
+        XCTAssertEqual(plan.statements.count, 3, "BEGIN, the one shared statement, COMMIT")
+        XCTAssertEqual(plan.statements[1].parameters.value(at: 0), #"{"3","5","7"}"#, "two lanes lock the same rows in one order")
+        XCTAssertEqual(plan.owners[1], [1, 2, 0])
+    }
 }
+
