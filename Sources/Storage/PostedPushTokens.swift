@@ -49,44 +49,50 @@ public enum PostedPushTokens {
 
     /// Stores `channel` for `aor`. Returns nil when the extension does not exist.
     ///
-    /// One statement (prepared once per connection): the upsert, replacing the device's earlier
-    /// token of the same kind, clearing a dead mark, stripping the token from other extensions'
-    /// bindings, the device's sign of life and both announcements (`rouse_bindings` for each
-    /// stripped binding, `rouse_posted_tokens` unless nothing changed) commit together or not at
-    /// all.
+    /// One statement (`storeStatement`): the upsert, replacing the device's earlier token of the
+    /// same kind, clearing a dead mark, stripping the token from other extensions' bindings, the
+    /// device's sign of life and both announcements (`rouse_bindings` for each stripped binding,
+    /// `rouse_posted_tokens` unless nothing changed) commit together or not at all.
     public static func store(
         _ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord, on connection: PostgresConnection
     ) throws -> PostedTokenChange? {
-        change(from: try connection.query(storeStatement(channel, deviceID: deviceID, for: aor)))
+        let row = storeRow(channel, deviceID: deviceID, for: aor)
+        let rows = try connection.query(storeStatement.statement(for: [row.values]))
+        return change(from: PostgresSharedStatement.rowsByJob(rows, jobs: 1)[0].first)
     }
 
     /// Stores `channel` (and a web push subscription's `keys`) for `aor` in a transaction shared
     /// with the other posts queued with it on `group`, and resumes once that committed; waits at
-    /// most `seconds` (then `PostgresError.deadlinePassed`). Returns nil when the extension does
-    /// not exist. A post that fails fails alone.
+    /// most `seconds` (then `PostgresError.deadlinePassed`). The posts of one batch are stored by
+    /// one statement (each its row of `storeStatement`; two posts of the same token, or of one
+    /// device's channel kind, by two, in their order). Returns nil when the extension does not exist. A post that fails
+    /// fails alone.
     public static func store(
         _ channel: PushChannel, deviceID: String?, webPushKeys keys: WebPushSubscriptionKeys?, for aor: AddressOfRecord,
         on group: PostgresGroupCommit, within seconds: Double
     ) async throws -> PostedTokenChange? {
-        var statements = [storeStatement(channel, deviceID: deviceID, for: aor)]
-        if let keys { statements.append(PostgresWebPushSubscriptions.storeStatement(endpoint: channel.token, keys: keys, for: aor)) }
-        let rows = try await group.perform(statements, within: seconds)
-        return rows.first.flatMap(change(from:))
+        let keysStatement = keys.map { PostgresWebPushSubscriptions.storeStatement(endpoint: channel.token, keys: $0, for: aor) }
+        let result = try await group.perform(
+            sharing: storeRow(channel, deviceID: deviceID, for: aor), then: keysStatement.map { [$0] } ?? [], within: seconds)
+        return change(from: result.shared.first)
     }
 
-    /// `storeSQL` with its parameters.
-    static func storeStatement(_ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord) -> PostgresStatement {
-        PostgresStatement(
-            prepared: "rouse_posted_token_store", storeSQL,
-            PostgresParameters([
-                aor.domain, aor.number, channel.family.rawValue, channel.token, channel.provider.rawValue, channel.param,
-                channel.kind.rawValue, deviceID, PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel,
-            ]))
+    /// A post's row of `storeStatement`. Posts of the same token, or of the same device and
+    /// channel kind of one extension (the later replaces the earlier's token), never share a
+    /// statement.
+    static func storeRow(_ channel: PushChannel, deviceID: String?, for aor: AddressOfRecord) -> PostgresSharedRow {
+        let family = channel.family.rawValue
+        var keys = ["token \(family):\(channel.token)"]
+        if let deviceID { keys.append("device \(channel.kind == .voip) \(aor) \(deviceID)") }
+        return PostgresSharedRow(
+            statement: storeStatement,
+            values: [aor.domain, aor.number, family, channel.token, channel.provider.rawValue, channel.param, channel.kind.rawValue, deviceID],
+            keys: keys)
     }
 
-    /// What `storeSQL`'s row says was done; nil when the extension does not exist.
-    static func change(from rows: PostgresRows) -> PostedTokenChange? {
-        guard let row = rows.rows.first, let extensionID = row[0] else { return nil }
+    /// What `storeSQL`'s row for a post says was done; nil when the extension does not exist.
+    static func change(from row: [String?]?) -> PostedTokenChange? {
+        guard let row, let extensionID = row[0] else { return nil }
         guard let previousExtension = row[1] else { return .stored }
         if row[4] == "t" { return .refreshed }
         let movedFrom = previousExtension == extensionID
@@ -94,17 +100,39 @@ public enum PostedPushTokens {
         return .updated(movedFrom: movedFrom)
     }
 
-    /// `store`'s one statement (prepared once per connection: it is planned once, not per post).
+    /// `storeSQL` shared by the posts of a batch: a row each, the announcements' channels after.
+    static let storeStatement = PostgresSharedStatement(
+        name: "rouse_posted_tokens_store", singleName: "rouse_posted_token_store_one",
+        columns: ["domain", "number", "family", "token", "provider", "param", "kind", "device_id"], afterInput: storeSQL,
+        constants: [PostgresLocationStore.notificationChannel, bindingOrigin, notificationChannel])
+
+    /// The store statement of any number of posts, after `input` (domain, number, family, token,
+    /// provider, param, kind, device id, ordinal; no two of the same token, or of one extension's
+    /// device and channel kind): each post is answered by one row, its ordinal, the extension's id
+    /// (NULL when it does not exist), the token's earlier extension (id, number, domain) and
+    /// whether nothing changed but the time.
+    /// A device's earlier token that another post of the same statement posts is not replaced by
+    /// it (that post takes it, as if it came after).
     static let storeSQL = """
-            WITH ext AS (
-                SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = $1 AND e.number = $2
+            , ext AS (
+                -- Looked up row by row (a subquery each: an index lookup whatever the plan guesses
+                -- of the number of rows), as the token's row is.
+                SELECT * FROM (
+                    SELECT i.*, (
+                        SELECT e.id FROM extensions e JOIN sip_domains d ON d.id = e.domain_id WHERE d.domain = i.domain AND e.number = i.number
+                    ) AS id
+                    FROM input i
+                ) AS looked_up WHERE id IS NOT NULL
             ), prev AS (
-                SELECT p.extension_id, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
-                FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
-                WHERE p.family = $3 AND p.token = $4 FOR UPDATE OF p
+                SELECT held.* FROM input i CROSS JOIN LATERAL (
+                    SELECT p.family, p.token, p.extension_id, p.provider, p.param, p.kind, p.device_id, e.number, d.domain
+                    FROM posted_push_tokens p JOIN extensions e ON e.id = p.extension_id JOIN sip_domains d ON d.id = e.domain_id
+                    WHERE p.family = i.family AND p.token = i.token
+                    FOR UPDATE OF p
+                ) AS held
             ), upserted AS (
                 INSERT INTO posted_push_tokens (family, token, extension_id, provider, param, kind, device_id, posted_at)
-                SELECT $3, $4, ext.id, $5, $6, $7, $8, now() FROM ext
+                SELECT family, token, id, provider, param, kind, device_id, now() FROM ext
                 ON CONFLICT (family, token) DO UPDATE SET extension_id = EXCLUDED.extension_id,
                     provider = EXCLUDED.provider, param = EXCLUDED.param, kind = EXCLUDED.kind,
                     device_id = EXCLUDED.device_id, posted_at = now()
@@ -113,37 +141,43 @@ public enum PostedPushTokens {
                 -- The same device's earlier token of the same channel kind (VoIP, or regular):
                 -- rotated, so it goes. The device's token of the other kind stays, paired by it.
                 DELETE FROM posted_push_tokens q USING ext
-                WHERE $8::text IS NOT NULL AND q.extension_id = ext.id AND q.device_id = $8
-                    AND (q.kind = 'voip') = ($7 = 'voip') AND NOT (q.family = $3 AND q.token = $4)
-                RETURNING 1
+                WHERE q.extension_id = ANY (ARRAY(SELECT id FROM ext WHERE device_id IS NOT NULL))
+                    AND ext.device_id IS NOT NULL AND q.extension_id = ext.id AND q.device_id = ext.device_id
+                    AND (q.kind = 'voip') = (ext.kind = 'voip')
+                    AND NOT EXISTS (SELECT 1 FROM input i WHERE i.family = q.family AND i.token = q.token)
+                RETURNING ext.n
             ), revived AS (
-                DELETE FROM push_dead_tokens WHERE family = $3 AND token = $4 AND EXISTS (SELECT 1 FROM ext) RETURNING 1
+                DELETE FROM push_dead_tokens t USING ext
+                WHERE t.family = ext.family AND t.token = ext.token
+                RETURNING 1
             ), alive AS (
                 -- A post is its device's sign of life (the stale-device rule).
                 INSERT INTO push_token_liveness AS l (family, token, last_sign_of_life, unanswered_pushes)
-                SELECT $3, $4, now(), 0 FROM ext
+                SELECT family, token, now(), 0 FROM ext
                 \(PushTokenLiveness.signOfLifeConflictSQL)
                 RETURNING 1
             ), stripped AS (
                 DELETE FROM binding_push_channels c USING bindings b, ext
-                WHERE b.id = c.binding_id AND c.family = $3 AND c.token = $4 AND b.extension_id <> ext.id
+                WHERE b.id = c.binding_id AND c.family = ext.family AND c.token = ext.token AND b.extension_id <> ext.id
                 RETURNING b.id, b.aor
             ), announced AS (
                 SELECT pg_notify($9, 'refreshed ' || aor || ' ' || lower(id::text) || ' ' || $10) FROM stripped
             ), unchanged AS (
-                SELECT EXISTS (
-                    SELECT 1 FROM prev, ext WHERE prev.extension_id = ext.id AND prev.provider = $5
-                        AND prev.param IS NOT DISTINCT FROM $6 AND prev.kind = $7 AND prev.device_id IS NOT DISTINCT FROM $8
-                ) AND NOT EXISTS (SELECT 1 FROM replaced) AS value
+                SELECT ext.n, EXISTS (
+                    SELECT 1 FROM prev WHERE prev.family = ext.family AND prev.token = ext.token AND prev.extension_id = ext.id
+                        AND prev.provider = ext.provider AND prev.param IS NOT DISTINCT FROM ext.param AND prev.kind = ext.kind
+                        AND prev.device_id IS NOT DISTINCT FROM ext.device_id
+                ) AND NOT EXISTS (SELECT 1 FROM replaced r WHERE r.n = ext.n) AS value
+                FROM ext
             ), told AS (
-                SELECT pg_notify($11, 'stored ' || $2 || '@' || $1) FROM ext, unchanged WHERE NOT unchanged.value
+                SELECT pg_notify($11, 'stored ' || ext.number || '@' || ext.domain) FROM ext JOIN unchanged u ON u.n = ext.n
+                WHERE NOT u.value
             )
-            SELECT ext.id::text, prev.extension_id::text, prev.number, prev.domain, unchanged.value,
+            SELECT i.n, ext.id::text, prev.extension_id::text, prev.number, prev.domain, u.value,
                 (SELECT count(*) FROM upserted) + (SELECT count(*) FROM revived) + (SELECT count(*) FROM alive)
-                    + (SELECT count(*) FROM announced)
-                    + (SELECT count(*) FROM replaced)
-                    + (SELECT count(*) FROM told)
-            FROM ext CROSS JOIN unchanged LEFT JOIN prev ON true
+                    + (SELECT count(*) FROM announced) + (SELECT count(*) FROM replaced) + (SELECT count(*) FROM told)
+            FROM input i LEFT JOIN ext ON ext.n = i.n LEFT JOIN unchanged u ON u.n = i.n
+                LEFT JOIN prev ON prev.family = i.family AND prev.token = i.token
             """
 
     /// Removes `token` from `aor` (either family when `family` is nil; APNs tokens compared in

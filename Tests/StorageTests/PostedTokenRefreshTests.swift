@@ -5,9 +5,10 @@ import RouseVocabulary
 import Storage
 import XCTest
 
-/// Migration 770 on a real PostgreSQL: a re-post that moves only `posted_at` of an extension's
-/// one token is no replica change (no numbered row, no announcement), while a re-post that changes
-/// what the replica holds, or that could reorder the extension's tokens, still is one.
+/// Migrations 770 and 780 on a real PostgreSQL: a re-post that moves only `posted_at` of an
+/// extension's one token is no replica change (no numbered row, no announcement), while a re-post
+/// that changes what the replica holds, or that could reorder the extension's tokens, or that
+/// lifts a stale mark, still is one.
 final class PostedTokenRefreshTests: XCTestCase {
     var database: MigratedDatabase!
     var connection: PostgresConnection!
@@ -69,4 +70,20 @@ final class PostedTokenRefreshTests: XCTestCase {
         XCTAssertEqual(try PostedPushTokens.store(fcm, deviceID: nil, for: bob, on: connection), .refreshed)
         XCTAssertEqual(try changes(after: seq), [["posted", "fcm:fcm-token-1", "false"]])
     }
+
+    func testARepostOfAStaleDeviceLiftsItsMarkAndTheReplicaCarriesIt() throws {
+        _ = try PostedPushTokens.store(fcm, deviceID: nil, for: bob, on: connection)
+        try connection.query(
+            "UPDATE push_token_liveness SET stale_from = now(), last_sign_of_life = now() - interval '1 day' WHERE token = $1", [fcm.token])
+        let marked = try lastSeq()
+        XCTAssertEqual(try changes(after: marked - 1), [["stale", "fcm:fcm-token-1", "false"]], "the mark set is a change")
+
+        XCTAssertEqual(try PostedPushTokens.store(fcm, deviceID: nil, for: bob, on: connection), .refreshed)
+        XCTAssertEqual(try connection.query("SELECT stale_from FROM push_token_liveness WHERE token = $1", [fcm.token]).rows, [[nil]])
+        XCTAssertEqual(try changes(after: marked), [["stale", "fcm:fcm-token-1", "false"]], "the mark lifted is a change")
+        let lifted = try lastSeq()
+        XCTAssertEqual(try PostedPushTokens.store(fcm, deviceID: nil, for: bob, on: connection), .refreshed)
+        XCTAssertEqual(try changes(after: lifted), [], "a sign of life that lifts nothing is none")
+    }
 }
+

@@ -191,4 +191,103 @@ final class PostgresGroupCommitTests: XCTestCase {
         _ = try await group.perform([insert(1)], within: 60)
         XCTAssertEqual(try stored(), [0, 1])
     }
+
+    // MARK: - Shared statements
+
+    /// Inserts each job's number; each job's row says how many jobs its statement carried.
+    static let sharedInsert = PostgresSharedStatement(
+        name: "test_grouped_shared_insert", singleName: "test_grouped_shared_insert_one", columns: ["v"],
+        afterInput: """
+            , inserted AS (INSERT INTO grouped (n) SELECT v::integer FROM input RETURNING n)
+            SELECT input.n, inserted.n, count(*) OVER () FROM input JOIN inserted ON inserted.n = input.v::integer
+            """,
+        constants: [])
+
+    /// A job inserting `n` by its row of `sharedInsert`, its number's text and each key given.
+    func sharedJob(_ group: PostgresGroupCommit, _ n: Int, keys: [String] = []) -> Task<[String], any Error> {
+        let row = PostgresSharedRow(statement: Self.sharedInsert, values: [String(n)], keys: keys)
+        return Task {
+            do {
+                let result = try await group.perform(sharing: row, then: [], within: 60)
+                return result.shared.map { "\($0[0] ?? "-")/\($0[1] ?? "-")" }
+            } catch {
+                return [(error as? PostgresError)?.sqlState ?? "\(error)"]
+            }
+        }
+    }
+
+    func testJobsQueuedTogetherShareOneStatementAndEachGetsItsOwnRow() async throws {
+        let group = PostgresGroupCommit(settings: database.settings(), lanes: 1)
+        defer { group.shutdown() }
+        let first = try await blockWriter(of: group, first: 0)
+        let tasks = (1...30).map { sharedJob(group, $0) }
+        try waitUntil("30 jobs wait") { group.waitingJobCount == 30 }
+        try connection.query("COMMIT")
+        _ = try await first.value
+        var answers: [[String]] = []
+        for task in tasks { answers.append(try await task.value) }
+        XCTAssertEqual(answers, (1...30).map { ["\($0)/30"] }, "each job its own number, from one statement of 30 rows")
+        XCTAssertEqual(try stored(), Array(0...30))
+        XCTAssertEqual(group.transactionCount, 2)
+    }
+
+    func testJobsSharingAKeyRunInLaterStatementsInTheirOrder() async throws {
+        let group = PostgresGroupCommit(settings: database.settings(), lanes: 1)
+        defer { group.shutdown() }
+        let first = try await blockWriter(of: group, first: 0)
+        var tasks: [Task<[String], any Error>] = []
+        for (n, keys) in [(1, ["a"]), (2, ["a", "b"]), (3, ["c"]), (4, ["b"]), (5, [])] {
+            tasks.append(sharedJob(group, n, keys: keys))
+            try waitUntil("job \(n) waits") { group.waitingJobCount == n }  // queued in this order
+        }
+        try connection.query("COMMIT")
+        _ = try await first.value
+        var answers: [[String]] = []
+        for task in tasks { answers.append(try await task.value) }
+        // Rounds: 1, 3, 5 together; 2 after 1 (a); 4 after 2 (b).
+        XCTAssertEqual(answers, [["1/3"], ["2/1"], ["3/3"], ["4/1"], ["5/3"]])
+        XCTAssertEqual(try stored(), Array(0...5))
+        XCTAssertEqual(group.transactionCount, 2, "the rounds share the batch's one transaction")
+    }
+
+    func testASharedStatementThatFailsIsRetriedJobByJobAndOnlyTheCulpritFails() async throws {
+        let group = PostgresGroupCommit(settings: database.settings(), lanes: 1)
+        defer { group.shutdown() }
+        let first = try await blockWriter(of: group, first: 0)
+        let tasks = [1, 2, 0, 3].map { sharedJob(group, $0) }  // 0 is taken by the first job
+        try waitUntil("4 jobs wait") { group.waitingJobCount == 4 }
+        try connection.query("COMMIT")
+        _ = try await first.value
+        var answers: [[String]] = []
+        for task in tasks { answers.append(try await task.value) }
+        XCTAssertEqual(answers, [["1/1"], ["2/1"], ["23505"], ["3/1"]])
+        XCTAssertEqual(try stored(), [0, 1, 2, 3])
+    }
+
+    func testArrayElementsKeepQuotesBackslashesCommasAndNulls() throws {
+        let statement = PostgresSharedStatement(
+            name: "test_grouped_array_elements", singleName: "test_grouped_array_element", columns: ["v"],
+            afterInput: " SELECT n, v, v IS NULL FROM input", constants: [])
+        let values: [String?] = [#"a"b"#, #"c\d"#, "e,f}{", nil, "NULL", ""]
+        let rows = try connection.query(statement.statement(for: values.map { [$0] }))
+        let byJob = PostgresSharedStatement.rowsByJob(rows, jobs: values.count)
+        XCTAssertEqual(byJob.map(\.count), Array(repeating: 1, count: values.count), "a row for each job")
+        XCTAssertEqual(byJob.map { $0.first?[0] ?? "absent" }, values.map { $0 ?? "absent" })
+        XCTAssertEqual(byJob.map { $0.first?[1] }, ["f", "f", "f", "t", "f", "f"], "only the NULL element is NULL")
+        for value in values {
+            let alone = try connection.query(statement.statement(for: [[value]]))
+            XCTAssertEqual(alone.rows, [["1", value, value == nil ? "t" : "f"]], "a row alone, as plain parameters")
+        }
+    }
+
+    func testAStatementsRowsGoInTheOrderOfTheirFirstKeysWhateverOrderTheJobsCameIn() throws {
+        func row(_ value: String) -> PostgresSharedRow {
+            PostgresSharedRow(statement: Self.sharedInsert, values: [value], keys: ["token \(value)"])
+        }
+        let plan = GroupCommitPlan(shared: [row("7"), row("3"), row("5")], statements: [[], [], []])
+        XCTAssertEqual(plan.statements.count, 3, "BEGIN, the one shared statement, COMMIT")
+        XCTAssertEqual(plan.statements[1].parameters.value(at: 0), #"{"3","5","7"}"#, "two lanes lock the same rows in one order")
+        XCTAssertEqual(plan.owners[1], [1, 2, 0])
+    }
 }
+
