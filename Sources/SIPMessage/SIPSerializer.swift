@@ -20,7 +20,7 @@ public enum SIPSerializer {
         out.reserveCapacity(512 + response.body.count)
         appendClean(response.version, to: &out)
         out.append(0x20)
-        appendDecimal(response.statusCode, to: &out)
+        SIPHeaderValueScanner.appendDecimal(response.statusCode, to: &out)
         out.append(0x20)
         appendClean(response.reasonPhrase, to: &out)
         out.append(contentsOf: crlf)
@@ -50,7 +50,7 @@ public enum SIPSerializer {
                 appendClean(field.name, to: &out)
                 out.append(0x3A)
                 out.append(0x20)
-                appendDecimal(bodyLength, to: &out)
+                SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
             } else {
                 appendClean(field.name, to: &out)
                 out.append(0x3A)
@@ -61,21 +61,10 @@ public enum SIPSerializer {
         }
         if !wroteContentLength {
             appendClean("Content-Length: ", to: &out)
-            appendDecimal(bodyLength, to: &out)
+            SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
             out.append(contentsOf: crlf)
         }
         out.append(contentsOf: crlf)
-    }
-
-    /// Appends a non-negative number's decimal digits (status codes, lengths) without making a String.
-    private static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
-        let value = max(0, number)
-        var divisor = 1
-        while divisor <= value / 10 { divisor *= 10 }
-        while divisor > 0 {
-            out.append(0x30 + UInt8(truncatingIfNeeded: value / divisor % 10))
-            divisor /= 10
-        }
     }
 
     /// Appends text with CR, LF and NUL replaced by spaces; a NUL escaped as a quoted-pair (`\`
