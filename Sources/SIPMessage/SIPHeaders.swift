@@ -122,6 +122,12 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
 
     public init(_ fields: [SIPHeader] = []) { self.fields = fields }
 
+    /// No lines yet, with room for `capacity`.
+    init(capacity: Int) {
+        fields = []
+        fields.reserveCapacity(capacity)
+    }
+
     public init(arrayLiteral elements: (String, String)...) {
         self.fields = elements.map { SIPHeader(name: $0.0, value: $0.1) }
     }

@@ -42,7 +42,8 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
     /// A response to `request` built as RFC 3261 §8.2.6.2 says: Via (all, in order), From, Call-ID
     /// and CSeq copied; To copied with `toTag` added when it has none (not for 100 Trying).
     public init(replyingTo request: SIPRequest, statusCode: Int, reasonPhrase: String? = nil, toTag: String? = nil) {
-        var headers = SIPHeaders()
+        // Room for what a registrar's 200 adds too (Server, Contact, Date...): no growing.
+        var headers = SIPHeaders(capacity: 12)
         // By index: a for-in over the lines copies (retains and releases) every one of them.
         let fields = request.headers.fields
         for index in fields.indices where fields[index].key == .via {

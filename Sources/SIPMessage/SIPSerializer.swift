@@ -43,19 +43,21 @@ public enum SIPSerializer {
     /// serializes back to a message that parses equal.
     private static func appendHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout [UInt8]) {
         var wroteContentLength = false
-        for field in headers {
-            if field.key == .contentLength {
+        // By index: a for-in copies (retains and releases) every line.
+        let fields = headers.fields
+        for index in fields.indices {
+            if fields[index].key == .contentLength {
                 if wroteContentLength { continue }
                 wroteContentLength = true
-                appendClean(field.name, to: &out)
+                appendClean(fields[index].name, to: &out)
                 out.append(0x3A)
                 out.append(0x20)
                 SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
             } else {
-                appendClean(field.name, to: &out)
+                appendClean(fields[index].name, to: &out)
                 out.append(0x3A)
                 out.append(0x20)
-                field.withValueBytes { appendClean($0, to: &out) }
+                fields[index].withValueBytes { appendClean($0, to: &out) }
             }
             out.append(contentsOf: crlf)
         }
