@@ -97,7 +97,7 @@ public enum SIPHeaderValueScanner {
 
     /// Appends a non-negative number's decimal digits (status codes, lengths, ports) without
     /// making a String.
-    static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
+    public static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
         let value = max(0, number)
         var divisor = 1
         while divisor <= value / 10 { divisor *= 10 }
