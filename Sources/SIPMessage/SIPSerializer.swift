@@ -69,6 +69,25 @@ public enum SIPSerializer {
         out.append(contentsOf: crlf)
     }
 
+    /// True when the bytes hold no CR, LF or NUL: 16 bytes at a time while none of them is a
+    /// control byte up to CR (a tab among them sends the rest through the byte loop).
+    private static func isClean(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        let raw = UnsafeRawPointer(base)
+        let belowCR = SIMD16<UInt8>(repeating: 0x0E)
+        var i = 0
+        while i + 16 <= bytes.count {
+            if any(raw.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self) .< belowCR) { break }
+            i += 16
+        }
+        while i < bytes.count {
+            let byte = bytes[i]
+            if byte == 0x0D || byte == 0x0A || byte == 0x00 { return false }
+            i += 1
+        }
+        return true
+    }
+
     /// Appends text with CR, LF and NUL replaced by spaces; a NUL escaped as a quoted-pair (`\`
     /// then NUL, RFC 3261 §25.1) is kept, so a display name that carries one is forwarded intact.
     private static func appendClean(_ text: String, to out: inout [UInt8]) {
@@ -76,12 +95,7 @@ public enum SIPSerializer {
     }
 
     private static func appendClean(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
-        var clean = true
-        for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0x00 {
-            clean = false
-            break
-        }
-        if clean {
+        if isClean(bytes) {
             out.append(contentsOf: bytes)
             return
         }

@@ -40,6 +40,21 @@ final class SIPHeadersTests: XCTestCase {
         XCTAssertEqual(none.fields.map(\.name), ["From"])
     }
 
+    /// Nothing stored can add a line: CR, LF and NUL in a value are written as spaces wherever
+    /// they stand in a long value (the serializer looks at 16 bytes at a time), a tab is kept.
+    func testTheSerializerWritesNoLineBreakOrNULOfAValue() {
+        let long = String(repeating: "abcdefgh", count: 5)
+        for (value, written) in [
+            (long + "\r\nX-Injected: 1", long + "  X-Injected: 1"), ("\t" + long + "\u{0}" + long, "\t" + long + " " + long),
+            (long + "\n", long + " "), (long + "\t" + long, long + "\t" + long), (long, long),
+        ] {
+            let response = SIPResponse(statusCode: 200, headers: [("Subject", value)])
+            let text = String(decoding: SIPSerializer.serialize(response), as: UTF8.self)
+            XCTAssertTrue(text.contains("\r\nSubject: \(written)\r\n"), text)
+            XCTAssertFalse(text.contains("\r\nX-Injected"))
+        }
+    }
+
     /// What the serializer writes of a Via is what the parser reads back: the rewritten top Via
     /// is the one the transaction layer matches on without parsing it again.
     func testAViaWrittenOutParsesBackEqual() throws {
