@@ -60,7 +60,7 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
         let edge = SignalingEdge(signaling)
         for shard in shards {
             let index = shard.index
-            shard.attach(edge) { [weak self] key, markedAt in self?.spreadDeadMark(key, at: markedAt, from: index) }
+            shard.attach(edge) { [weak self] key, aor, markedAt in self?.spreadDeadMark(key, of: aor, at: markedAt, from: index) }
         }
     }
 
@@ -157,9 +157,9 @@ public final class CallCoordinator<Signaling: CallSignaling>: Sendable {
     /// Outside calls in progress.
     public var liveOutsideCallCount: Int { shards.reduce(0) { $0 + $1.liveOutsideCallCount } }
 
-    /// A dead-token mark made on shard `index`, for every other shard.
-    func spreadDeadMark(_ key: PushTokenID, at markedAt: Date, from index: Int) {
-        for shard in shards where shard.index != index { shard.takeDeadMark(key, at: markedAt) }
+    /// A dead-token mark of one of `aor`'s tokens made on shard `index`, for every other shard.
+    func spreadDeadMark(_ key: PushTokenID, of aor: AddressOfRecord, at markedAt: Date, from index: Int) {
+        for shard in shards where shard.index != index { shard.takeDeadMark(key, of: aor, at: markedAt) }
     }
 
     /// When a device pushed at `sentAt` had had its whole chance to come back: the call's wake wait

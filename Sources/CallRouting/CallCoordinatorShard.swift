@@ -40,7 +40,7 @@ final class CallCoordinatorShard: @unchecked Sendable {
         return edge
     }
     /// Hands a dead-token mark made here to the other shards (the coordinator in front does).
-    private var spreadDeadMark: (@Sendable (PushTokenID, Date) -> Void)?
+    private var spreadDeadMark: (@Sendable (PushTokenID, AddressOfRecord, Date) -> Void)?
     let shared: CallShardsShared
     private let directory: any CalleeDirectory
     private let tokens: (any WakeTokenSource)?
@@ -68,8 +68,9 @@ final class CallCoordinatorShard: @unchecked Sendable {
     /// when: not pushed again until a binding carrying the token registers after that moment.
     /// Forgotten after `deadTokenMemory` (PostgreSQL keeps the mark; the next call reads it again).
     private var deadTokens: ExpiringTable<PushTokenID, Date>
-    /// What this shard last told `shared` about holding dead marks.
-    private var deadMarksAnnounced = false
+    /// The tokens of each AOR this shard marked dead (some may have left `deadTokens` since),
+    /// and so the AORs it told `shared` it holds marks of.
+    private var deadMarksByAOR: [AddressOfRecord: Set<PushTokenID>] = [:]
     /// Answered calls whose dialog is still up, by SIP Call-ID: their journey gets the hang-up. At
     /// most 100,000, each for at most `maxCallDuration` (a BYE Rouse never saw lets go of it).
     var talking: ExpiringTable<String, CallJourney>
@@ -119,7 +120,7 @@ final class CallCoordinatorShard: @unchecked Sendable {
     }
 
     /// Connects the SIP side, and the coordinator in front that spreads dead-token marks.
-    func attach(_ edge: any CallSignalingEdge, spreadDeadMark: @escaping @Sendable (PushTokenID, Date) -> Void) {
+    func attach(_ edge: any CallSignalingEdge, spreadDeadMark: @escaping @Sendable (PushTokenID, AddressOfRecord, Date) -> Void) {
         queue.sync {
             self.edge = edge
             self.spreadDeadMark = spreadDeadMark
@@ -204,7 +205,8 @@ final class CallCoordinatorShard: @unchecked Sendable {
             let held = callees[aor]
             let hasCalls = (held?.live ?? 0) > 0
             let hasGrace = !(held?.grace.isEmpty ?? true)
-            guard hasCalls || hasGrace || !deadTokens.isEmpty else { return }
+            let marks = deadMarksByAOR[aor]
+            guard hasCalls || hasGrace || marks != nil else { return }
             let bindings = directory.bindings(for: aor)
             // A device that registers its token again revives it (product.md "The pushes").
             for binding in bindings {
@@ -213,11 +215,28 @@ final class CallCoordinatorShard: @unchecked Sendable {
                     if let markedAt = deadTokens[key], binding.registeredAt > markedAt { deadTokens.removeValue(forKey: key) }
                 }
             }
+            if let marks { keepDeadMarks(of: aor, marks, held: Set(bindings.flatMap { $0.pushChannels.map(\.tokenID) })) }
             for entry in held?.calls.values.filter({ $0.machine.phase != .ended }) ?? [] {
                 run(.bindingsChanged, on: entry, bindings: bindings)
             }
             if hasGrace { graceDevicesMayBeBack(aor, bindings: bindings) }
-            if deadTokens.isEmpty { announceDeadMarks(false) }
+        }
+    }
+
+    /// After a change of `aor`'s bindings: its marks still in `deadTokens` of tokens it still
+    /// holds stay. A token it no longer holds left it, and whoever registers that token next
+    /// does so after the mark, which revives it: that mark goes too. With none left, the AOR's
+    /// changes stop reaching this shard.
+    private func keepDeadMarks(of aor: AddressOfRecord, _ marks: Set<PushTokenID>, held: Set<PushTokenID>) {
+        var kept: Set<PushTokenID> = []
+        for key in marks where deadTokens[key] != nil {
+            if held.contains(key) { kept.insert(key) } else { deadTokens.removeValue(forKey: key) }
+        }
+        if kept.isEmpty {
+            deadMarksByAOR[aor] = nil
+            shared.setHoldsDeadMarks(false, of: aor, shard: index)
+        } else {
+            deadMarksByAOR[aor] = kept
         }
     }
 
@@ -302,7 +321,7 @@ final class CallCoordinatorShard: @unchecked Sendable {
             }
             queue.async { [self] in
                 let now = clock()
-                for key in found?.dead ?? [] where deadTokens[key] == nil { markDead(key, at: now) }
+                for key in found?.dead ?? [] where deadTokens[key] == nil { markDead(key, of: callee, at: now) }
                 deliver(.tokensRead(targets(bindings, posted: found?.posted ?? []), readFailed: found == nil), to: callee, id)
             }
         }
@@ -437,7 +456,7 @@ final class CallCoordinatorShard: @unchecked Sendable {
                     journeyChanged = true
                     if record(fact, on: entry, at: now) { writeCall = true }
                 case .markDead(let key):
-                    markDead(key, at: now)
+                    markDead(key, of: entry.machine.setup.callee, at: now)
                 case .graceDevice(let device):
                     keepInGrace(device, of: entry, now: now)
                 case .ended(let ending):
@@ -530,18 +549,31 @@ final class CallCoordinatorShard: @unchecked Sendable {
         .milliseconds(Int64((max(0, seconds) * 1000).rounded(.up)))
     }
 
-    /// A token a provider called dead, here and (through the coordinator) on every other shard.
-    private func markDead(_ key: PushTokenID, at now: Date) {
+    /// A token of `aor` a provider called dead, here and (through the coordinator) on every other shard.
+    private func markDead(_ key: PushTokenID, of aor: AddressOfRecord, at now: Date) {
         deadTokens.insert(now, for: key, at: now)
-        announceDeadMarks(true)
-        spreadDeadMark?(key, now)
+        noteDeadMark(key, of: aor)
+        spreadDeadMark?(key, aor, now)
     }
 
     /// Another shard's dead mark.
-    func takeDeadMark(_ key: PushTokenID, at markedAt: Date) {
+    func takeDeadMark(_ key: PushTokenID, of aor: AddressOfRecord, at markedAt: Date) {
         queue.async { [self] in
             if deadTokens[key] == nil { deadTokens.insert(markedAt, for: key, at: markedAt) }
-            announceDeadMarks(true)
+            noteDeadMark(key, of: aor)
+        }
+    }
+
+    /// Files a mark under its AOR, telling `shared` when it is the AOR's first. AORs whose marks
+    /// have all left `deadTokens` are let go once they outnumber the marks (amortised, so the
+    /// list stays bounded even for AORs that never register again).
+    private func noteDeadMark(_ key: PushTokenID, of aor: AddressOfRecord) {
+        if deadMarksByAOR[aor] == nil { shared.setHoldsDeadMarks(true, of: aor, shard: index) }
+        deadMarksByAOR[aor, default: []].insert(key)
+        guard deadMarksByAOR.count > 2 * max(deadTokens.count, 512) else { return }
+        for (marked, keys) in deadMarksByAOR where !keys.contains(where: { deadTokens[$0] != nil }) {
+            deadMarksByAOR[marked] = nil
+            shared.setHoldsDeadMarks(false, of: marked, shard: index)
         }
     }
 
@@ -644,13 +676,6 @@ final class CallCoordinatorShard: @unchecked Sendable {
         guard let held = callees[callee], held.calls.isEmpty, held.grace.isEmpty else { return }
         callees[callee] = nil
         shared.unwatch(callee, shard: index)
-    }
-
-    /// Tells the shared watch whether this shard may hold dead-token marks (only when it changes).
-    private func announceDeadMarks(_ holds: Bool) {
-        guard holds != deadMarksAnnounced else { return }
-        deadMarksAnnounced = holds
-        shared.setHoldsDeadMarks(holds, shard: index)
     }
 
     /// Lets go of answered calls whose BYE did not pass within `maxCallDuration`, when the oldest

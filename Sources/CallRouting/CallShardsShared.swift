@@ -41,11 +41,16 @@ final class CallShardsShared: @unchecked Sendable {
         }
     }
 
-    /// Whether shard `shard` may hold dead-token marks (every binding change then reaches it: a
-    /// token registered again revives).
-    func setHoldsDeadMarks(_ holds: Bool, shard: Int) {
+    /// Whether shard `shard` may hold dead-token marks of `aor`'s tokens (its binding changes then
+    /// reach it: a token registered again revives).
+    func setHoldsDeadMarks(_ holds: Bool, of aor: AddressOfRecord, shard: Int) {
         watchLock.withLock {
-            if holds { watch.deadMarkHolders.insert(shard) } else { watch.deadMarkHolders.remove(shard) }
+            if holds {
+                if watch.deadMarkHolders[aor]?.contains(shard) != true { watch.deadMarkHolders[aor, default: []].append(shard) }
+            } else {
+                watch.deadMarkHolders[aor]?.removeAll { $0 == shard }
+                if watch.deadMarkHolders[aor]?.isEmpty == true { watch.deadMarkHolders[aor] = nil }
+            }
         }
     }
 
@@ -63,18 +68,19 @@ final class CallShardsShared: @unchecked Sendable {
     }
 }
 
-/// Which shards care about a binding change: those holding calls or grace devices of an AOR (by
-/// AOR, each shard once), and those that may hold dead-token marks. Each shard keeps its own part
-/// up to date from its queue; a shard listed that no longer cares only costs a wasted hop. Only
-/// touched under `CallShardsShared`'s watch lock.
+/// Which shards care about a binding change: those holding calls or grace devices of an AOR, and
+/// those that may hold dead-token marks of its tokens (both by AOR, each shard once), so a
+/// REGISTER of anyone else wakes no shard. Each shard keeps its own part up to date from its
+/// queue; a shard listed that no longer cares only costs a wasted hop. Only touched under
+/// `CallShardsShared`'s watch lock.
 struct BindingWatch {
     var holders: [AddressOfRecord: [Int]] = [:]
-    var deadMarkHolders: Set<Int> = []
+    var deadMarkHolders: [AddressOfRecord: [Int]] = [:]
 
     func shards(for aor: AddressOfRecord) -> [Int] {
         let holding = holders[aor] ?? []
-        if deadMarkHolders.isEmpty { return holding }
-        return deadMarkHolders.union(holding).sorted()
+        guard let marking = deadMarkHolders[aor] else { return holding }
+        return Set(holding + marking).sorted()
     }
 }
 

@@ -95,6 +95,18 @@ public enum SIPHeaderValueScanner {
         String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
     }
 
+    /// Appends a non-negative number's decimal digits (status codes, lengths, ports) without
+    /// making a String.
+    public static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
+        let value = max(0, number)
+        var divisor = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        while divisor > 0 {
+            out.append(0x30 + UInt8(truncatingIfNeeded: value / divisor % 10))
+            divisor /= 10
+        }
+    }
+
     /// The first index of `byte` in the range, or nil.
     @inline(__always)
     static func firstIndex(of byte: UInt8, in bytes: Bytes, _ range: Range<Int>) -> Int? {

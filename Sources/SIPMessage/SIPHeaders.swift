@@ -54,6 +54,17 @@ public struct SIPHeader: Hashable, Sendable {
     /// its own stack spells it), sharing the received bytes.
     func respelled(_ name: String) -> SIPHeader { SIPHeader(key, storage: storage, spelled: name) }
 
+    /// This line with `;tag=<tag>` after its value (a To a response adds its tag to), written as
+    /// bytes, not Strings added up.
+    func appendingTag(_ tag: String, spelled name: String) -> SIPHeader {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(valueByteCount + 5 + tag.utf8.count)
+        withValueBytes { bytes.append(contentsOf: $0) }
+        bytes.append(contentsOf: ";tag=".utf8)
+        bytes.append(contentsOf: tag.utf8)
+        return SIPHeader(key, storage: .received(bytes, 0, UInt32(bytes.count)), spelled: name)
+    }
+
     /// Runs `body` over the value's UTF-8 bytes without making a String of a received value.
     public func withValueBytes<T, E: Error>(_ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
         switch storage {
@@ -111,6 +122,12 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
 
     public init(_ fields: [SIPHeader] = []) { self.fields = fields }
 
+    /// No lines yet, with room for `capacity`.
+    init(capacity: Int) {
+        fields = []
+        fields.reserveCapacity(capacity)
+    }
+
     public init(arrayLiteral elements: (String, String)...) {
         self.fields = elements.map { SIPHeader(name: $0.0, value: $0.1) }
     }
@@ -140,8 +157,8 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// commas that stand outside quoted strings and angle brackets.
     public func values(_ key: SIPHeaderName) -> [String] {
         var result: [String] = []
-        for field in fields where field.key == key {
-            result.append(contentsOf: field.withValueBytes(SIPHeaderValueScanner.splitList))
+        for index in fields.indices where fields[index].key == key {
+            result.append(contentsOf: fields[index].withValueBytes(SIPHeaderValueScanner.splitList))
         }
         return result
     }
@@ -149,8 +166,8 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// The first element of the first line with this name: `values(key).first`, without splitting
     /// the other lines (the top Via of a message with several).
     public func firstValue(_ key: SIPHeaderName) -> String? {
-        for field in fields where field.key == key {
-            if let element = field.withValueBytes(SIPHeaderValueScanner.firstListElement) { return element }
+        for index in fields.indices where fields[index].key == key {
+            if let element = fields[index].withValueBytes(SIPHeaderValueScanner.firstListElement) { return element }
         }
         return nil
     }
@@ -196,29 +213,93 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         }
     }
 
-    /// Replaces the first element of the first line with this name (the top Via a server notes
-    /// `received`/`rport` in, RFC 3261 §18.2.1), keeping that line where it stands and as it was
-    /// spelled; the line's other elements follow unchanged. Adds a line when there is none.
-    public mutating func replaceFirstValue(_ key: SIPHeaderName, with value: String) {
-        guard let index = fields.firstIndex(where: { $0.key == key }) else {
-            add(key, value)
-            return
+    /// Notes where a request came from in its top Via element (RFC 3261 §18.2.1, RFC 3581 §4):
+    /// `received` set to `received` (in place of the element's own, else after its parameters)
+    /// and, when `rport` is given, the `rport` parameter given that value where it stands. The
+    /// line's bytes are spliced, not parsed and written again: the element's other bytes, the
+    /// elements after it and the line's place and spelling stay as received. Does nothing when
+    /// there is no Via.
+    public mutating func noteSourceInTopVia(received: String, rport: Int?) {
+        guard let index = fields.firstIndex(where: { $0.key == .via }) else { return }
+        let line = fields[index].withValueBytes { bytes in SIPHeaders.splicingSource(bytes, received: received, rport: rport) }
+        fields[index].storage = .received(line, 0, UInt32(line.count))
+    }
+
+    /// The top Via line's value with the source written in (see `noteSourceInTopVia`).
+    private static func splicingSource(_ bytes: UnsafeBufferPointer<UInt8>, received: String, rport: Int?) -> [UInt8] {
+        typealias Scanner = SIPHeaderValueScanner
+        var element = 0..<0
+        var elementEnd = bytes.count
+        var start = 0
+        while start <= bytes.count {
+            let end = Scanner.listElementEnd(bytes, start..<bytes.count)
+            element = Scanner.trim(bytes, start..<end)
+            elementEnd = end
+            if !element.isEmpty { break }
+            start = end + 1
         }
-        let rest: String? = fields[index].withValueBytes { bytes in
-            let end = SIPHeaderValueScanner.listElementEnd(bytes, 0..<bytes.count)
-            guard end < bytes.count else { return nil }
-            let remaining = SIPHeaderValueScanner.trim(bytes, (end + 1)..<bytes.count)
-            return remaining.isEmpty ? nil : SIPHeaderValueScanner.text(bytes, remaining)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count + received.utf8.count + 24)
+        let parameters = Scanner.firstIndex(of: UInt8(ascii: ";"), in: bytes, element) ?? element.upperBound
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[0..<parameters]))
+        var wroteReceived = false
+        func appendReceived(_ out: inout [UInt8]) {
+            out.append(contentsOf: ";received=".utf8)
+            out.append(contentsOf: received.utf8)
+            wroteReceived = true
         }
-        fields[index].value = rest.map { value + ", " + $0 } ?? value
+        // Each parameter from its `;` to the next one outside a quoted string.
+        var i = parameters
+        while i < element.upperBound {
+            let parameter = i
+            i += 1
+            var nameEnd = element.upperBound
+            while i < element.upperBound, bytes[i] != UInt8(ascii: ";") {
+                if bytes[i] == UInt8(ascii: "="), nameEnd == element.upperBound { nameEnd = i }
+                if bytes[i] == UInt8(ascii: "\""), let close = try? Scanner.quotedStringEnd(bytes, from: i, element.upperBound) {
+                    i = close
+                } else {
+                    i += 1
+                }
+            }
+            let name = Scanner.trim(bytes, (parameter + 1)..<Swift.min(nameEnd, i))
+            if Scanner.equalsLowercased(bytes, name, "received") {
+                if !wroteReceived { appendReceived(&out) }
+            } else if let rport, Scanner.equalsLowercased(bytes, name, "rport") {
+                out.append(contentsOf: ";rport=".utf8)
+                Scanner.appendDecimal(rport, to: &out)
+            } else {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[parameter..<i]))
+            }
+        }
+        if !wroteReceived { appendReceived(&out) }
+        if elementEnd < bytes.count {
+            let rest = Scanner.trim(bytes, (elementEnd + 1)..<bytes.count)
+            if !rest.isEmpty {
+                out.append(contentsOf: ", ".utf8)
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[rest]))
+            }
+        }
+        return out
     }
 
     static func preferredSpelling(of key: SIPHeaderName) -> String {
+        if key.code != 0 { return spellingsByCode[Int(key.code)] }
         if let spelled = preferredSpellings[key.canonical] { return spelled }
-        return key.canonical.split(separator: "-", omittingEmptySubsequences: false)
+        return capitalised(key.canonical)
+    }
+
+    /// `call-id` as `Call-Id`: each part after a `-` capitalised.
+    private static func capitalised(_ canonical: String) -> String {
+        canonical.split(separator: "-", omittingEmptySubsequences: false)
             .map { $0.prefix(1).uppercased() + $0.dropFirst() }
             .joined(separator: "-")
     }
+
+    /// The spellings of the names with codes (`SIPHeaderName.knownNames`), by code: read without
+    /// hashing the name.
+    private static let spellingsByCode: [String] =
+        [""] + SIPHeaderName.knownNames.map { preferredSpellings[$0] ?? capitalised($0) }
 
     /// How the headers a SIP stack writes are spelled, looked up instead of capitalised anew on
     /// every line a response or request is built with (profiled: the capitalising was 4 % of a
@@ -234,11 +315,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
             "call-info", "error-info", "in-reply-to", "reply-to", "session-expires", "min-se", "refer-to", "referred-by",
             "p-asserted-identity", "privacy", "security-client", "security-server", "security-verify", "flow-timer",
         ]
-        for name in names where table[name] == nil {
-            table[name] = name.split(separator: "-", omittingEmptySubsequences: false)
-                .map { $0.prefix(1).uppercased() + $0.dropFirst() }
-                .joined(separator: "-")
-        }
+        for name in names where table[name] == nil { table[name] = capitalised(name) }
         return table
     }()
 }

@@ -99,6 +99,8 @@ extension String {
     public func caseInsensitiveEquals(_ other: String) -> Bool {
         let a = self.utf8, b = other.utf8
         guard a.count == b.count else { return false }
+        // The same spelling (`branch`, `rport` as nearly everyone writes them) needs no byte loop.
+        if self == other { return true }
         for (x, y) in zip(a, b) where x != y {
             let lx = (x >= 65 && x <= 90) ? x | 0x20 : x
             let ly = (y >= 65 && y <= 90) ? y | 0x20 : y

@@ -380,8 +380,8 @@ private struct MessageScanner {
         if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
         // Every Via a response will travel back through, the top one first (RFC 4475 §3.1.2.1).
-        for field in fields[topVia...] where field.key == .via {
-            if !field.withValueBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
+        for index in topVia..<fields.count where fields[index].key == .via {
+            if !fields[index].withValueBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
         }
         if !fields[from].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed From header") }
         if !fields[to].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed To header") }

@@ -42,15 +42,18 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
     /// A response to `request` built as RFC 3261 §8.2.6.2 says: Via (all, in order), From, Call-ID
     /// and CSeq copied; To copied with `toTag` added when it has none (not for 100 Trying).
     public init(replyingTo request: SIPRequest, statusCode: Int, reasonPhrase: String? = nil, toTag: String? = nil) {
-        var headers = SIPHeaders()
-        for field in request.headers where field.key == .via {
-            headers.add(field)
+        // Room for what a registrar's 200 adds too (Server, Contact, Date...): no growing.
+        var headers = SIPHeaders(capacity: 12)
+        // By index: a for-in over the lines copies (retains and releases) every one of them.
+        let fields = request.headers.fields
+        for index in fields.indices where fields[index].key == .via {
+            headers.add(fields[index])
         }
         // The lines are copied as received (their bytes, not decoded), spelled as this stack spells them.
         for key in Self.copiedFromRequest {
             guard let field = request.headers.first(key) else { continue }
             if key == .to, statusCode != 100, let toTag, field.withValueBytes(Self.lacksTag) {
-                headers.add(key, field.value + ";tag=" + toTag)
+                headers.add(field.appendingTag(toTag, spelled: SIPHeaders.preferredSpelling(of: key)))
             } else {
                 headers.add(field.respelled(SIPHeaders.preferredSpelling(of: key)))
             }
@@ -124,10 +127,11 @@ extension SIPMessageHeaders {
     /// nil when there is none or it is malformed. Scanned in the line's own bytes: no String is
     /// made of the element before it is parsed.
     public var topVia: SIPVia? {
-        for field in headers.fields where field.key == .via {
+        let fields = headers.fields
+        for index in fields.indices where fields[index].key == .via {
             var found = false
             var via: SIPVia?
-            field.withValueBytes { bytes in
+            fields[index].withValueBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     found = true
                     via = try? SIPVia(bytes, element)
@@ -155,8 +159,9 @@ extension SIPMessageHeaders {
         guard headers.contains(.contact) else { return nil }
         var result: [SIPContact] = []
         var malformed = false
-        for field in headers.fields where field.key == .contact {
-            field.withValueBytes { bytes in
+        let fields = headers.fields
+        for index in fields.indices where fields[index].key == .contact {
+            fields[index].withValueBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     guard let contact = try? SIPContact(bytes, element) else {
                         malformed = true

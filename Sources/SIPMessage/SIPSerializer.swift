@@ -20,7 +20,7 @@ public enum SIPSerializer {
         out.reserveCapacity(512 + response.body.count)
         appendClean(response.version, to: &out)
         out.append(0x20)
-        appendDecimal(response.statusCode, to: &out)
+        SIPHeaderValueScanner.appendDecimal(response.statusCode, to: &out)
         out.append(0x20)
         appendClean(response.reasonPhrase, to: &out)
         out.append(contentsOf: crlf)
@@ -43,39 +43,49 @@ public enum SIPSerializer {
     /// serializes back to a message that parses equal.
     private static func appendHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout [UInt8]) {
         var wroteContentLength = false
-        for field in headers {
-            if field.key == .contentLength {
+        // By index: a for-in copies (retains and releases) every line.
+        let fields = headers.fields
+        for index in fields.indices {
+            if fields[index].key == .contentLength {
                 if wroteContentLength { continue }
                 wroteContentLength = true
-                appendClean(field.name, to: &out)
+                appendClean(fields[index].name, to: &out)
                 out.append(0x3A)
                 out.append(0x20)
-                appendDecimal(bodyLength, to: &out)
+                SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
             } else {
-                appendClean(field.name, to: &out)
+                appendClean(fields[index].name, to: &out)
                 out.append(0x3A)
                 out.append(0x20)
-                field.withValueBytes { appendClean($0, to: &out) }
+                fields[index].withValueBytes { appendClean($0, to: &out) }
             }
             out.append(contentsOf: crlf)
         }
         if !wroteContentLength {
             appendClean("Content-Length: ", to: &out)
-            appendDecimal(bodyLength, to: &out)
+            SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
             out.append(contentsOf: crlf)
         }
         out.append(contentsOf: crlf)
     }
 
-    /// Appends a non-negative number's decimal digits (status codes, lengths) without making a String.
-    private static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
-        let value = max(0, number)
-        var divisor = 1
-        while divisor <= value / 10 { divisor *= 10 }
-        while divisor > 0 {
-            out.append(0x30 + UInt8(truncatingIfNeeded: value / divisor % 10))
-            divisor /= 10
+    /// True when the bytes hold no CR, LF or NUL: 16 bytes at a time while none of them is a
+    /// control byte up to CR (a tab among them sends the rest through the byte loop).
+    private static func isClean(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        let raw = UnsafeRawPointer(base)
+        let belowCR = SIMD16<UInt8>(repeating: 0x0E)
+        var i = 0
+        while i + 16 <= bytes.count {
+            if any(raw.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self) .< belowCR) { break }
+            i += 16
         }
+        while i < bytes.count {
+            let byte = bytes[i]
+            if byte == 0x0D || byte == 0x0A || byte == 0x00 { return false }
+            i += 1
+        }
+        return true
     }
 
     /// Appends text with CR, LF and NUL replaced by spaces; a NUL escaped as a quoted-pair (`\`
@@ -85,12 +95,7 @@ public enum SIPSerializer {
     }
 
     private static func appendClean(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
-        var clean = true
-        for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0x00 {
-            clean = false
-            break
-        }
-        if clean {
+        if isClean(bytes) {
             out.append(contentsOf: bytes)
             return
         }

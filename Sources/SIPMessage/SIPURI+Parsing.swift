@@ -391,10 +391,21 @@ extension SIPVia {
         }
         let parameters = try Scanner.parseParameters(bytes, semi..<end, build: build)
         guard build else { return nil }
+        // The usual spellings reuse literals: no Strings built, joined or upper-cased for them.
+        let usualProtocol = Scanner.equalsLiteral(bytes, tokens.0, "SIP") && Scanner.equalsLiteral(bytes, tokens.1, "2.0")
+        let transport: String
+        if Scanner.equalsLiteral(bytes, tokens.2, "UDP") {
+            transport = "UDP"
+        } else if Scanner.equalsLiteral(bytes, tokens.2, "TCP") {
+            transport = "TCP"
+        } else if Scanner.equalsLiteral(bytes, tokens.2, "TLS") {
+            transport = "TLS"
+        } else {
+            transport = Scanner.text(bytes, tokens.2).uppercased()
+        }
         return SIPVia(
-            protocolName: Scanner.text(bytes, tokens.0) + "/" + Scanner.text(bytes, tokens.1),
-            transport: Scanner.text(bytes, tokens.2), host: Scanner.text(bytes, hostRange), port: port,
-            parameters: parameters)
+            protocolName: usualProtocol ? "SIP/2.0" : Scanner.text(bytes, tokens.0) + "/" + Scanner.text(bytes, tokens.1),
+            upperCasedTransport: transport, host: Scanner.text(bytes, hostRange), port: port, parameters: parameters)
     }
 }
 

@@ -22,6 +22,15 @@ public struct SIPVia: Hashable, Sendable, CustomStringConvertible {
         self.parameters = parameters
     }
 
+    /// For a transport already upper-cased (the parser's).
+    init(protocolName: String, upperCasedTransport transport: String, host: String, port: Int?, parameters: SIPParameters) {
+        self.protocolName = protocolName
+        self.transport = transport
+        self.host = host
+        self.port = port
+        self.parameters = parameters
+    }
+
     public var branch: String? { parameters.value("branch") }
     public var received: String? { parameters.value("received") }
     /// `rport`: nil when absent, `.some(nil)` when present without a value (RFC 3581).

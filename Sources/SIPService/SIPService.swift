@@ -168,7 +168,9 @@ public final class SIPService: Sendable {
             return
         }
         if packet.isReliable { connections.note(packet) }
-        switch message {
+        // Consumed: the request's lines are then its own, and noting the source in its top Via
+        // changes them in place instead of copying them all first.
+        switch consume message {
         case .request(var request):
             let topVia = SIPService.recordSource(of: packet, in: &request)
             transactions.receive(request, topVia: topVia, from: packet.flow, isReliable: packet.isReliable)
@@ -180,17 +182,18 @@ public final class SIPService: Sendable {
     /// RFC 3261 §18.2.1 and RFC 3581 §4: note in the top Via where the request really came from,
     /// so responses go back to that address and port (the flow does the same for TCP/TLS). The
     /// top Via is parsed here once and returned as it now stands (nil when there is none), so
-    /// the transaction layer matches on it without parsing it again; the Via line is rewritten
-    /// in place (its other elements and the other lines untouched).
+    /// the transaction layer matches on it without parsing it again; the two parameters are
+    /// spliced into the Via line's bytes (its other bytes, elements and the other lines untouched).
     @discardableResult
     static func recordSource(of packet: InboundPacket, in request: inout SIPRequest) -> SIPVia? {
         guard var via = request.topVia else { return nil }
         let sourceIP = packet.source.ip
         let wantsRport = via.parameters.contains("rport")
         guard wantsRport || !sentByHost(via.host, equals: sourceIP) else { return via }
+        let port = packet.source.port
         via.parameters.set("received", sourceIP)
-        if wantsRport { via.parameters.set("rport", String(packet.source.port)) }
-        request.headers.replaceFirstValue(.via, with: via.description)
+        if wantsRport { via.parameters.set("rport", String(port)) }
+        request.headers.noteSourceInTopVia(received: sourceIP, rport: wantsRport ? Int(port) : nil)
         return via
     }
 

@@ -71,16 +71,14 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
     /// The client transaction key of a request about to be sent: its top Via branch and method.
     /// Nil when the branch is missing or lacks the RFC 3261 cookie (§8.1.1.7: Rouse always sends one).
     public static func client(for request: SIPRequest) -> TransactionKey? {
-        guard let via = request.topVia, via.hasRFC3261Branch, let branch = via.branch else { return nil }
-        return TransactionKey(storage: .client(branch: branch.lowercased(), method: request.method))
+        guard let branch = request.topVia?.branch.flatMap(cookieBranchKey) else { return nil }
+        return TransactionKey(storage: .client(branch: branch, method: request.method))
     }
 
     /// The client transaction key a response matches (§17.1.3): top Via branch + CSeq method.
     public static func client(for response: SIPResponse) -> TransactionKey? {
-        guard let via = response.topVia, via.hasRFC3261Branch, let branch = via.branch,
-            let cseq = response.cseq
-        else { return nil }
-        return TransactionKey(storage: .client(branch: branch.lowercased(), method: cseq.method))
+        guard let branch = response.topVia?.branch.flatMap(cookieBranchKey), let cseq = response.cseq else { return nil }
+        return TransactionKey(storage: .client(branch: branch, method: cseq.method))
     }
 
     /// §17.2.3, RFC 2543 fallback: the To tag of a request matching an RFC 2543 key must equal the
@@ -96,6 +94,33 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
         return tag == transactionRequest.to?.tag
     }
 
+    /// A branch with the RFC 3261 cookie and something after it, as keys hold it: lower-cased
+    /// after the cookie (tokens compare case-insensitively, §7.3.1; the cookie itself is always
+    /// written exactly so), the same String when that part has no capitals (as most stacks write
+    /// it). Nil for any other branch. One pass over the bytes, no copy in the usual case.
+    static func cookieBranchKey(_ branch: String) -> String? {
+        var text = branch
+        let cookie = cookieBytes
+        let verdict = text.withUTF8 { bytes -> Bool? in
+            guard bytes.count > cookie.count else { return nil }
+            for k in 0..<cookie.count where bytes[k] != cookie[k] { return nil }
+            for k in cookie.count..<bytes.count where bytes[k] >= 0x80 || (bytes[k] >= 0x41 && bytes[k] <= 0x5A) { return true }
+            return false
+        }
+        guard let needsLowering = verdict else { return nil }
+        guard needsLowering else { return branch }
+        return SIPVia.magicCookie + String(branch.utf8.dropFirst(cookie.count))!.lowercased()
+    }
+
+    private static let cookieBytes = Array(SIPVia.magicCookie.utf8)
+
+    /// `text.lowercased()`, the same String when it has no capitals (a host as an IP).
+    static func lowercased(_ text: String) -> String {
+        var copy = text
+        let plain = copy.withUTF8 { bytes in !bytes.contains { $0 >= 0x80 || ($0 >= 0x41 && $0 <= 0x5A) } }
+        return plain ? text : text.lowercased()
+    }
+
     /// The server transaction key of a request whose top Via the caller has already parsed
     /// (`topVia` is the request's top Via as it stands; nil when it has none).
     public static func server(for request: SIPRequest, topVia: SIPVia?) -> TransactionKey? {
@@ -104,10 +129,15 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
 
     private static func server(for request: SIPRequest, method: SIPMethod, topVia: SIPVia?) -> TransactionKey? {
         guard let via = topVia, let cseq = request.cseq else { return nil }
-        if via.hasRFC3261Branch, let branch = via.branch {
+        if let branch = via.branch.flatMap(cookieBranchKey) {
             // §17.2.3: branch (tokens compare case-insensitively, §7.3.1) + sent-by + method.
+            var sentBy = via.host
+            if let port = via.port {
+                sentBy.append(":")
+                sentBy.append(String(port))
+            }
             return TransactionKey(
-                storage: .server(branch: branch.lowercased(), sentBy: via.sentBy.lowercased(), method: method))
+                storage: .server(branch: branch, sentBy: lowercased(sentBy), method: method))
         }
         guard let callID = request.callID else { return nil }
         // §17.2.3: without the cookie, match on Request-URI, To tag (compared by the owner), From

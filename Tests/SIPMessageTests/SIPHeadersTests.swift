@@ -4,32 +4,55 @@ import XCTest
 /// Editing header lines in place: the top Via a server annotates (RFC 3261 §18.2.1) and the
 /// element a proxy removes (§16.7 step 3).
 final class SIPHeadersTests: XCTestCase {
-    func testReplacingTheFirstElementKeepsTheLineItsPlaceItsSpellingAndTheOtherElements() {
+    func testTheSourceIsNotedInTheFirstElementKeepingTheLineItsPlaceItsSpellingAndTheOtherElements() throws {
         var headers: SIPHeaders = [
-            ("Max-Forwards", "70"), ("v", "SIP/2.0/UDP a.example;branch=z9hG4bK1 ,  SIP/2.0/TCP b.example;branch=z9hG4bK2"),
+            ("Max-Forwards", "70"), ("v", "SIP/2.0/udp a.example;branch=z9hG4bK1 ,  SIP/2.0/TCP b.example;branch=z9hG4bK2"),
             ("Via", "SIP/2.0/UDP c.example;branch=z9hG4bK3"),
         ]
-        headers.replaceFirstValue(.via, with: "SIP/2.0/UDP a.example;branch=z9hG4bK1;received=192.0.2.1")
+        headers.noteSourceInTopVia(received: "192.0.2.1", rport: nil)
         XCTAssertEqual(headers.fields.map(\.name), ["Max-Forwards", "v", "Via"])
         XCTAssertEqual(
             headers.lines(.via),
-            ["SIP/2.0/UDP a.example;branch=z9hG4bK1;received=192.0.2.1, SIP/2.0/TCP b.example;branch=z9hG4bK2",
+            ["SIP/2.0/udp a.example;branch=z9hG4bK1;received=192.0.2.1, SIP/2.0/TCP b.example;branch=z9hG4bK2",
              "SIP/2.0/UDP c.example;branch=z9hG4bK3"])
         XCTAssertEqual(headers.values(.via).count, 3)
+        XCTAssertEqual(try SIPVia(parsing: headers.values(.via)[0]).received, "192.0.2.1")
     }
 
-    func testReplacingALineOfOneElementAndAQuotedCommaThatIsNoSeparator() {
-        var headers: SIPHeaders = [("Via", "SIP/2.0/UDP a.example;branch=z9hG4bK1"), ("Contact", "\"Doe, J\" <sip:j@example.com>, <sip:k@example.com>")]
-        headers.replaceFirstValue(.via, with: "SIP/2.0/UDP a.example;branch=z9hG4bK1;rport=5062")
-        XCTAssertEqual(headers.lines(.via), ["SIP/2.0/UDP a.example;branch=z9hG4bK1;rport=5062"])
-        headers.replaceFirstValue(.contact, with: "<sip:x@example.com>")
-        XCTAssertEqual(headers.lines(.contact), ["<sip:x@example.com>, <sip:k@example.com>"])
+    /// RFC 3581 §4: a valueless rport gets the source port where it stands; a received already
+    /// there (a spoofed one) is replaced in place; a quoted `;` is no parameter boundary.
+    func testRportIsFilledInPlaceAndAnEarlierReceivedIsReplaced() throws {
+        var headers: SIPHeaders = [("Via", "SIP/2.0/UDP a.example:5062; rport ;received=10.9.9.9;x=\"a;rport\";branch=z9hG4bK1")]
+        headers.noteSourceInTopVia(received: "198.51.100.7", rport: 40000)
+        XCTAssertEqual(headers.lines(.via), ["SIP/2.0/UDP a.example:5062;rport=40000;received=198.51.100.7;x=\"a;rport\";branch=z9hG4bK1"])
+        let via = try SIPVia(parsing: headers.values(.via)[0])
+        XCTAssertEqual(via.parameters["rport"], "40000")
+        XCTAssertEqual(via.parameters["x"], "\"a;rport\"")
+        XCTAssertEqual(via.branch, "z9hG4bK1")
     }
 
-    func testReplacingWhenThereIsNoLineAddsOne() {
-        var headers: SIPHeaders = [("From", "<sip:a@example.com>;tag=1")]
-        headers.replaceFirstValue(.via, with: "SIP/2.0/UDP a.example;branch=z9hG4bK1")
-        XCTAssertEqual(headers.fields.map(\.name), ["From", "Via"])
+    func testAnIPv6SentByAndAViaWithoutParameters() {
+        var headers: SIPHeaders = [("Via", "SIP/2.0/TCP [2001:db8::1]:5060"), ("Contact", "<sip:x@example.com>")]
+        headers.noteSourceInTopVia(received: "2001:db8::9", rport: nil)
+        XCTAssertEqual(headers.lines(.via), ["SIP/2.0/TCP [2001:db8::1]:5060;received=2001:db8::9"])
+        var none: SIPHeaders = [("From", "<sip:a@example.com>;tag=1")]
+        none.noteSourceInTopVia(received: "192.0.2.1", rport: 5060)
+        XCTAssertEqual(none.fields.map(\.name), ["From"])
+    }
+
+    /// Nothing stored can add a line: CR, LF and NUL in a value are written as spaces wherever
+    /// they stand in a long value (the serializer looks at 16 bytes at a time), a tab is kept.
+    func testTheSerializerWritesNoLineBreakOrNULOfAValue() {
+        let long = String(repeating: "abcdefgh", count: 5)
+        for (value, written) in [
+            (long + "\r\nX-Injected: 1", long + "  X-Injected: 1"), ("\t" + long + "\u{0}" + long, "\t" + long + " " + long),
+            (long + "\n", long + " "), (long + "\t" + long, long + "\t" + long), (long, long),
+        ] {
+            let response = SIPResponse(statusCode: 200, headers: [("Subject", value)])
+            let text = String(decoding: SIPSerializer.serialize(response), as: UTF8.self)
+            XCTAssertTrue(text.contains("\r\nSubject: \(written)\r\n"), text)
+            XCTAssertFalse(text.contains("\r\nX-Injected"))
+        }
     }
 
     /// What the serializer writes of a Via is what the parser reads back: the rewritten top Via

@@ -24,6 +24,16 @@ final class TransactionKeyTests: XCTestCase {
         XCTAssertNotEqual(TransactionKey.server(for: b), TransactionKey.server(for: otherMethod))
     }
 
+    /// A branch of the cookie alone, or with the cookie in other letters, is no RFC 3261 branch
+    /// (RFC 4475 §3.2.1); sent-by hosts compare without regard to case.
+    func testOnlyTheExactCookieWithMoreAfterItMakesABranchKey() throws {
+        XCTAssertTrue(try XCTUnwrap(TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK"))).isRFC2543)
+        XCTAssertTrue(try XCTUnwrap(TransactionKey.server(for: TestMessages.request(.register, branch: "Z9HG4BK-abc"))).isRFC2543)
+        XCTAssertEqual(
+            TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK-Ab", sentBy: "Phone.Example.com")),
+            TransactionKey.server(for: TestMessages.request(.register, branch: "z9hG4bK-aB", sentBy: "phone.example.COM")))
+    }
+
     /// The hash is computed once from the key's parts: keys that match hash alike (branch case
     /// ignored), keys that differ in any part are told apart in a set.
     func testKeysHashAsTheyCompare() throws {
