@@ -287,7 +287,7 @@ public final class RouseService: @unchecked Sendable {
                 replica.listening()
                 work.async {
                     do {
-                        if directoryWatch.changedSinceLoad() { registrar.updateDirectory(try directory.loadDirectory()) }
+                        if directoryWatch.changedSinceLoad() { try RouseService.reloadDirectory(directory, into: registrar, logger: logger) }
                         try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, gateways: gatewayRoutes, into: coordinator, logger: logger)
                     } catch {
                         logger.warning("database.directory_reload_failed", ["error": "\(error)"])
@@ -304,7 +304,7 @@ public final class RouseService: @unchecked Sendable {
                             coordinator.decline(notice.claims, reason: notice.reason) { _ in }
                         }
                     } else if notification.channel == PostgresDirectory.notificationChannel {
-                        registrar.updateDirectory(try directory.loadDirectory())
+                        try RouseService.reloadDirectory(directory, into: registrar, logger: logger)
                     } else if notification.channel == PostgresRoutes.notificationChannel {
                         try RouseService.loadOutsidePolicy(try settings.connect(), defaultClass: outsideClass, gateways: gatewayRoutes, into: coordinator, logger: logger)
                     } else if notification.channel == PostgresPushApps.notificationChannel {
@@ -320,6 +320,18 @@ public final class RouseService: @unchecked Sendable {
         }
         listener.start()
         return listener
+    }
+
+    /// Reads the directory again and swaps it into the registrar (an extension was added, removed
+    /// or changed), logging `directory.loaded` with the count and the time the read took, so an
+    /// operator (and a test) sees when a change made elsewhere took effect here.
+    private static func reloadDirectory(_ directory: PostgresDirectory, into registrar: Registrar, logger: Logger) throws {
+        let started = ContinuousClock.now
+        let snapshot = try directory.loadDirectory()
+        registrar.updateDirectory(snapshot)
+        logger.info("directory.loaded", [
+            "extensions": String(snapshot.extensions.count), "ms": String((ContinuousClock.now - started).wholeMilliseconds),
+        ])
     }
 
     /// Serves until SIGINT or SIGTERM, reloading on SIGHUP, then stops gracefully: new

@@ -144,6 +144,10 @@ final class AdminPagesBrowserTests: XCTestCase {
         _ = try robot.step("sign_in", ["name": admin.0, "password": admin.1])
         let added = try robot.step("add_extension", ["address": "1002@example.com", "password": "pw-1002"])
         XCTAssertTrue((added["notice"] as? String)?.contains("Extension 1002@example.com added.") == true, "\(added)")
+        // The change reaches the registrar through PostgreSQL's NOTIFY, as on every instance, a
+        // moment after the page answered; Rouse logs when it took effect.
+        let process = try XCTUnwrap(rouse)
+        XCTAssertTrue(process.waitForOutput(containing: "event=directory.loaded extensions=2 "), process.outputText)
 
         // A phone registers with RFC 8599 push parameters, then goes to sleep.
         let tcp = try XCTUnwrap(sip.first { $0.transport == .tcp }).port
