@@ -428,6 +428,10 @@ struct BenchReport {
                 text += "**\(Self.count(Int(stretch.perOperation.isFinite ? stretch.perOperation : 0))) instructions per \(what)**"
                 text += " (before this session's work, e145fc6, or `--profile-before-\(what == "call setup" ? "invite" : "post")`: \(Self.instructions(before))"
                 text += ", now ÷\(String(format: "%.2f", before / stretch.perOperation))); dump `\((stretch.outputFile as NSString).lastPathComponent)`."
+                if let messages = stretch.messages {
+                    text += " The load sent Rouse \(Self.count(messages)) SIP messages in the window"
+                        + " (\(String(format: "%.2f", Double(messages) / Double(max(stretch.operations, 1)))) a call; 6 without retransmissions)."
+                }
                 text += " Inclusive cost:\n\n| % | instructions per \(what) | function |\n| ---: | ---: | --- |\n"
                 for cost in stretch.inclusiveCosts.prefix(12) {
                     text += "| \(String(format: "%.2f", cost.percent)) | \(Self.count(Int(cost.instructions / Double(max(stretch.operations, 1))))) | `\(Self.cell(cost.function))` |\n"
@@ -534,7 +538,7 @@ struct BenchReport {
                 "registers": profile.registers, "instructions_per_register": Self.finite(profile.instructionsPerRegister),
                 "self": profile.selfCosts.map { ["function": $0.function, "percent": $0.percent, "instructions": $0.instructions] as [String: Any] },
                 "inclusive": profile.inclusiveCosts.map { ["function": $0.function, "percent": $0.percent, "instructions": $0.instructions] as [String: Any] },
-                "calls": profile.invite.map { $0.operations as Any } ?? NSNull(), "instructions_per_invite": profile.invite.map { Self.finite($0.perOperation) } ?? NSNull(),
+                "calls": profile.invite.map { $0.operations as Any } ?? NSNull(), "instructions_per_invite": profile.invite.map { Self.finite($0.perOperation) } ?? NSNull(), "invite_messages": profile.invite?.messages.map { $0 as Any } ?? NSNull(),
                 "posts": profile.post.map { $0.operations as Any } ?? NSNull(), "instructions_per_post": profile.post.map { Self.finite($0.perOperation) } ?? NSNull(),
             ] as [String: Any]
         }

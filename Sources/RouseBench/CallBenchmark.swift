@@ -817,6 +817,8 @@ final class ProxyCallLoad {
         var phoneInvites = 0
         var phoneAcks = 0
         var phoneByes = 0
+        /// Datagrams sent to the server (requests from the callers, answers from the phones).
+        var sentToServer = 0
     }
 
     private enum Stage: UInt8 {
@@ -977,6 +979,11 @@ final class ProxyCallLoad {
         let sendUntil = start &+ Self.nanoseconds(duration)
         var lastSetup = start
         let phoneContactPrefix = "127.0.0.1:\(phones.localPort)>"
+        func send(_ socket: UDPSocket, _ bytes: [UInt8]) throws(UDPLoadGenerator.Failure) -> Bool {
+            guard try socket.send(bytes) else { return false }
+            report.sentToServer += 1
+            return true
+        }
 
         while true {
             let now = MonotonicClock.now()
@@ -988,7 +995,7 @@ final class ProxyCallLoad {
                     let call = stage.count
                     let bytes = script.invite(base + call, to: callees[call % callees.count])
                     let sentAt = MonotonicClock.now()
-                    guard try callers.send(bytes) else {
+                    guard try send(callers, bytes) else {
                         report.sendErrors += 1
                         blockedSending = true
                         break
@@ -1009,15 +1016,15 @@ final class ProxyCallLoad {
                 case .invite:
                     report.phoneInvites += 1
                     let answers = BenchPhoneAnswers.ringingAndOK(request, contact: "<sip:\(request.uri.user ?? "phone")@\(phoneContactPrefix)")
-                    if try !phones.send(answers.ringing) { report.sendErrors += 1 }
-                    if try !phones.send(answers.ok) { report.sendErrors += 1 }
+                    if try !send(phones, answers.ringing) { report.sendErrors += 1 }
+                    if try !send(phones, answers.ok) { report.sendErrors += 1 }
                 case .ack:
                     report.phoneAcks += 1
                 case .bye:
                     report.phoneByes += 1
-                    if try !phones.send(BenchPhoneAnswers.ok(request)) { report.sendErrors += 1 }
+                    if try !send(phones, BenchPhoneAnswers.ok(request)) { report.sendErrors += 1 }
                 default:
-                    if try !phones.send(BenchPhoneAnswers.ok(request)) { report.sendErrors += 1 }
+                    if try !send(phones, BenchPhoneAnswers.ok(request)) { report.sendErrors += 1 }
                 }
             }
             // The callers: setups, then hang-ups.
@@ -1041,12 +1048,12 @@ final class ProxyCallLoad {
                         report.answered += 1
                         report.setupNanoseconds.append(at &- inviteAt[call])
                         lastSetup = at
-                        if try !callers.send(script.ack(base + call, to: callee, dialog: dialog)) { report.sendErrors += 1 }
-                        if try !callers.send(script.bye(base + call, to: callee, dialog: dialog)) { report.sendErrors += 1 }
+                        if try !send(callers, script.ack(base + call, to: callee, dialog: dialog)) { report.sendErrors += 1 }
+                        if try !send(callers, script.bye(base + call, to: callee, dialog: dialog)) { report.sendErrors += 1 }
                         stage[call] = .hangingUp
                     } else {
                         if status >= 300 {
-                            _ = try callers.send(script.ackFailure(base + call, to: callee, toHeader: response.headers[.to] ?? ""))
+                            _ = try send(callers, script.ackFailure(base + call, to: callee, toHeader: response.headers[.to] ?? ""))
                         }
                         report.statuses[status, default: 0] += 1
                         report.failed += 1
@@ -1056,7 +1063,7 @@ final class ProxyCallLoad {
                 case (.invite, _):
                     // A retransmitted final answer: an error is ACKed again, a 2xx was ACKed already.
                     if status >= 300 {
-                        _ = try callers.send(script.ackFailure(base + call, to: callee, toHeader: response.headers[.to] ?? ""))
+                        _ = try send(callers, script.ackFailure(base + call, to: callee, toHeader: response.headers[.to] ?? ""))
                     }
                 case (.bye, .hangingUp):
                     if status == 200 {

@@ -8,17 +8,18 @@ import Storage
 /// with the functions that cost most.
 ///
 /// It starts `rouse serve` under `valgrind --tool=callgrind` with collection off (SIP on UDP, HTTP,
-/// loopback a trusted peer so INVITEs need no digest), and counts three stretches, each switched
-/// on (`callgrind_control -i on`), off and dumped on its own:
+/// loopback a trusted peer so INVITEs need no digest, T1 10 ms), and counts three stretches, each
+/// switched on (`callgrind_control -i on`), off and dumped on its own (the INVITE stretch in a
+/// second such Rouse with T1 500 ms, started once the first is stopped):
 /// 1. **REGISTER**: `phones` phones register over UDP (401, then a new binding each) and refresh
 ///    once more as a warm-up; then `registers` refreshes (window 4, bounded by time);
-/// 2. **INVITE**: `callees` desk phones (one UDP socket, as the calls phase's proxy pass) register
+/// 2. **posted token**: `posters` extensions post their token once (`POST /api/v1/push/register`,
+///    HTTP Basic, keep-alive) as a warm-up; then `posts` posts re-posting them over 4 connections
+///    (each a durable refresh, batched as the posting phase's are);
+/// 3. **INVITE**: `callees` desk phones (one UDP socket, as the calls phase's proxy pass) register
 ///    and take warm-up calls; then `calls` calls from loopback, 4 in flight, each INVITE → 180 and
 ///    200 from the phone → ACK → BYE → 200, and the stretch ends once every call's journey is in
-///    PostgreSQL (the journey writer's work is the call's too);
-/// 3. **posted token**: `posters` extensions post their token once (`POST /api/v1/push/register`,
-///    HTTP Basic, keep-alive) as a warm-up; then `posts` posts re-posting them over 4 connections
-///    (each a durable refresh, batched as the posting phase's are).
+///    PostgreSQL (the journey writer's work is the call's too) and its transactions are gone.
 /// Each count covers the whole process: SIP loop, registrar, writers, HTTP server and libpq's side
 /// of the commits (not PostgreSQL's own work). `callgrind_annotate` lists the costliest functions,
 /// self and inclusive, with Swift names demangled. Blocks the calling thread throughout.
@@ -52,6 +53,8 @@ enum ProfileBenchmark {
         var perOperation: Double { operations > 0 ? totalInstructions / Double(operations) : .nan }
         var selfCosts: [Cost]
         var inclusiveCosts: [Cost]
+        /// The SIP messages the load sent to Rouse in the stretch (nil when not counted).
+        var messages: Int?
         /// The callgrind dump.
         var outputFile: String
     }
@@ -95,34 +98,10 @@ enum ProfileBenchmark {
         // indexed at start, and their expiries handled inside the counted stretches.
         try PostgresConnection(conninfo: settings.databaseURL).query("DELETE FROM bindings")
         try FileManager.default.createDirectory(atPath: settings.outputDirectory, withIntermediateDirectories: true)
-        let outputPattern = settings.outputDirectory + "/callgrind.out.%p"
-        let rouse = try RouseChild(
-            executable: settings.valgrind,
-            arguments: [
-                "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=\(outputPattern)", settings.rouseExecutable, "serve",
-            ],
-            environment: [
-                "ROUSE_DATABASE_URL": settings.databaseURL,
-                "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0",
-                "ROUSE_HTTP_LISTEN": "127.0.0.1:0",
-                "ROUSE_LOG_LEVEL": "warning",
-                "ROUSE_SIP_T1": "10ms",
-                // The INVITEs come from loopback: no 407 round trip (it applies to INVITEs only).
-                "ROUSE_TRUSTED_PEERS": "127.0.0.1",
-            ])
-        defer { rouse.stop() }
-        guard let line = rouse.waitForLine(containing: "serving SIP on ", timeout: 300),
-            let httpLine = rouse.waitForLine(containing: "serving HTTP on ", timeout: 60)
-        else {
-            throw Failure(description: "rouse serve did not start under callgrind:\n\(rouse.outputText.suffix(3_000))")
-        }
-        guard let point = (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ")
-            .compactMap({ try? ListenPoint(parsing: $0) }).first(where: { $0.transport == .udp })
-        else {
-            throw Failure(description: "rouse serve named no UDP listen point: \(line)")
-        }
-        let pid = String(rouse.processIdentifier)
-        let counter = Counter(pid: pid, directory: settings.outputDirectory)
+        let served = try serve(settings, t1: "10ms")
+        defer { served.rouse.stop() }
+        let point = served.point
+        let counter = served.counter
 
         // 1. REGISTER refreshes.
         var configuration = RegisterLoadGenerator.Configuration(host: point.host, port: point.port, domain: domain, window: 4)
@@ -145,19 +124,60 @@ enum ProfileBenchmark {
                 + " \(measured.timedOut) timed out): \(Int(register.perOperation)) instructions each")
         var result = Result(register: register)
 
-        // 2. Call setups through the proxy, and 3. posted tokens: a failure of one is noted and
-        // the REGISTER count kept.
+        // 2. Posted tokens, and 3. call setups through the proxy (in a Rouse of their own): a
+        // failure of one is noted and the REGISTER count kept.
         do {
-            result.invite = try countCalls(settings, point: point, callees: callees, counter: counter, notes: &result.notes)
-        } catch {
-            result.notes.append("profile: the INVITE count could not be made: \(String(describing: error).prefix(400))")
-        }
-        do {
-            result.post = try countPosts(settings, httpLine: httpLine, posters: posters, counter: counter)
+            result.post = try countPosts(settings, httpLine: served.httpLine, posters: posters, counter: counter)
         } catch {
             result.notes.append("profile: the posted-token count could not be made: \(String(describing: error).prefix(400))")
         }
+        served.rouse.stop()
+        do {
+            result.invite = try countCalls(settings, callees: callees, notes: &result.notes)
+        } catch {
+            result.notes.append("profile: the INVITE count could not be made: \(String(describing: error).prefix(400))")
+        }
         return result
+    }
+
+    /// A `rouse serve` under callgrind, collection off, with timer T1 `t1`.
+    private struct Served {
+        var rouse: RouseChild
+        var point: ListenPoint
+        var httpLine: String
+        var counter: Counter
+    }
+
+    private static func serve(_ settings: Settings, t1: String) throws -> Served {
+        let outputPattern = settings.outputDirectory + "/callgrind.out.%p"
+        let rouse = try RouseChild(
+            executable: settings.valgrind,
+            arguments: [
+                "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=\(outputPattern)", settings.rouseExecutable, "serve",
+            ],
+            environment: [
+                "ROUSE_DATABASE_URL": settings.databaseURL,
+                "ROUSE_SIP_LISTEN": "udp:127.0.0.1:0",
+                "ROUSE_HTTP_LISTEN": "127.0.0.1:0",
+                "ROUSE_LOG_LEVEL": "warning",
+                "ROUSE_SIP_T1": t1,
+                // The INVITEs come from loopback: no 407 round trip (it applies to INVITEs only).
+                "ROUSE_TRUSTED_PEERS": "127.0.0.1",
+            ])
+        guard let line = rouse.waitForLine(containing: "serving SIP on ", timeout: 300),
+            let httpLine = rouse.waitForLine(containing: "serving HTTP on ", timeout: 60)
+        else {
+            rouse.stop()
+            throw Failure(description: "rouse serve did not start under callgrind:\n\(rouse.outputText.suffix(3_000))")
+        }
+        guard let point = (line.components(separatedBy: "serving SIP on ").last ?? "").components(separatedBy: ", ")
+            .compactMap({ try? ListenPoint(parsing: $0) }).first(where: { $0.transport == .udp })
+        else {
+            rouse.stop()
+            throw Failure(description: "rouse serve named no UDP listen point: \(line)")
+        }
+        let counter = Counter(pid: String(rouse.processIdentifier), directory: settings.outputDirectory)
+        return Served(rouse: rouse, point: point, httpLine: httpLine, counter: counter)
     }
 
     /// Switches collection on for one stretch, off and dumps after it, and reads the dump.
@@ -192,10 +212,17 @@ enum ProfileBenchmark {
         }
     }
 
-    /// The INVITE stretch: desk phones registered and warmed up with calls, then `settings.calls`
-    /// calls counted until their journeys are written.
-    private static func countCalls(_ settings: Settings, point: ListenPoint, callees: [String], counter: Counter, notes: inout [String]) throws -> Stretch {
-        let load = try ProxyCallLoad(host: point.host, port: point.port, domain: domain, password: password, callees: callees)
+    /// The INVITE stretch, in a Rouse of its own with the default T1 (500 ms): under callgrind
+    /// Rouse runs some 50 times slower, and with the REGISTER stretch's 10 ms its Timer A and E
+    /// fired before it read the phones' answers, so each run counted its own number of
+    /// retransmissions and their answers (1,999 to 2,696 messages for 300 calls, some 110k
+    /// instructions each). Desk phones are registered and warmed up with calls, then
+    /// `settings.calls` calls are counted until their journeys are written and 64·T1 more (each
+    /// call's transactions and ended-call entry cleaned up, as they were with 10 ms).
+    private static func countCalls(_ settings: Settings, callees: [String], notes: inout [String]) throws -> Stretch {
+        let served = try serve(settings, t1: "500ms")
+        defer { served.rouse.stop() }
+        let load = try ProxyCallLoad(host: served.point.host, port: served.point.port, domain: domain, password: password, callees: callees)
         let registration = try load.registerPhones(window: 4, duration: .seconds(120))
         guard registration.registered == callees.count else {
             throw Failure(description: "only \(registration.registered) of \(callees.count) desk phones registered under callgrind")
@@ -203,22 +230,31 @@ enum ProfileBenchmark {
         let warmUp = try load.run(window: 4, maxCalls: callees.count, duration: .seconds(120), timeout: .seconds(30))
         guard warmUp.answered > 0 else { throw Failure(description: "no warm-up call was answered under callgrind") }
         _ = journeys(settings.databaseURL, atLeast: warmUp.answered + warmUp.failed, timeout: 120)
+        // The warm-up's transactions and ended calls gone before the count starts.
+        Thread.sleep(forTimeInterval: cleanUpSeconds)
         let before = journeys(settings.databaseURL, atLeast: 0, timeout: 0)
         var report = ProxyCallLoad.Report()
-        let stretch = try counter.count {
+        var stretch = try served.counter.count {
             report = try load.run(window: 4, maxCalls: settings.calls, duration: .seconds(300), timeout: .seconds(30))
             // The journey of each ended call is written after it: wait for the writer.
             _ = journeys(settings.databaseURL, atLeast: before + report.answered + report.failed, timeout: 120)
+            Thread.sleep(forTimeInterval: cleanUpSeconds)
             return report.calls
         }
+        stretch.messages = report.sentToServer
         if report.phoneInvites > report.calls {
             notes.append("profile: the phones got \(report.phoneInvites) INVITEs for \(report.calls) calls (retransmissions are in the INVITE count)")
         }
         progress(
             "profile: \(report.calls) calls counted under callgrind (\(report.answered) answered, \(report.completed) hung up,"
-                + " \(report.failed) not answered, \(report.timedOut) timed out): \(Int(stretch.perOperation)) instructions each")
+                + " \(report.failed) not answered, \(report.timedOut) timed out; \(report.sentToServer) SIP messages sent to Rouse):"
+                + " \(Int(stretch.perOperation)) instructions each")
         return stretch
     }
+
+    /// 64·T1 of the call stretch's Rouse and a second: its transactions' last timers (J, L, M)
+    /// and the shard's keep of an ended call have fired by then.
+    private static let cleanUpSeconds = 33.0
 
     /// The calls of the profile's callees in the `calls` table, waiting up to `timeout` seconds
     /// for at least `count` of them.

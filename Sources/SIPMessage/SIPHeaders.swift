@@ -204,6 +204,11 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// (a proxy removing its own Via, RFC 3261 §16.7 step 3).
     public mutating func removeFirstValue(_ key: SIPHeaderName) {
         guard let index = fields.firstIndex(where: { $0.key == key }) else { return }
+        // A line of one element (no comma outside quotes and brackets) goes without being split.
+        if fields[index].withValueBytes({ SIPHeaderValueScanner.listElementEnd($0, 0..<$0.count) == $0.count }) {
+            fields.remove(at: index)
+            return
+        }
         var elements = SIPHeaderValueScanner.splitList(fields[index].value)
         if elements.count <= 1 {
             fields.remove(at: index)

@@ -30,9 +30,10 @@ public struct ProxyCore: Sendable {
     /// Tokens already signed or checked, so the HMAC runs once per flow, not on every request of
     /// a dialog, and the Record-Route entries written here (shared by the copies of this value).
     let tokenCache = FlowTokenCache()
-    /// The text around a Via's branch for each transport and listen point it was made for (a few),
-    /// written once instead of on every request (shared by the copies of this value).
-    private let viaTexts = Locked([ViaKey: (head: String, tail: String)]())
+    /// The text around a Via's branch, and before a Record-Route entry's tokens (`head`; no
+    /// `tail`), for each transport and listen point they were made for (a few), written once
+    /// instead of on every request (shared by the copies of this value).
+    private let texts = Locked([TextKey: (head: String, tail: String)]())
 
     public init(instanceID: String, ownNames: Set<String>, flowTokenKey: [UInt8]) {
         self.instanceID = instanceID
@@ -122,13 +123,26 @@ public struct ProxyCore: Sendable {
     /// Record-Route naming both flows (RFC 3261 §16.6 step 4); two entries when the two sides use
     /// different transports (RFC 5658 double record-routing), so each side reaches Rouse its way.
     public func addRecordRoutes(to request: inout SIPRequest, callerFlow: FlowID, deviceFlow: FlowID, listening: [ListenPoint]) {
-        let tokens = "\(Self.callerFlowParameter)=\(flowToken(callerFlow));\(Self.deviceFlowParameter)=\(flowToken(deviceFlow))"
+        let callerToken = flowToken(callerFlow)
+        let deviceToken = flowToken(deviceFlow)
         func entry(_ transport: SIPTransportKind) -> String {
             let point = listening.first { $0.transport == transport } ?? listening.first
-            let host = point.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
-            let port = point.map { String($0.port) } ?? "5060"
-            let transportParameter = transport == .udp ? "" : ";transport=\(transport.rawValue)"
-            let entry = "<sip:\(host):\(port)\(transportParameter);lr;\(tokens)>"
+            let head = texts.withLock { texts in
+                let key = TextKey(kind: .recordRoute, transport: transport, local: point)
+                if let known = texts[key] { return known.head }
+                let host = point.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
+                let port = point.map { String($0.port) } ?? "5060"
+                let transportParameter = transport == .udp ? "" : ";transport=\(transport.rawValue)"
+                let made = "<sip:\(host):\(port)\(transportParameter);lr;\(Self.callerFlowParameter)="
+                if texts.count < 64 { texts[key] = (made, "") }
+                return made
+            }
+            var entry = head
+            entry.reserveCapacity(head.utf8.count + callerToken.utf8.count + deviceToken.utf8.count + 16)
+            entry += callerToken
+            entry += Self.deviceFlowSeparator
+            entry += deviceToken
+            entry += ">"
             tokenCache.remember(route: entry, caller: callerFlow, device: deviceFlow)
             return entry
         }
@@ -137,13 +151,16 @@ public struct ProxyCore: Sendable {
         request.headers.prepend(.recordRoute, entry(deviceFlow.transport))
     }
 
+    /// Between a Record-Route entry's two tokens.
+    private static let deviceFlowSeparator = ";\(deviceFlowParameter)="
+
     /// Rouse's Via on an outgoing request (§16.6 step 8): the listen point of the flow's
     /// transport, `branch` (a fresh `z9hG4bK` one), rport, and the instance marker for loop
     /// detection.
     public func addVia(to request: inout SIPRequest, over flow: FlowID, listening: [ListenPoint], branch: String) {
         let local = listening.first { $0.transport == flow.transport } ?? listening.first
-        let key = ViaKey(transport: flow.transport, local: local)
-        let text = viaTexts.withLock { texts in
+        let text = texts.withLock { texts in
+            let key = TextKey(kind: .via, transport: flow.transport, local: local)
             if let known = texts[key] { return known }
             let host = local.map { $0.isIPv6 ? "[\($0.host)]" : $0.host } ?? "127.0.0.1"
             let sentBy = local.map { "\(host):\($0.port)" } ?? host
@@ -154,8 +171,13 @@ public struct ProxyCore: Sendable {
         request.headers.prepend(.via, text.head + branch + text.tail)
     }
 
-    /// What a Via's text depends on besides its branch.
-    private struct ViaKey: Hashable {
+    /// What the text around a Via's branch, or before a Record-Route entry's tokens, depends on
+    /// besides them.
+    private struct TextKey: Hashable {
+        enum Kind: Hashable {
+            case via, recordRoute
+        }
+        var kind: Kind
         var transport: SIPTransportKind
         var local: ListenPoint?
     }

@@ -18,7 +18,29 @@ public enum ProxyRules {
     /// this instance's marker). A loop when it comes back unchanged; a spiral (a new Request-URI,
     /// as a PBX in front of which Rouse stands sends it) is not: the caller tells them apart.
     public static func isLooping(_ request: SIPRequest, instanceMarker: String) -> Bool {
-        request.vias.contains { $0.parameters.value(viaMarkerParameter) == instanceMarker }
+        // A Via carrying the marker has its text in it: the Vias are parsed only when a line holds
+        // it (a request that came through Rouse before), not on every request.
+        guard request.headers.contains(where: { $0.key == .via && holds($0, instanceMarker) }) else { return false }
+        return request.vias.contains { $0.parameters.value(viaMarkerParameter) == instanceMarker }
+    }
+
+    /// Whether `line`'s value holds `text`'s bytes.
+    private static func holds(_ line: SIPHeader, _ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { needle in
+            line.withValueBytes { bytes in
+                guard let first = needle.first else { return true }
+                guard bytes.count >= needle.count else { return false }
+                var start = 0
+                while start <= bytes.count - needle.count {
+                    if bytes[start] == first, UnsafeBufferPointer(rebasing: bytes[start..<(start + needle.count)]).elementsEqual(needle) {
+                        return true
+                    }
+                    start += 1
+                }
+                return false
+            }
+        }
     }
 
     /// The Via parameter naming the Rouse instance that added the Via (loop detection).

@@ -143,7 +143,7 @@ enum JourneyJSON {
         json.beginArray()
         for push in journey.pushes {
             json.beginObject()
-            json.field("id", push.id.uuidString.lowercased())
+            json.field("id", uuid: push.id)
             json.field("device", storable(push.device))
             json.field("provider", push.provider.rawValue)
             json.field("app_id", push.appID.map { Int($0) })
@@ -163,7 +163,7 @@ enum JourneyJSON {
         json.beginArray()
         for branch in journey.branches {
             json.beginObject()
-            json.field("binding_id", branch.bindingID.uuidString.lowercased())
+            json.field("binding_id", uuid: branch.bindingID)
             json.field("target", storable(branch.target))
             json.field("device", storable(branch.device))
             json.field("transport", storable(branch.transport))
@@ -239,8 +239,12 @@ enum JourneyJSON {
     }
 
     /// Text PostgreSQL can hold: `jsonb` refuses `\u0000`, so NUL characters are written `%00`.
+    /// Looked for in the string's bytes first: a journey writes some twenty strings per call,
+    /// nearly all without one.
     static func storable(_ text: String) -> String {
-        StorableText.escapingNUL(text)
+        var bytes = text
+        guard bytes.withUTF8({ $0.contains(0) }) else { return text }
+        return StorableText.escapingNUL(text)
     }
 }
 
@@ -277,23 +281,26 @@ public enum MillisecondTime {
         let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
         // Written digit by digit into the string's own 24 bytes (a journey writes dozens of times
-        // per call; joining padded pieces cost several thousand instructions each).
-        let fields: [(value: Int, width: Int, after: UInt8)] = [
-            (Int(year), 4, UInt8(ascii: "-")), (Int(month), 2, UInt8(ascii: "-")), (Int(day), 2, UInt8(ascii: "T")),
-            (secondOfDay / 3600, 2, UInt8(ascii: ":")), (secondOfDay / 60 % 60, 2, UInt8(ascii: ":")), (secondOfDay % 60, 2, UInt8(ascii: ".")),
-            (millisecond, 3, UInt8(ascii: "Z")),
-        ]
+        // per call; joining padded pieces cost several thousand instructions each, and a table of
+        // the fields an allocation each).
         return String(unsafeUninitializedCapacity: 24) { out in
             var at = 0
-            for field in fields {
-                var value = field.value
-                for index in stride(from: at + field.width - 1, through: at, by: -1) {
+            func put(_ value: Int, _ width: Int, _ after: UInt8) {
+                var value = value
+                for index in stride(from: at + width - 1, through: at, by: -1) {
                     out[index] = UInt8(truncatingIfNeeded: 0x30 + value % 10)
                     value /= 10
                 }
-                out[at + field.width] = field.after
-                at += field.width + 1
+                out[at + width] = after
+                at += width + 1
             }
+            put(Int(year), 4, UInt8(ascii: "-"))
+            put(Int(month), 2, UInt8(ascii: "-"))
+            put(Int(day), 2, UInt8(ascii: "T"))
+            put(secondOfDay / 3600, 2, UInt8(ascii: ":"))
+            put(secondOfDay / 60 % 60, 2, UInt8(ascii: ":"))
+            put(secondOfDay % 60, 2, UInt8(ascii: "."))
+            put(millisecond, 3, UInt8(ascii: "Z"))
             return at
         }
     }

@@ -51,6 +51,14 @@ final class ProxyRulesTests: XCTestCase {
         XCTAssertFalse(ProxyRules.isLooping(invite, instanceMarker: "other"))
     }
 
+    func testLoopNeedsTheMarkerAsTheViaParameterNotElsewhereInTheLine() throws {
+        var invite = try parse(Self.invite)
+        invite.headers.prepend(.via, "SIP/2.0/UDP me.example.com:5060;branch=z9hG4bKme;rouse=mine")
+        XCTAssertFalse(ProxyRules.isLooping(invite, instanceMarker: "me"), "the text of the marker in a host, branch or other value is no loop")
+        invite.headers.prepend(.via, "SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKa, SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKb;RousE=me")
+        XCTAssertTrue(ProxyRules.isLooping(invite, instanceMarker: "me"), "a marked element later in a line, the parameter in any case")
+    }
+
     func testCancelCopiesWhatRFC3261Section9Point1Asks() throws {
         var sent = ProxyRules.branchRequest(from: try parse(Self.invite), to: try SIPURI(parsing: "sip:1002@198.51.100.7:40000"))
         sent.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKrouse1;rport")
@@ -73,6 +81,17 @@ final class ProxyRulesTests: XCTestCase {
         response.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKrouse1")
         let upstream = ProxyRules.upstream(response)
         XCTAssertEqual(upstream.vias.map(\.branch), ["z9hG4bKcaller1"])
+    }
+
+    func testUpstreamResponseLosesOnlyTheFirstElementOfAJoinedViaLine() throws {
+        let invite = try parse(Self.invite)
+        var response = SIPResponse(replyingTo: invite, statusCode: 180, toTag: "t")
+        response.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKrouse1;note=\"a, b\", SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKmid")
+        XCTAssertEqual(ProxyRules.upstream(response).vias.map(\.branch), ["z9hG4bKmid", "z9hG4bKcaller1"])
+        response.headers.prepend(.via, "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKrouse2;note=\"a, b\"")
+        XCTAssertEqual(
+            ProxyRules.upstream(response).vias.map(\.branch), ["z9hG4bKrouse1", "z9hG4bKmid", "z9hG4bKcaller1"],
+            "a comma inside quotes does not make two elements")
     }
 
     func testForkSelectorFollowsRFC3261Section16Point7() throws {

@@ -171,6 +171,25 @@ final class PostgresJourneyStoreTests: XCTestCase {
         XCTAssertEqual(try PostgresCalls.recent(on: locker, limit: 100), finals.reversed())
     }
 
+    /// SIP lets a quoted-pair carry a NUL, which `jsonb` cannot hold: the call is stored with each
+    /// one written `%00`, the rest of its text as it was.
+    func testAJourneyWithNULCharactersIsStoredWithThemWrittenPercent00() throws {
+        let store = makeStore()
+        defer { store.shutdown() }
+        var journey = answeredJourney()
+        journey.pushes = []
+        journey.callerName = "Zo\u{0}ë"
+        journey.events.append(JourneyEvent(at: at(6), text: "BYE \u{0}from\u{0} the caller"))
+        store.recordCall(journey)
+        XCTAssertTrue(store.flush(timeout: 30), store.lastFailure ?? "")
+        XCTAssertEqual(store.rejectedCount, 0)
+        let read = try XCTUnwrap(try PostgresCalls.journey(id: journey.id, on: try database.database.connect()))
+        XCTAssertEqual(read.callerName, "Zo%00ë")
+        XCTAssertEqual(read.events.last?.text, "BYE %00from%00 the caller")
+        XCTAssertEqual(read.events.first?.text, journey.events.first?.text)
+        XCTAssertEqual(read.branches.map(\.bindingID), journey.branches.map(\.bindingID))
+    }
+
     func testACallWhosePushRowsNeverArrivedStillGetsThem() throws {
         let store = makeStore()
         defer { store.shutdown() }
