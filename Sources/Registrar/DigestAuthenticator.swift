@@ -3,20 +3,37 @@ public import Foundation
 import SIPMessage
 
 /// The parameters of a `Digest` Authorization header (RFC 7616 §3.4, RFC 3261 §22.4), read in one
-/// pass over the header's bytes: each value is a slice of the header (a new String only for a
-/// quoted value with escapes), so parsing allocates nothing for a usual answer. A value.
+/// pass over the header's bytes: each value is kept as a byte range of the header text (no
+/// Substring, no String per value; a quoted value with escapes is unescaped once, after the
+/// header's bytes), so parsing allocates nothing for a usual answer. A value.
 public struct DigestCredentials: Hashable, Sendable {
     /// The parameters every answer may carry, in the order `fields` holds them.
     static let knownNames = ["username", "realm", "nonce", "uri", "response", "cnonce", "qop", "nc", "opaque", "algorithm"]
+    /// The header as given, then the unescaped text of each quoted value that had escapes (after
+    /// `parameters` is set: the values one after the other). Every value is a range of its UTF-8.
+    private var text = ""
     private var fields = KnownFields()
     /// Parameters not in `knownNames`, in the order written (lower-case names).
     private var others: [Other] = []
 
-    /// The known parameters: ten optional slices, stored inline (no array, no dictionary).
-    struct KnownFields: Hashable {
-        var username, realm, nonce, uri, response, cnonce, qop, nc, opaque, algorithm: Substring?
+    /// Where a value lies in `text`'s UTF-8 bytes.
+    struct Span: Hashable {
+        var start: Int32
+        var end: Int32
 
-        subscript(index: Int) -> Substring? {
+        init(_ range: Range<Int>) {
+            start = Int32(truncatingIfNeeded: range.lowerBound)
+            end = Int32(truncatingIfNeeded: range.upperBound)
+        }
+
+        var range: Range<Int> { Int(start)..<Int(end) }
+    }
+
+    /// The known parameters: ten optional spans, stored inline (no array, no dictionary).
+    struct KnownFields: Hashable {
+        var username, realm, nonce, uri, response, cnonce, qop, nc, opaque, algorithm: Span?
+
+        subscript(index: Int) -> Span? {
             get {
                 switch index {
                 case 0: username
@@ -50,7 +67,7 @@ public struct DigestCredentials: Hashable, Sendable {
 
     private struct Other: Hashable {
         var name: String
-        var value: Substring
+        var value: Span
     }
 
     private init() {}
@@ -58,18 +75,19 @@ public struct DigestCredentials: Hashable, Sendable {
     /// Parses `Digest username="1001", realm="example.com", ...`; nil when it is not a Digest
     /// header or is malformed (an element without `=`, an empty or repeated name).
     public init?(header: String) {
-        var copy = header
-        guard let parsed = copy.withUTF8({ DigestCredentials.parse($0, of: header) }) else { return nil }
+        var text = header
+        var escaped: [UInt8] = []
+        guard var parsed = text.withUTF8({ DigestCredentials.parse($0, escaped: &escaped) }) else { return nil }
+        if !escaped.isEmpty { text += String(decoding: escaped, as: UTF8.self) }
+        parsed.text = text
         self = parsed
     }
 
-    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, of header: String) -> DigestCredentials? {
-        let utf8 = header.utf8
-        func slice(_ range: Range<Int>) -> Substring {
-            Substring(utf8[utf8.index(utf8.startIndex, offsetBy: range.lowerBound)..<utf8.index(utf8.startIndex, offsetBy: range.upperBound)])
-        }
+    /// `escaped` gets the unescaped bytes of quoted values with escapes; their spans point past
+    /// the header's bytes, where the caller appends them.
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, escaped: inout [UInt8]) -> DigestCredentials? {
         let whole = SIPHeaderValueScanner.trim(bytes, 0..<bytes.count)
-        guard whole.count > 7, lowercasedEquals(bytes, whole.lowerBound..<whole.lowerBound + 6, "digest"),
+        guard bytes.count < Int(Int32.max) / 2, whole.count > 7, lowercasedEquals(bytes, whole.lowerBound..<whole.lowerBound + 6, "digest"),
             bytes[whole.lowerBound + 6] == 0x20 || bytes[whole.lowerBound + 6] == 0x09
         else { return nil }
         var result = DigestCredentials()
@@ -83,18 +101,24 @@ public struct DigestCredentials: Hashable, Sendable {
             let name = SIPHeaderValueScanner.trim(bytes, element.lowerBound..<eq)
             let valueRange = SIPHeaderValueScanner.trim(bytes, eq + 1..<element.upperBound)
             guard !name.isEmpty else { return nil }
-            let value: Substring
+            let value: Span
             if valueRange.count >= 2, bytes[valueRange.lowerBound] == UInt8(ascii: "\""), bytes[valueRange.upperBound - 1] == UInt8(ascii: "\"") {
                 let content = valueRange.lowerBound + 1..<valueRange.upperBound - 1
-                value = content.contains(where: { bytes[$0] == UInt8(ascii: "\\") }) ? Substring(unescape(bytes, content)) : slice(content)
+                if content.contains(where: { bytes[$0] == UInt8(ascii: "\\") }) {
+                    let from = bytes.count + escaped.count
+                    unescape(bytes, content, into: &escaped)
+                    value = Span(from..<bytes.count + escaped.count)
+                } else {
+                    value = Span(content)
+                }
             } else {
-                value = slice(valueRange)
+                value = Span(valueRange)
             }
             if let known = knownIndex(bytes, name) {
                 guard result.fields[known] == nil else { return nil }
                 result.fields[known] = value
             } else {
-                let lowered = String(slice(name)).lowercased()
+                let lowered = String(decoding: UnsafeBufferPointer(rebasing: bytes[name]), as: UTF8.self).lowercased()
                 guard !result.others.contains(where: { $0.name == lowered }) else { return nil }
                 result.others.append(Other(name: lowered, value: value))
             }
@@ -107,52 +131,62 @@ public struct DigestCredentials: Hashable, Sendable {
         get {
             var all: [String: String] = [:]
             for (index, name) in DigestCredentials.knownNames.enumerated() {
-                if let value = fields[index] { all[name] = String(value) }
+                if let value = string(fields[index]) { all[name] = value }
             }
-            for other in others { all[other.name] = String(other.value) }
+            for other in others { all[other.name] = string(other.value) }
             return all
         }
         set {
+            var text = ""
             fields = KnownFields()
             others = []
             for (name, value) in newValue.sorted(by: { $0.key < $1.key }) {
                 let lowered = name.lowercased()
+                let span = Span(text.utf8.count..<text.utf8.count + value.utf8.count)
+                text += value
                 if let known = DigestCredentials.knownNames.firstIndex(of: lowered) {
-                    fields[known] = Substring(value)
+                    fields[known] = span
                 } else {
-                    others.append(Other(name: lowered, value: Substring(value)))
+                    others.append(Other(name: lowered, value: span))
                 }
             }
+            self.text = text
         }
     }
 
-    public var username: String? { fields.username.map(String.init) }
-    public var realm: String? { fields.realm.map(String.init) }
-    public var nonce: String? { fields.nonce.map(String.init) }
-    public var uri: String? { fields.uri.map(String.init) }
-    public var response: String? { fields.response.map(String.init) }
-    public var cnonce: String? { fields.cnonce.map(String.init) }
-    public var qop: String? { fields.qop.map(String.init) }
-    public var nc: String? { fields.nc.map(String.init) }
-    public var opaque: String? { fields.opaque.map(String.init) }
+    public var username: String? { string(fields.username) }
+    public var realm: String? { string(fields.realm) }
+    public var nonce: String? { string(fields.nonce) }
+    public var uri: String? { string(fields.uri) }
+    public var response: String? { string(fields.response) }
+    public var cnonce: String? { string(fields.cnonce) }
+    public var qop: String? { string(fields.qop) }
+    public var nc: String? { string(fields.nc) }
+    public var opaque: String? { string(fields.opaque) }
     /// The algorithm named (MD5 when absent, RFC 7616 §3.3).
     public var algorithm: Digest.Algorithm? {
-        guard let name = fields.algorithm else { return .md5 }
-        return Digest.Algorithm.allCases.first { DigestCredentials.asciiCaseInsensitiveEquals(name, $0.rawValue) }
+        withBytes { bytes, fields in DigestCredentials.algorithm(bytes, fields.algorithm) }
+    }
+
+    /// The algorithm the span names (MD5 when there is none).
+    static func algorithm(_ bytes: UnsafeBufferPointer<UInt8>, _ span: Span?) -> Digest.Algorithm? {
+        guard let span else { return .md5 }
+        return Digest.Algorithm.allCases.first { DigestCredentials.asciiCaseInsensitiveEquals(bytes, span, $0.rawValue) }
     }
 
     /// The realm named, compared without regard to ASCII case (the realm is a domain).
     func realmIs(_ realm: String) -> Bool {
-        fields.realm.map { DigestCredentials.asciiCaseInsensitiveEquals($0, realm) } ?? false
+        withBytes { bytes, fields in fields.realm.map { DigestCredentials.asciiCaseInsensitiveEquals(bytes, $0, realm) } ?? false }
     }
 
     /// Whether `realm?.lowercased() == domain`, without a String for an ASCII realm (any realm).
     func realmLowercasedEquals(_ domain: String) -> Bool {
-        guard var realm = fields.realm else { return false }
+        guard let span = fields.realm else { return false }
         var domain = domain
         // nil: one of them is not ASCII, so only Unicode lower-casing and String equality can tell.
-        let ascii: Bool? = realm.withUTF8 { given in
-            domain.withUTF8 { lower in
+        let ascii: Bool? = withBytes { bytes, _ in
+            let given = UnsafeBufferPointer(rebasing: bytes[span.range])
+            return domain.withUTF8 { lower in
                 for c in given where c >= 0x80 { return nil }
                 for c in lower where c >= 0x80 { return nil }
                 guard given.count == lower.count else { return false }
@@ -163,24 +197,45 @@ public struct DigestCredentials: Hashable, Sendable {
                 return true
             }
         }
-        return ascii ?? (String(realm).lowercased() == domain)
+        return ascii ?? (string(span)?.lowercased() == domain)
     }
 
-    /// The known parameters as slices of the header (what `verify` reads, without a String each).
-    var slices: KnownFields { fields }
+    /// Runs `body` on the text's UTF-8 bytes and the known parameters' spans into them (what
+    /// `verify` reads, without a String or Substring each).
+    func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>, KnownFields) -> R) -> R {
+        var text = text
+        let fields = fields
+        return text.withUTF8 { body($0, fields) }
+    }
+
+    public static func == (lhs: DigestCredentials, rhs: DigestCredentials) -> Bool {
+        for index in 0..<knownNames.count where lhs.string(lhs.fields[index]) != rhs.string(rhs.fields[index]) { return false }
+        return lhs.others.count == rhs.others.count
+            && zip(lhs.others, rhs.others).allSatisfy { $0.name == $1.name && lhs.string($0.value) == rhs.string($1.value) }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        for index in 0..<DigestCredentials.knownNames.count { hasher.combine(string(fields[index])) }
+        for other in others {
+            hasher.combine(other.name)
+            hasher.combine(string(other.value))
+        }
+    }
+
+    private func string(_ span: Span?) -> String? {
+        guard let span else { return nil }
+        return withBytes { bytes, _ in String(decoding: UnsafeBufferPointer(rebasing: bytes[span.range]), as: UTF8.self) }
+    }
 
     // MARK: Bytes
 
-    private static func unescape(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(range.count)
+    private static func unescape(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, into out: inout [UInt8]) {
         var i = range.lowerBound
         while i < range.upperBound {
             if bytes[i] == UInt8(ascii: "\\"), i + 1 < range.upperBound { i += 1 }
             out.append(bytes[i])
             i += 1
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// The index in `knownNames` of the name in `range` (any ASCII case), nil for another name:
@@ -214,18 +269,17 @@ public struct DigestCredentials: Hashable, Sendable {
         return true
     }
 
-    /// Compares two texts, ASCII letters without regard to case (on their contiguous bytes).
-    static func asciiCaseInsensitiveEquals(_ a: Substring, _ b: String) -> Bool {
-        var x = a, y = b
-        return x.withUTF8 { p in
-            y.withUTF8 { q in
-                guard p.count == q.count else { return false }
-                for index in 0..<p.count where p[index] != q[index] {
-                    let lower = p[index] | 0x20
-                    guard lower == q[index] | 0x20, lower >= 0x61, lower <= 0x7A else { return false }
-                }
-                return true
+    /// Compares the bytes of `span` with a text, ASCII letters without regard to case.
+    static func asciiCaseInsensitiveEquals(_ bytes: UnsafeBufferPointer<UInt8>, _ span: Span, _ b: String) -> Bool {
+        var y = b
+        let start = Int(span.start)
+        return y.withUTF8 { q in
+            guard Int(span.end) - start == q.count else { return false }
+            for index in 0..<q.count where bytes[start + index] != q[index] {
+                let lower = bytes[start + index] | 0x20
+                guard lower == q[index] | 0x20, lower >= 0x61, lower <= 0x7A else { return false }
             }
+            return true
         }
     }
 }
@@ -297,35 +351,48 @@ public final class DigestAuthenticator: @unchecked Sendable {
     /// Checks `credentials` for `method` against the extension they name. `lookup` finds an
     /// extension's stored hashes; for an unknown one the same hash work is done on a stand-in, so
     /// a probe cannot tell the two apart by timing (decisions.md). The hashes are taken piece by
-    /// piece and the answer compared as bytes: no String is built but the extension's number.
+    /// piece, straight from the header's bytes, and the answer compared as bytes: no String is
+    /// built but the extension's number.
     public func verify(
         _ credentials: DigestCredentials, method: String, realm: String, now: Date,
         lookup: (AddressOfRecord) -> ExtensionCredentials?
     ) -> Verdict {
-        let answer = credentials.slices
-        guard let algorithm = credentials.algorithm, algorithms.contains(algorithm), let username = answer.username,
-            let nonce = answer.nonce, let uri = answer.uri, let response = answer.response, credentials.realmIs(realm)
+        credentials.withBytes { bytes, answer in
+            verify(bytes, answer, method: method, realm: realm, now: now, lookup: lookup)
+        }
+    }
+
+    private func verify(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ answer: DigestCredentials.KnownFields, method: String, realm: String, now: Date,
+        lookup: (AddressOfRecord) -> ExtensionCredentials?
+    ) -> Verdict {
+        guard let algorithm = DigestCredentials.algorithm(bytes, answer.algorithm), algorithms.contains(algorithm),
+            let username = answer.username, let nonce = answer.nonce, let uri = answer.uri, let response = answer.response,
+            let given = answer.realm, DigestCredentials.asciiCaseInsensitiveEquals(bytes, given, realm)
         else { return .rejected }
+        func part(_ span: DigestCredentials.Span) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[span.range])) }
         // The digest username is the number, or number@domain (decisions.md).
         var number = username
-        if let at = username.utf8.firstIndex(of: UInt8(ascii: "@")) {
-            guard DigestCredentials.asciiCaseInsensitiveEquals(username[username.utf8.index(after: at)...], realm) else { return .rejected }
-            number = username[..<at]
+        if let at = username.range.first(where: { bytes[$0] == UInt8(ascii: "@") }) {
+            guard DigestCredentials.asciiCaseInsensitiveEquals(bytes, DigestCredentials.Span(at + 1..<username.range.upperBound), realm) else {
+                return .rejected
+            }
+            number = DigestCredentials.Span(username.range.lowerBound..<at)
         }
-        let aor = AddressOfRecord(number: String(number), domain: realm)
+        let aor = AddressOfRecord(number: String(decoding: part(number), as: UTF8.self), domain: realm)
         let stored = lookup(aor)
         let colon = UInt8(ascii: ":")
         var ha2 = DigestStream(algorithm)
         ha2.update(method)
         ha2.update(byte: colon)
-        ha2.update(uri)
+        ha2.update(part(uri))
         let ha2Digest = ha2.finish()
         var expected = DigestStream(algorithm)
         if let stored {
             expected.update(hexOf: stored.ha1Digest(for: algorithm))
         } else {
             var standIn = DigestStream(algorithm)
-            standIn.update(number)
+            standIn.update(part(number))
             standIn.update(byte: colon)
             standIn.update(realm)
             standIn.update(byte: colon)
@@ -333,29 +400,30 @@ public final class DigestAuthenticator: @unchecked Sendable {
             expected.update(hexOf: standIn.finish())
         }
         expected.update(byte: colon)
-        expected.update(nonce)
+        expected.update(part(nonce))
         expected.update(byte: colon)
         if let qop = answer.qop {
             // RFC 2069 compatibility when absent; `auth` alone otherwise.
-            guard DigestCredentials.asciiCaseInsensitiveEquals(qop, "auth"), let cnonce = answer.cnonce, let nc = answer.nc else { return .rejected }
-            expected.update(nc)
+            guard DigestCredentials.asciiCaseInsensitiveEquals(bytes, qop, "auth"), let cnonce = answer.cnonce, let nc = answer.nc else {
+                return .rejected
+            }
+            expected.update(part(nc))
             expected.update(byte: colon)
-            expected.update(cnonce)
+            expected.update(part(cnonce))
             expected.update(":auth:")
         }
         expected.update(hexOf: ha2Digest)
-        let matches = expected.finish().matchesHex(response)
+        let matches = expected.finish().withUnsafeBytes { Hex.matches($0, hex: part(response)) }
         guard matches, stored != nil else { return .rejected }
-        guard let issued = nonceIssue(nonce) else { return .rejected }
+        guard let issued = nonceIssue(UnsafeBufferPointer(rebasing: bytes[nonce.range])) else { return .rejected }
         if now.timeIntervalSince(issued.time) > nonceLifetime || issued.time.timeIntervalSince(now) > 60 { return .stale }
-        if answer.qop != nil {
-            guard let count = answer.nc.flatMap({ UInt32($0, radix: 16) }),
+        if answer.qop != nil, let nc = answer.nc {
+            guard let count = UInt32(String(decoding: part(nc), as: UTF8.self), radix: 16),
                 acceptCount(count, for: issued.key, mac: issued.mac, issued: issued.time, now: now)
             else { return .rejected }
         }
         return .authenticated(aor)
     }
-
     /// hex(issue time in ms, 8 bytes) + hex(8 random bytes) + hex(HMAC prefix, 16 bytes).
     func makeNonce(now: Date) -> String {
         var body: [UInt8] = []
@@ -368,37 +436,35 @@ public final class DigestAuthenticator: @unchecked Sendable {
 
     /// The issue time of a nonce this server (or another sharing its secret) made; nil otherwise.
     func nonceIssueTime(_ nonce: String) -> Date? {
-        nonceIssue(Substring(nonce))?.time
+        var text = nonce
+        return text.withUTF8 { nonceIssue($0)?.time }
     }
 
     /// A nonce's issue time, its first 16 bytes (time and random: what tells nonces apart) and its
     /// HMAC prefix, decoded on the stack; nil unless the prefix is right. A nonce in the replay
     /// window with this same prefix was checked when it was first used, and is not HMAC'd again.
-    private func nonceIssue(_ nonce: Substring) -> (time: Date, key: NonceKey, mac: NonceMAC)? {
-        var text = nonce
-        return text.withUTF8 { hex -> (time: Date, key: NonceKey, mac: NonceMAC)? in
-            guard hex.count == 64 else { return nil }
-            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { bytes -> (time: Date, key: NonceKey, mac: NonceMAC)? in
-                for index in 0..<32 {
-                    guard let high = Hex.value(hex[2 * index]), let low = Hex.value(hex[2 * index + 1]) else { return nil }
-                    bytes[index] = high << 4 | low
-                }
-                func word(_ start: Int) -> UInt64 {
-                    var value: UInt64 = 0
-                    for index in start..<start + 8 { value = value << 8 | UInt64(bytes[index]) }
-                    return value
-                }
-                let key = NonceKey(milliseconds: word(0), random: word(8))
-                let mac = NonceMAC(high: word(16), low: word(24))
-                if !wasChecked(key, mac: mac) {
-                    // The HMAC prefix must match the nonce's last 32 hex digits.
-                    let signed = nonceKey.mac(UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: bytes[0..<16]))).withUnsafeBytes {
-                        Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: hex[32...])))
-                    }
-                    guard signed else { return nil }
-                }
-                return (Date(timeIntervalSince1970: Double(key.milliseconds) / 1000), key, mac)
+    private func nonceIssue(_ hex: UnsafeBufferPointer<UInt8>) -> (time: Date, key: NonceKey, mac: NonceMAC)? {
+        guard hex.count == 64 else { return nil }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { bytes -> (time: Date, key: NonceKey, mac: NonceMAC)? in
+            for index in 0..<32 {
+                guard let high = Hex.value(hex[2 * index]), let low = Hex.value(hex[2 * index + 1]) else { return nil }
+                bytes[index] = high << 4 | low
             }
+            func word(_ start: Int) -> UInt64 {
+                var value: UInt64 = 0
+                for index in start..<start + 8 { value = value << 8 | UInt64(bytes[index]) }
+                return value
+            }
+            let key = NonceKey(milliseconds: word(0), random: word(8))
+            let mac = NonceMAC(high: word(16), low: word(24))
+            if !wasChecked(key, mac: mac) {
+                // The HMAC prefix must match the nonce's last 32 hex digits.
+                let signed = nonceKey.mac(UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: bytes[0..<16]))).withUnsafeBytes {
+                    Hex.matches(UnsafeRawBufferPointer(rebasing: $0.prefix(16)), hex: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: hex[32...])))
+                }
+                guard signed else { return nil }
+            }
+            return (Date(timeIntervalSince1970: Double(key.milliseconds) / 1000), key, mac)
         }
     }
 

@@ -102,7 +102,7 @@ public final class SIPService: Sendable {
         transactions = TransactionLayer<FlowID>(
             timers: settings.timers,
             scheduler: HeapTimerScheduler(queue: timerQueue),
-            send: { message, flow in wiring.service?.send(message, over: flow) },
+            send: { bytes, flow in wiring.service?.send(bytes, over: flow) },
             core: { event in wiring.service?.handle(event) })
         var methods: [SIPMethod] = registrar == nil ? [.options] : [.options, .register]
         if coordinator != nil { methods += [.invite, .ack, .cancel, .bye] }
@@ -327,7 +327,11 @@ public final class SIPService: Sendable {
     // MARK: Outbound
 
     func send(_ message: SIPMessage, over flow: FlowID) {
-        let bytes = SIPSerializer.serialize(message)
+        send(SIPSerializer.serialize(message), over: flow)
+    }
+
+    /// Sends a message's bytes; a failed send is a transport error for the flow's transactions.
+    func send(_ bytes: [UInt8], over flow: FlowID) {
         transport.send(bytes, over: flow) { [weak self] result in
             if case .failure = result { self?.transactions.transportFailed(on: flow) }
         }

@@ -30,20 +30,3 @@ extension SIPRequest {
         return SIPRequest(method: .cancel, uri: uri, version: version, headers: headers)
     }
 }
-
-extension SIPRequest {
-    /// The request with only what transaction matching reads (§17.2.3): the Request-URI and the
-    /// Via, From, To, Call-ID and CSeq lines; no body.
-    func keepingMatchingLines() -> SIPRequest {
-        // Compared one by one (a Set built per request cost more than the filtering itself), by
-        // index into room for the five: `filter` copied every line and grew its array four times.
-        let all = headers.fields
-        var kept: [SIPHeader] = []
-        kept.reserveCapacity(5)
-        for index in all.indices {
-            let key = all[index].key
-            if key == .via || key == .from || key == .to || key == .callID || key == .cseq { kept.append(all[index]) }
-        }
-        return SIPRequest(method: method, uri: uri, version: version, headers: SIPHeaders(kept), body: [])
-    }
-}

@@ -6,6 +6,9 @@ public enum ServerTransactionAction: Hashable, Sendable {
     case passToCore(SIPRequest)
     /// Send the response to the transport.
     case send(SIPResponse)
+    /// Send a response already serialized (a non-INVITE transaction keeps its last response so,
+    /// RFC 3261 §17.2.2: a retransmitted request gets the same bytes again, never re-serialised).
+    case sendBytes([UInt8])
     /// Start (or restart) the timer; it fires `timerFired(_:)` after the duration.
     case startTimer(TransactionTimer, after: Duration)
     /// Stop the timer if it runs.

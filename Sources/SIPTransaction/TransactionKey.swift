@@ -44,6 +44,14 @@ public struct TransactionKey: Hashable, Sendable, CustomStringConvertible {
         return false
     }
 
+    /// True for a key of an INVITE server or client transaction (an ACK's key is its INVITE's).
+    @inlinable
+    public var isInvite: Bool {
+        switch storage {
+        case .server(_, _, let method), .rfc2543(_, _, _, _, _, let method), .client(_, let method): method == .invite
+        }
+    }
+
     public var description: String {
         switch storage {
         case .server(let branch, let sentBy, let method):

@@ -19,8 +19,10 @@ public import Synchronization
 /// went through generic metadata lookups and value witnesses (profiled: a quarter of a
 /// REGISTER's instructions were in this class).
 public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
-    /// Hands a message to the transport for the flow; must not block.
-    public typealias Send = @Sendable (SIPMessage, Flow) -> Void
+    /// Hands a message's bytes to the transport for the flow; must not block. Messages are
+    /// serialized outside the layer's locks (a non-INVITE response before taking its shard's lock,
+    /// since the transaction keeps the bytes; everything else as the effects are carried out).
+    public typealias Send = @Sendable ([UInt8], Flow) -> Void
     /// Receives what the layer passes up; must not block.
     public typealias Core = @Sendable (TransactionLayerEvent<Flow>) -> Void
 
@@ -116,10 +118,12 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     @inlinable
     @discardableResult
     public func respond(_ response: SIPResponse, to handle: ServerTransactionHandle) -> Bool {
+        // Serialized before the lock: a non-INVITE transaction keeps (and resends) these bytes.
+        let serialized = handle.key.isInvite ? nil : SentResponse(response)
         let (sent, effects) = shard(for: handle.key).state.withLock { state -> (Bool, [Effect]) in
             guard let index = state.servers.index(forKey: handle.key), State.peek(&state.servers.values[index], { $0.serial }) == handle.serial
             else { return (false, []) }
-            let actions = state.servers.values[index].machine.sendResponse(response)
+            let actions = state.servers.values[index].machine.sendResponse(response, serialized: serialized)
             var effects: [Effect] = []
             apply(actions, server: handle.key, &state, &effects)
             return (!actions.isEmpty, effects)
@@ -148,7 +152,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         shard(for: handle.key).state.withLock { state in
             guard let index = state.servers.index(forKey: handle.key) else { return false }
             return State.peek(&state.servers.values[index]) { entry in
-                entry.serial == handle.serial && (entry.machine.lastResponse.map { $0.statusCode < 200 } ?? true)
+                entry.serial == handle.serial && (entry.machine.lastStatusCode.map { $0 < 200 } ?? true)
             }
         }
     }
@@ -241,7 +245,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         var machine: ServerMachine =
             request.method == .invite
             ? .invite(InviteServerTransaction(request: request, isReliable: isReliable, timers: timers))
-            : .nonInvite(NonInviteServerTransaction(request: request, isReliable: isReliable, timers: timers))
+            : .nonInvite(NonInviteServerTransaction(request: request, isReliable: isReliable, timers: timers, matchesToTag: key.isRFC2543))
         let actions = machine.start()
         state.insertServer(ServerEntry(machine: machine, flow: flow, serial: state.nextSerial()), for: key)
         apply(actions, server: key, &state, &effects)
@@ -277,6 +281,8 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             switch action {
             case .send(let response):
                 effects.append(.send(.response(response), flow))
+            case .sendBytes(let bytes):
+                effects.append(.sendBytes(bytes, flow))
             case .passToCore(let request):
                 effects.append(
                     .core(
@@ -359,7 +365,8 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     func perform(_ effects: [Effect]) {
         for effect in effects {
             switch effect {
-            case .send(let message, let flow): send(message, flow)
+            case .send(let message, let flow): send(SIPSerializer.serialize(message), flow)
+            case .sendBytes(let bytes, let flow): send(bytes, flow)
             case .core(let event): core(event)
             case .client(let onEvent, let event): onEvent(event)
             }
@@ -432,18 +439,10 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         case nonInvite(NonInviteServerTransaction)
 
         @inlinable
-        var request: SIPRequest {
+        var lastStatusCode: Int? {
             switch self {
-            case .invite(let machine): return machine.request
-            case .nonInvite(let machine): return machine.request
-            }
-        }
-
-        @inlinable
-        var lastResponse: SIPResponse? {
-            switch self {
-            case .invite(let machine): return machine.lastResponse
-            case .nonInvite(let machine): return machine.lastResponse
+            case .invite(let machine): return machine.lastResponse?.statusCode
+            case .nonInvite(let machine): return machine.lastResponse?.statusCode
             }
         }
 
@@ -465,11 +464,15 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             }
         }
 
+        /// `serialized` is `response` serialized (nil for an INVITE transaction, which keeps the
+        /// response itself: its ACK matching reads the To tag).
         @inlinable
-        mutating func sendResponse(_ response: SIPResponse) -> [ServerTransactionAction] {
+        mutating func sendResponse(_ response: SIPResponse, serialized: SentResponse?) -> [ServerTransactionAction] {
             switch self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.sendResponse(response)
-            case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.sendResponse(response)
+            case .nonInvite(var machine):
+                defer { self = .nonInvite(machine) }
+                return machine.sendResponse(serialized ?? SentResponse(response))
             }
         }
 
@@ -544,12 +547,17 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             self.serial = serial
         }
 
-        /// §17.2.3: a cookie key matches outright; an RFC 2543 key also needs the To tag to match.
+        /// §17.2.3: a cookie key matches outright; an RFC 2543 key also needs the To tag to match
+        /// (a non-INVITE transaction gets no ACK: its request's To tag, kept past completion).
         @inlinable
         func accepts(_ request: SIPRequest, key: TransactionKey) -> Bool {
             guard key.isRFC2543 else { return true }
-            return TransactionKey.rfc2543ToTagMatches(
-                request, transactionRequest: machine.request, lastResponse: machine.lastResponse)
+            switch machine {
+            case .invite(let invite):
+                return TransactionKey.rfc2543ToTagMatches(request, transactionRequest: invite.request, lastResponse: invite.lastResponse)
+            case .nonInvite(let nonInvite):
+                return request.to?.tag == (nonInvite.request.map { $0.to?.tag } ?? nonInvite.requestToTag)
+            }
         }
     }
 
@@ -659,6 +667,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     @usableFromInline
     enum Effect: Sendable {
         case send(SIPMessage, Flow)
+        case sendBytes([UInt8], Flow)
         case core(TransactionLayerEvent<Flow>)
         case client(@Sendable (ClientTransactionEvent) -> Void, ClientTransactionEvent)
     }

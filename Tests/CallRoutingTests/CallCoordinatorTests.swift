@@ -167,7 +167,7 @@ final class Harness: @unchecked Sendable {
         let box = Box()
         transactions = TransactionLayer<Int>(
             timers: TransactionTimers(), scheduler: DispatchTimerScheduler(queue: DispatchQueue(label: "test.timers")),
-            send: { message, _ in box.harness?.sent(message) },
+            send: { bytes, _ in if let message = try? SIPParser.parse(bytes) { box.harness?.sent(message) } },
             core: { event in box.harness?.core(event) })
         signaling = FakeSignaling(transactions: transactions)
         coordinator = CallCoordinator<FakeSignaling>(

@@ -39,7 +39,10 @@ final class LayerHarness: Sendable {
         let box = LayerBoxRef()
         layer = TransactionLayer(
             timers: timers, scheduler: scheduler,
-            send: { message, flow in sent.append(Sent(message: message, flow: flow, at: scheduler.now)) },
+            send: { bytes, flow in
+                // Read back as a peer would: what went out must parse.
+                sent.append(Sent(message: try! SIPParser.parse(bytes), flow: flow, at: scheduler.now))
+            },
             core: { event in
                 events.append(event)
                 if let layer = box.layer { onCore(event, layer) }

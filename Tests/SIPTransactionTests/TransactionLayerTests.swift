@@ -338,8 +338,8 @@ final class TransactionLayerShardTests: XCTestCase {
         let handles = Log<ServerTransactionHandle>()
         let layer = TransactionLayer<Int>(
             timers: TransactionTimers(), scheduler: scheduler, shardCount: 8,
-            send: { message, _ in
-                if case .response(let response) = message { sent.append(response.statusCode) }
+            send: { bytes, _ in
+                if case .response(let response) = try? SIPParser.parse(bytes) { sent.append(response.statusCode) }
             },
             core: { event in
                 if case .request(_, let handle, _) = event { handles.append(handle) }
