@@ -324,6 +324,12 @@ public final class Registrar: ExtensionDirectory, Sendable {
         }, completion: { applied($0.flatMap { $0 }) })
     }
 
+    /// Blocks until every shard has done what was queued on it before this call (at start-up: its
+    /// part of the replica's first read, indexed), so a start-up that waits on it is ready.
+    public func waitForQueuedWork() {
+        for shard in shards { shard.queue.sync {} }
+    }
+
     /// The live bindings of an extension.
     public func bindings(for aor: AddressOfRecord) -> [Binding] {
         let shard = shard(of: aor)
