@@ -481,19 +481,24 @@ enum BindingRecords {
             .flatMap({ Int($0) }), estimate > 0 {
             lists.reserveCapacity(min(estimate, 10_000_000))
         }
-        var after: UUID?
-        // Each page's rows are decoded on every core.
+        // Each page's rows are decoded on every core, while PostgreSQL reads the next page (its
+        // statement is sent first, after the page's last id).
         let threads = [Void](repeating: (), count: ConcurrentMap.threads)
-        repeat {
-            let (page, full) = try readPage(connection, after: after, now: now, limit: pageSize) { rows in
-                (try ConcurrentMap.map(count: rows.count, states: threads, { _, index in try decodeBinding(rows, index) }), rows.count == pageSize)
+        try sendPage(connection, after: nil, now: now, limit: pageSize)
+        var more = true
+        while more {
+            let page = try connection.receive { rows in
+                more = rows.count >= pageSize
+                if more {
+                    guard let last = rows.bytes(rows.count - 1, 0).flatMap(UUIDText.parse(utf8:)) else {
+                        throw PostgresError(kind: .unexpectedResult, message: "a stored binding has an unreadable id")
+                    }
+                    try sendPage(connection, after: last, now: now, limit: pageSize)
+                }
+                return try ConcurrentMap.map(count: rows.count, states: threads) { _, index in try decodeBinding(rows, index) }
             }
-            for case let binding? in page {
-                lists[binding.aor, default: []].append(binding)
-                after = binding.id
-            }
-            if !full { after = nil }
-        } while after != nil
+            for case let binding? in page { lists[binding.aor, default: []].append(binding) }
+        }
         // Each list is in id order: stable, bindings registered at the same time stay so.
         for (aor, list) in lists where list.count > 1 {
             lists[aor] = list.sorted { $0.registeredAt < $1.registeredAt }
@@ -504,19 +509,22 @@ enum BindingRecords {
     /// One page of the live bindings: at most `limit`, those whose id sorts after `after` (from the
     /// first when nil), in id order. One statement.
     static func loadPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [Binding] {
-        try readPage(connection, after: after, now: now, limit: limit, decodeBindings)
+        let statement = pageStatement(after: after, now: now, limit: limit)
+        return try connection.query(statement.sql, statement.parameters, reading: decodeBindings)
     }
 
-    /// The rows of `loadPage`, handed to `body` as they lie in the result.
-    private static func readPage<T>(
-        _ connection: PostgresConnection, after: UUID?, now: Date, limit: Int, _ body: (PostgresResultView) throws -> T
-    ) throws -> T {
+    /// One page's statement: the first page, or the one after the binding id `after`.
+    private static func pageStatement(after: UUID?, now: Date, limit: Int) -> (sql: String, parameters: PostgresParameters) {
         let epoch = String(now.timeIntervalSince1970)
         let size = String(max(1, limit))
-        if let after {
-            return try connection.query(loadNextPageSQL, PostgresParameters([epoch, size, UUIDText.string(after)]), reading: body)
-        }
-        return try connection.query(loadFirstPageSQL, PostgresParameters([epoch, size]), reading: body)
+        if let after { return (loadNextPageSQL, PostgresParameters([epoch, size, UUIDText.string(after)])) }
+        return (loadFirstPageSQL, PostgresParameters([epoch, size]))
+    }
+
+    /// Sends one page's statement, its answer read later (`PostgresConnection.receive`).
+    private static func sendPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws {
+        let statement = pageStatement(after: after, now: now, limit: limit)
+        try connection.send(statement.sql, statement.parameters)
     }
 
     /// The live bindings of the extensions whose stored texts are `aors`, one list per extension

@@ -146,6 +146,30 @@ public final class PostgresConnection {
         return try body(PostgresResultView(result: result))
     }
 
+    /// Sends one statement without waiting for its answer, which `receive(reading:)` reads: the
+    /// caller works while PostgreSQL runs it (the start-up decodes a page of bindings while the
+    /// next one is read). One statement at a time; the next `query` drops an answer not read.
+    func send(_ sql: String, _ parameters: PostgresParameters) throws(PostgresError) {
+        statementsSent.add(1, ordering: .relaxed)
+        let sent = parameters.withValuePointers { values, count in
+            PQsendQueryParams(connection, sql, count, nil, values, nil, nil, 0)
+        }
+        guard sent == 1 else {
+            throw PostgresError(kind: .connection, message: "PostgreSQL at \(endpoint): cannot send a statement: \(lastErrorLine)")
+        }
+    }
+
+    /// The answer of the statement `send` sent (blocking until it is in), handed to `body` as
+    /// `query(_:_:reading:)` hands it.
+    func receive<T>(reading body: (PostgresResultView) throws -> T) throws -> T {
+        let first = PQgetResult(connection)
+        // A statement's answer ends with a nil result.
+        while let extra = PQgetResult(connection) { PQclear(extra) }
+        let result = try succeeded(first)
+        defer { PQclear(result) }
+        return try body(PostgresResultView(result: result))
+    }
+
     /// A result that succeeded, or its error (a failed one is freed). The caller frees the result.
     private func succeeded(_ result: OpaquePointer?) throws(PostgresError) -> OpaquePointer {
         guard let result else {
