@@ -116,20 +116,26 @@ final class RegistrarShard: @unchecked Sendable {
         }
     }
 
-    /// Stored bindings of this shard's extensions into the index (see `Registrar.applyStored`).
+    /// Stored bindings into the index (see `Registrar.applyStored`): those of the extensions of
+    /// `part`, this shard's index among the registrar's `count` (`Registrar.shardIndex`).
     func applyStored(
-        _ bindings: [AddressOfRecord: [Binding]], everything: Bool, since mark: UInt64,
+        _ bindings: [AddressOfRecord: [Binding]], part: (index: Int, count: Int), everything: Bool, since mark: UInt64,
         applied: @escaping @Sendable ([AddressOfRecord]) -> Void
     ) {
         queue.async { [self] in
-            var all = bindings
-            // The start-up's read of every binding: the indexes are sized once, not grown.
-            if everything, core.bindingCount == 0 { core.reserveCapacity(bindings.values.reduce(0) { $0 + $1.count }) }
-            if everything {
-                for aor in core.bindings.keys where all[aor] == nil { all[aor] = [] }
+            let mine = { (aor: AddressOfRecord) in Registrar.shardIndex(of: aor, among: part.count) == part.index }
+            // The start-up's read of every binding: the indexes are sized once, not grown (an
+            // even share, with room for an uneven hash).
+            if everything, core.bindingCount == 0 {
+                let total = bindings.values.reduce(0) { $0 + $1.count }
+                core.reserveCapacity(part.count == 1 ? total : total / part.count + total / 16)
             }
             var replaced: [AddressOfRecord] = []
-            for (aor, list) in all where replaceStored(aor, with: list, since: mark) { replaced.append(aor) }
+            if everything {
+                let gone = core.bindings.keys.filter { bindings[$0] == nil }
+                for aor in gone where replaceStored(aor, with: [], since: mark) { replaced.append(aor) }
+            }
+            for (aor, list) in bindings where mine(aor) && replaceStored(aor, with: list, since: mark) { replaced.append(aor) }
             applied(replaced)
         }
     }
@@ -259,12 +265,17 @@ public final class Registrar: ExtensionDirectory, Sendable {
     /// The shard that holds `aor`'s bindings: a hash of its number and domain (FNV-1a, the same in
     /// every run, so an extension's shard does not depend on the process).
     public func shardIndex(of aor: AddressOfRecord) -> Int {
-        guard shards.count > 1 else { return 0 }
+        Registrar.shardIndex(of: aor, among: shards.count)
+    }
+
+    /// The same for `count` shards.
+    static func shardIndex(of aor: AddressOfRecord, among count: Int) -> Int {
+        guard count > 1 else { return 0 }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in aor.number.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
         hash = (hash ^ 0x40) &* 0x100_0000_01b3
         for byte in aor.domain.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return Int(hash % UInt64(shards.count))
+        return Int(hash % UInt64(count))
     }
 
     private func shard(of aor: AddressOfRecord) -> RegistrarShard { shards[shardIndex(of: aor)] }
@@ -313,15 +324,19 @@ public final class Registrar: ExtensionDirectory, Sendable {
         applied: @escaping @Sendable ([AddressOfRecord]) -> Void = { _ in }
     ) {
         guard shards.count > 1 else {
-            return shards[0].applyStored(bindings, everything: everything, since: mark, applied: applied)
+            return shards[0].applyStored(bindings, part: (0, 1), everything: everything, since: mark, applied: applied)
         }
-        var part: [AddressOfRecord: [Binding]] = [:]
-        part.reserveCapacity(bindings.count / shards.count + bindings.count / 16)
-        var parts = [[AddressOfRecord: [Binding]]](repeating: part, count: shards.count)
-        for (aor, list) in bindings { parts[shardIndex(of: aor)][aor] = list }
+        // Each shard picks its own extensions out of the whole read, all at once, on its queue:
+        // no regrouping of a million lists on this thread first.
         gather(over: shards.indices, { index, done in
-            shards[index].applyStored(parts[index], everything: everything, since: mark, applied: done)
+            shards[index].applyStored(bindings, part: (index, shards.count), everything: everything, since: mark, applied: done)
         }, completion: { applied($0.flatMap { $0 }) })
+    }
+
+    /// Blocks until every shard has done what was queued on it before this call (at start-up: its
+    /// part of the replica's first read, indexed), so a start-up that waits on it is ready.
+    public func waitForQueuedWork() {
+        for shard in shards { shard.queue.sync {} }
     }
 
     /// The live bindings of an extension.

@@ -162,6 +162,8 @@ public final class RouseService: @unchecked Sendable {
             tokens: wakeTokens)
         self.replica = replica
         try replica.start()
+        // The shards index what it read on their queues: counted in the stage, so ready means ready.
+        registrar.waitForQueuedWork()
         let bindingsLoaded = ContinuousClock.now
         RouseService.returnFreedMemory()
         replica.startPruning()

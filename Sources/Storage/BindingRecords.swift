@@ -457,7 +457,7 @@ enum BindingRecords {
     /// extension's do — so each extension's list is in the order it was before.
     static func load(_ connection: PostgresConnection, aor: AddressOfRecord?, now: Date, pageSize: Int = defaultPageSize) throws -> [Binding] {
         if let aor {
-            return try connection.query(loadOneSQL, [String(now.timeIntervalSince1970), aor.description]).rows.map(decodeBinding)
+            return try connection.query(loadOneSQL, PostgresParameters([String(now.timeIntervalSince1970), aor.description]), reading: decodeBindings)
         }
         var bindings: [Binding] = []
         var after: UUID?
@@ -481,17 +481,24 @@ enum BindingRecords {
             .flatMap({ Int($0) }), estimate > 0 {
             lists.reserveCapacity(min(estimate, 10_000_000))
         }
-        var after: UUID?
-        // Each page's rows are decoded on every core.
+        // Each page's rows are decoded on every core, while PostgreSQL reads the next page (its
+        // statement is sent first, after the page's last id).
         let threads = [Void](repeating: (), count: ConcurrentMap.threads)
-        repeat {
-            let rows = try pageRows(connection, after: after, now: now, limit: pageSize)
-            for case let binding? in try ConcurrentMap.map(count: rows.count, states: threads, { _, index in try decodeBinding(rows[index]) }) {
-                lists[binding.aor, default: []].append(binding)
-                after = binding.id
+        try sendPage(connection, after: nil, now: now, limit: pageSize)
+        var more = true
+        while more {
+            let page = try connection.receive { rows in
+                more = rows.count >= pageSize
+                if more {
+                    guard let last = rows.bytes(rows.count - 1, 0).flatMap(UUIDText.parse(utf8:)) else {
+                        throw PostgresError(kind: .unexpectedResult, message: "a stored binding has an unreadable id")
+                    }
+                    try sendPage(connection, after: last, now: now, limit: pageSize)
+                }
+                return try ConcurrentMap.map(count: rows.count, states: threads) { _, index in try decodeBinding(rows, index) }
             }
-            if rows.count < pageSize { after = nil }
-        } while after != nil
+            for case let binding? in page { lists[binding.aor, default: []].append(binding) }
+        }
         // Each list is in id order: stable, bindings registered at the same time stay so.
         for (aor, list) in lists where list.count > 1 {
             lists[aor] = list.sorted { $0.registeredAt < $1.registeredAt }
@@ -502,17 +509,22 @@ enum BindingRecords {
     /// One page of the live bindings: at most `limit`, those whose id sorts after `after` (from the
     /// first when nil), in id order. One statement.
     static func loadPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [Binding] {
-        try pageRows(connection, after: after, now: now, limit: limit).map(decodeBinding)
+        let statement = pageStatement(after: after, now: now, limit: limit)
+        return try connection.query(statement.sql, statement.parameters, reading: decodeBindings)
     }
 
-    /// The rows of `loadPage`, not yet decoded.
-    private static func pageRows(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws -> [[String?]] {
+    /// One page's statement: the first page, or the one after the binding id `after`.
+    private static func pageStatement(after: UUID?, now: Date, limit: Int) -> (sql: String, parameters: PostgresParameters) {
         let epoch = String(now.timeIntervalSince1970)
         let size = String(max(1, limit))
-        if let after {
-            return try connection.query(loadNextPageSQL, [epoch, size, UUIDText.string(after)]).rows
-        }
-        return try connection.query(loadFirstPageSQL, [epoch, size]).rows
+        if let after { return (loadNextPageSQL, PostgresParameters([epoch, size, UUIDText.string(after)])) }
+        return (loadFirstPageSQL, PostgresParameters([epoch, size]))
+    }
+
+    /// Sends one page's statement, its answer read later (`PostgresConnection.receive`).
+    private static func sendPage(_ connection: PostgresConnection, after: UUID?, now: Date, limit: Int) throws {
+        let statement = pageStatement(after: after, now: now, limit: limit)
+        try connection.send(statement.sql, statement.parameters)
     }
 
     /// The live bindings of the extensions whose stored texts are `aors`, one list per extension
@@ -523,8 +535,9 @@ enum BindingRecords {
             if let aor = address(text) { found[aor] = [] }
         }
         guard !found.isEmpty else { return found }
-        let rows = try connection.query(loadManySQL, [String(now.timeIntervalSince1970), JSONText.array(of: Array(aors))])
-        for binding in try rows.rows.map(decodeBinding) { found[binding.aor, default: []].append(binding) }
+        let bindings = try connection.query(
+            loadManySQL, PostgresParameters([String(now.timeIntervalSince1970), JSONText.array(of: Array(aors))]), reading: decodeBindings)
+        for binding in bindings { found[binding.aor, default: []].append(binding) }
         return found
     }
 
@@ -537,34 +550,42 @@ enum BindingRecords {
     }
 
     static func deleteExpired(_ connection: PostgresConnection, before date: Date) throws -> [Binding] {
-        let bindings = try connection.query(deleteExpiredSQL, [String(date.timeIntervalSince1970)]).rows.map(decodeBinding)
+        let bindings = try connection.query(deleteExpiredSQL, PostgresParameters([String(date.timeIntervalSince1970)]), reading: decodeBindings)
         try announce(
             bindings.map { BindingNotification(kind: .expired, aor: $0.aor, bindingID: $0.id).payload }, on: connection)
         return bindings
     }
 
-    static func decodeBinding(_ row: [String?]) throws -> Binding {
-        func required(_ index: Int) throws -> String {
-            guard let value = row[index] else {
+    /// Every row of a result of `columns`, decoded.
+    static func decodeBindings(_ rows: PostgresResultView) throws -> [Binding] {
+        try (0..<rows.count).map { try decodeBinding(rows, $0) }
+    }
+
+    /// Row `row` of a result of `columns`, read in place: a String only for the texts a binding
+    /// keeps.
+    static func decodeBinding(_ rows: PostgresResultView, _ row: Int) throws -> Binding {
+        func required(_ column: Int) throws -> UnsafeBufferPointer<UInt8> {
+            guard let value = rows.bytes(row, column) else {
                 throw PostgresError(kind: .unexpectedResult, message: "a stored binding lacks a required column")
             }
             return value
         }
-        guard let id = UUIDText.parse(try required(0)) else {
+        func text(_ column: Int) throws -> String { String(decoding: try required(column), as: UTF8.self) }
+        guard let id = UUIDText.parse(utf8: try required(0)) else {
             throw PostgresError(kind: .unexpectedResult, message: "a stored binding has an unreadable id")
         }
-        guard let aor = address(try required(1)) else {
+        guard let aor = address(try text(1)) else {
             throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unreadable address of record")
         }
         guard
             let flow = BindingFlow(
-                storedTransport: try required(12), source: try required(13), connectionID: try required(14), localPoint: try required(15),
-                instanceID: try required(16))
+                storedTransport: try text(12), source: try text(13), connectionID: try text(14), localPoint: try text(15),
+                instanceID: try text(16))
         else {
             throw PostgresError(kind: .unexpectedResult, message: "binding \(id) has an unknown flow transport")
         }
-        let path = JSONArrayReader.strings(try required(10)) ?? []
-        let channels: [PushChannel] = (JSONArrayReader.elements(try required(17)) ?? []).compactMap { element in
+        let path = JSONArrayReader.strings(utf8: try required(10)) ?? []
+        let channels: [PushChannel] = (JSONArrayReader.elements(utf8: try required(17)) ?? []).compactMap { element in
             guard case .array(let item) = element, item.count == 4, let providerName = item[0].text,
                 let provider = PushProvider(rawValue: providerName), let token = item[1].text, let kindName = item[3].text,
                 let kind = PushChannelKind(rawValue: kindName)
@@ -572,11 +593,11 @@ enum BindingRecords {
             return PushChannel(provider: provider, token: token, param: item[2].text, kind: kind)
         }
         return Binding(
-            id: id, aor: aor, contact: try required(2), instance: row[3], regID: row[4].flatMap { Int($0) },
-            q: row[5].flatMap { Double($0) }, callID: try required(6), cseq: UInt32(clamping: Int64(try required(7)) ?? 0),
-            registeredAt: Date(timeIntervalSince1970: Double(try required(8)) ?? 0),
-            expiresAt: Date(timeIntervalSince1970: Double(try required(9)) ?? 0),
-            path: path, userAgent: row[11],
+            id: id, aor: aor, contact: try text(2), instance: rows.string(row, 3), regID: rows.integer(row, 4).map { Int($0) },
+            q: rows.double(row, 5), callID: try text(6), cseq: UInt32(clamping: rows.integer(row, 7) ?? 0),
+            registeredAt: Date(timeIntervalSince1970: rows.double(row, 8) ?? 0),
+            expiresAt: Date(timeIntervalSince1970: rows.double(row, 9) ?? 0),
+            path: path, userAgent: rows.string(row, 11),
             flow: flow, pushChannels: channels)
     }
 

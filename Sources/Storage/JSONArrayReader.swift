@@ -22,17 +22,26 @@ enum JSONArrayReader {
     /// number, bad escapes, text after the array).
     static func elements(_ text: String) -> [Element]? {
         var text = text
-        return text.withUTF8 { utf8 -> [Element]? in
-            var cursor = Cursor(bytes: utf8)
-            guard case .array(let items)? = cursor.value(depth: 0) else { return nil }
-            cursor.skipSpace()
-            return cursor.position == utf8.count ? items : nil
-        }
+        return text.withUTF8 { elements(utf8: $0) }
+    }
+
+    /// The same from UTF-8 bytes (a value read in place from a PostgreSQL result).
+    static func elements(utf8: UnsafeBufferPointer<UInt8>) -> [Element]? {
+        var cursor = Cursor(bytes: utf8)
+        guard case .array(let items)? = cursor.value(depth: 0) else { return nil }
+        cursor.skipSpace()
+        return cursor.position == utf8.count ? items : nil
     }
 
     /// The strings of a flat array (a `null` element is dropped); nil when `text` is not one.
     static func strings(_ text: String) -> [String]? {
-        guard let items = elements(text) else { return nil }
+        var text = text
+        return text.withUTF8 { strings(utf8: $0) }
+    }
+
+    /// The same from UTF-8 bytes.
+    static func strings(utf8: UnsafeBufferPointer<UInt8>) -> [String]? {
+        guard let items = elements(utf8: utf8) else { return nil }
         var strings: [String] = []
         strings.reserveCapacity(items.count)
         for item in items {

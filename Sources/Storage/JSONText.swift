@@ -252,24 +252,27 @@ enum UUIDText {
     /// The uuid a 36-character hyphenated hex text (either case) spells; nil when it is not one.
     static func parse(_ text: String) -> UUID? {
         var text = text
-        return text.withUTF8 { utf8 -> UUID? in
-            guard utf8.count == 36 else { return nil }
-            var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-            let parsed = withUnsafeMutableBytes(of: &raw) { out -> Bool in
-                var position = 0
-                for index in 0..<16 {
-                    if index == 4 || index == 6 || index == 8 || index == 10 {
-                        guard utf8[position] == UInt8(ascii: "-") else { return false }
-                        position += 1
-                    }
-                    guard let high = nibble(utf8[position]), let low = nibble(utf8[position + 1]) else { return false }
-                    out[index] = high << 4 | low
-                    position += 2
+        return text.withUTF8 { parse(utf8: $0) }
+    }
+
+    /// The same from UTF-8 bytes (a value read in place from a PostgreSQL result).
+    static func parse(utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
+        guard utf8.count == 36 else { return nil }
+        var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        let parsed = withUnsafeMutableBytes(of: &raw) { out -> Bool in
+            var position = 0
+            for index in 0..<16 {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    guard utf8[position] == UInt8(ascii: "-") else { return false }
+                    position += 1
                 }
-                return true
+                guard let high = nibble(utf8[position]), let low = nibble(utf8[position + 1]) else { return false }
+                out[index] = high << 4 | low
+                position += 2
             }
-            return parsed ? UUID(uuid: raw) : nil
+            return true
         }
+        return parsed ? UUID(uuid: raw) : nil
     }
 
     private static func nibble(_ byte: UInt8) -> UInt8? {

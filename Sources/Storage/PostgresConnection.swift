@@ -128,16 +128,60 @@ public final class PostgresConnection {
 
     /// The rows of a result, or its error (the result is freed either way).
     func rows(of result: OpaquePointer?) throws(PostgresError) -> PostgresRows {
+        let result = try succeeded(result)
+        defer { PQclear(result) }
+        return PostgresRows(result: result)
+    }
+
+    /// Runs one statement and hands its rows to `body` as they lie in libpq's result, without a
+    /// copy or a String per value (a page of a million bindings at start-up); the result is freed
+    /// when `body` returns, so nothing of `PostgresResultView` may outlive it.
+    func query<T>(_ sql: String, _ parameters: PostgresParameters, reading body: (PostgresResultView) throws -> T) throws -> T {
+        statementsSent.add(1, ordering: .relaxed)
+        let result = try succeeded(
+            parameters.withValuePointers { values, count in
+                PQexecParams(connection, sql, count, nil, values, nil, nil, 0)
+            })
+        defer { PQclear(result) }
+        return try body(PostgresResultView(result: result))
+    }
+
+    /// Sends one statement without waiting for its answer, which `receive(reading:)` reads: the
+    /// caller works while PostgreSQL runs it (the start-up decodes a page of bindings while the
+    /// next one is read). One statement at a time; the next `query` drops an answer not read.
+    func send(_ sql: String, _ parameters: PostgresParameters) throws(PostgresError) {
+        statementsSent.add(1, ordering: .relaxed)
+        let sent = parameters.withValuePointers { values, count in
+            PQsendQueryParams(connection, sql, count, nil, values, nil, nil, 0)
+        }
+        guard sent == 1 else {
+            throw PostgresError(kind: .connection, message: "PostgreSQL at \(endpoint): cannot send a statement: \(lastErrorLine)")
+        }
+    }
+
+    /// The answer of the statement `send` sent (blocking until it is in), handed to `body` as
+    /// `query(_:_:reading:)` hands it.
+    func receive<T>(reading body: (PostgresResultView) throws -> T) throws -> T {
+        let first = PQgetResult(connection)
+        // A statement's answer ends with a nil result.
+        while let extra = PQgetResult(connection) { PQclear(extra) }
+        let result = try succeeded(first)
+        defer { PQclear(result) }
+        return try body(PostgresResultView(result: result))
+    }
+
+    /// A result that succeeded, or its error (a failed one is freed). The caller frees the result.
+    private func succeeded(_ result: OpaquePointer?) throws(PostgresError) -> OpaquePointer {
         guard let result else {
             throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(PostgresConnection.firstLine(of: PQerrorMessage(connection)))")
         }
-        defer { PQclear(result) }
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
-            return PostgresRows(result: result)
+            return result
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = PostgresConnection.firstLine(of: PQresultErrorMessage(result))
+            PQclear(result)
             throw PostgresError(kind: .query, message: "PostgreSQL at \(endpoint): \(message)", sqlState: state)
         }
     }
@@ -249,6 +293,59 @@ public struct PostgresRows: Sendable {
     public func value(_ row: Int, _ column: String) -> String? {
         guard let index = columns.firstIndex(of: column) else { return nil }
         return rows[row][index]
+    }
+}
+
+/// The rows of a result as libpq holds them (text format): each value's bytes, read in place.
+/// Only valid inside `PostgresConnection.query(_:_:reading:)`'s body, which frees the result after.
+///
+/// Threading: read-only; several threads may read one view at once (libpq's result is not changed
+/// by reading it).
+struct PostgresResultView: @unchecked Sendable {
+    // @unchecked: the result is only read, and outlives every use of the view (see above).
+    private let result: OpaquePointer
+    /// The rows and the columns of each.
+    let count: Int
+    let columnCount: Int
+
+    fileprivate init(result: OpaquePointer) {
+        self.result = result
+        count = Int(PQntuples(result))
+        columnCount = Int(PQnfields(result))
+    }
+
+    /// The bytes of one value, without its terminating NUL (which libpq keeps after them); nil
+    /// for SQL NULL.
+    func bytes(_ row: Int, _ column: Int) -> UnsafeBufferPointer<UInt8>? {
+        guard PQgetisnull(result, Int32(row), Int32(column)) == 0, let value = PQgetvalue(result, Int32(row), Int32(column)) else {
+            return nil
+        }
+        let length = Int(PQgetlength(result, Int32(row), Int32(column)))
+        return UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: length)
+    }
+
+    /// One value as a String; nil for SQL NULL.
+    func string(_ row: Int, _ column: Int) -> String? {
+        bytes(row, column).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// One value read as a number (Swift's own reading, correctly rounded, in any locale); nil for
+    /// SQL NULL or text that is not wholly a number.
+    func double(_ row: Int, _ column: Int) -> Double? {
+        string(row, column).flatMap { Double($0) }
+    }
+
+    /// One value read as a whole number (`strtoll` on libpq's NUL-terminated text); nil for SQL
+    /// NULL or text that is not wholly one.
+    func integer(_ row: Int, _ column: Int) -> Int64? {
+        guard PQgetisnull(result, Int32(row), Int32(column)) == 0, let text = PQgetvalue(result, Int32(row), Int32(column)) else {
+            return nil
+        }
+        let length = Int(PQgetlength(result, Int32(row), Int32(column)))
+        guard length > 0 else { return nil }
+        var end: UnsafeMutablePointer<CChar>?
+        let value = Int64(strtoll(text, &end, 10))
+        return end == text + length ? value : nil
     }
 }
 
