@@ -283,7 +283,9 @@ struct PushScenarioTests {
             Issue.record("expected a timeout, got \(outcome)")
             return
         }
-        #expect(elapsed >= .milliseconds(700) && elapsed < .seconds(3), "\(elapsed)")
+        // The stand-in never answers and the ring lives 30 s: only the 0.8 s push timeout can end the wait
+        // this early. The upper bound is loose on purpose (a loaded CI machine under TSan is slow to connect).
+        #expect(elapsed >= .milliseconds(700) && elapsed < .seconds(20), "\(elapsed)")
         #expect(outcome.description.contains("failed (timeout)"), "\(outcome)")
         // The connection still serves the next push.
         #expect(await service.sendRing(call, to: PushChannel(provider: .apns, token: apnsToken("0126"), param: nil, kind: .voip), expiresAt: Date().addingTimeInterval(30)).isAccepted)
