@@ -58,37 +58,54 @@ final class RegistrarShard: @unchecked Sendable {
         self.writesMade = writesMade
     }
 
-    /// `to`: the request's To, parsed (`request.to`).
+    /// `to`: the request's To, parsed (`request.to`). Decided on the caller's thread, holding the
+    /// shard's queue (`queue.sync`: an idle queue runs the block in place, so a REGISTER costs no
+    /// thread wake-up; a busy one makes the caller wait for its current block, which only computes).
+    /// An answer that needs no write is sent once the queue is released; one after a write comes
+    /// from the store's completion.
     func handleRegister(_ request: SIPRequest, to: SIPNameAddress?, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
-        queue.async { [self] in
-            let decision = core.register(request, to: to, flow: flow, now: clock())
-            switch decision {
+        let immediate: SIPResponse? = queue.sync {
+            switch core.register(request, to: to, flow: flow, now: clock()) {
             case .respond(let response):
-                respond(response)
+                return response
             case .commit(let changes, let events, let response, let previous):
-                for (aor, list) in previous { unwritten[aor, default: UnwrittenChanges(before: list)].count() }
-                defer {
-                    // Counted once the write is out, so a mark that includes it was taken after it.
-                    let written = writesMade.next()
-                    for aor in previous.keys { lastWrite[aor] = written }
+                commit(changes, of: request, events: events, response: response, previous: previous, respond: respond)
+                return nil
+            }
+        }
+        if let immediate { respond(immediate) }
+    }
+
+    /// On `queue`: hands a REGISTER's changes to the store and answers once it has them: the 200,
+    /// then the events, or a 503 that a restart cannot contradict. After a 200 the shard's
+    /// bookkeeping of the write (`writeAnswered`, which changes the index only after a failure)
+    /// and the events take one hop back to `queue` together.
+    private func commit(
+        _ changes: [BindingChange], of request: SIPRequest, events: [BindingEvent], response: SIPResponse, previous: [AddressOfRecord: [Binding]],
+        respond: @escaping @Sendable (SIPResponse) -> Void
+    ) {
+        for (aor, list) in previous { unwritten[aor, default: UnwrittenChanges(before: list)].count() }
+        defer {
+            // Counted once the write is out, so a mark that includes it was taken after it.
+            let written = writesMade.next()
+            for aor in previous.keys { lastWrite[aor] = written }
+        }
+        store.apply(changes) { [self] result in
+            switch result {
+            case .success:
+                respond(response)
+                queue.async { [self] in
+                    writeAnswered(previous.keys, failed: false)
+                    deliver(events)
                 }
-                store.apply(changes) { [self] result in
-                    let failed: Bool
-                    if case .failure = result { failed = true } else { failed = false }
-                    // Before the answer, so whoever reads the index after it sees it put right.
-                    queue.async { [self] in writeAnswered(previous.keys, failed: failed) }
-                    switch result {
-                    case .success:
-                        respond(response)
-                        publish(events)
-                    case .failure:
-                        // Never a 200 that a restart would forget: ask the phone to try again shortly
-                        // (the index is put right below, once no other write of the extension is out).
-                        var unavailable = SIPResponse(replyingTo: request, statusCode: 503, toTag: RegistrarCore.tag(for: request))
-                        unavailable.headers.add(.retryAfter, "5")
-                        respond(unavailable)
-                    }
-                }
+            case .failure:
+                // Before the answer, so whoever reads the index after it sees it put right.
+                queue.async { [self] in writeAnswered(previous.keys, failed: true) }
+                // Never a 200 that a restart would forget: ask the phone to try again shortly
+                // (the index is put right below, once no other write of the extension is out).
+                var unavailable = SIPResponse(replyingTo: request, statusCode: 503, toTag: RegistrarCore.tag(for: request))
+                unavailable.headers.add(.retryAfter, "5")
+                respond(unavailable)
             }
         }
     }
@@ -216,10 +233,14 @@ final class RegistrarShard: @unchecked Sendable {
     }
 
     private func publish(_ events: [BindingEvent]) {
-        queue.async { [self] in
-            for event in events {
-                for subscriber in subscribers { subscriber(event) }
-            }
+        guard !events.isEmpty else { return }
+        queue.async { [self] in deliver(events) }
+    }
+
+    /// On `queue`: gives each event to every subscriber.
+    private func deliver(_ events: [BindingEvent]) {
+        for event in events {
+            for subscriber in subscribers { subscriber(event) }
         }
     }
 }
