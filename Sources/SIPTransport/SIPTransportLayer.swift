@@ -53,6 +53,8 @@ public final class SIPTransportLayer: Sendable {
     private let onFlowClosed: (@Sendable (FlowID, FlowCloseReason) -> Void)?
     private let state = Locked(State.idle)
     private let openConnections = OpenConnections()
+    /// Every loop's UDP sockets, while running: datagrams are sent on the caller's thread.
+    private let datagrams = DatagramSockets()
 
     /// - Parameters:
     ///   - listen: the points to bind, exactly as listed.
@@ -101,6 +103,7 @@ public final class SIPTransportLayer: Sendable {
                 do throws(SIPTransportError) {
                     let (shards, bound) = try bindShards(serverTLS: serverTLS, clientTLS: clientTLS)
                     try startLoops(shards)
+                    datagrams.open(shards.map(\.core.datagramSockets))
                     state = .running(shards, bound)
                     return
                 } catch {
@@ -166,6 +169,7 @@ public final class SIPTransportLayer: Sendable {
             return nil
         }
         guard let shards = running else { return }
+        datagrams.close()
         let current = shards.first { $0.loop.inLoopThread }
         for shard in shards where shard.loop !== current?.loop {
             shard.loop.stop { shard.core.shutDown() }
@@ -174,27 +178,38 @@ public final class SIPTransportLayer: Sendable {
     }
 
     /// Sends `bytes` back over `flow`: the same UDP socket to the same peer, or the same TCP/TLS
-    /// connection. Fails with `flowNotOpen` when the connection is gone. Returns at once.
+    /// connection. Fails with `flowNotOpen` when the connection is gone. Returns at once: a
+    /// datagram is sent on the caller's thread (`completion` runs there), a connection's bytes on
+    /// its loop (`completion` runs on the loop thread).
     public func send(_ bytes: [UInt8], over flow: FlowID, completion: SendCompletion? = nil) {
-        guard let shards = runningShards() else {
-            completion?(.failure(.notRunning))
-            return
+        switch flow.key {
+        case .datagram(let socket, let peer):
+            let result = flow.transport == .udp
+                ? datagrams.send(bytes, loop: shardIndex(of: flow), socket: socket, to: peer) ?? .failure(.notRunning)
+                : .failure(.flowNotOpen(flow))
+            completion?(result)
+        case .connection(let number):
+            let shard = runningShards().map { $0[shardIndex(of: flow)] }
+            let accepted = shard.map { shard in
+                shard.loop.execute { shard.core.send(bytes, overConnection: number, transport: flow.transport, completion: completion) }
+            } ?? false
+            if !accepted { completion?(.failure(.notRunning)) }
         }
-        let shard = shards[shardIndex(of: flow)]
-        let accepted = shard.loop.execute { shard.core.send(bytes, over: flow, completion: completion) }
-        if !accepted { completion?(.failure(.notRunning)) }
     }
 
-    /// Sends `bytes` to `address`: UDP from the listening socket of its family; TCP/TLS over an open
-    /// connection to that address, else over a new one (connected without blocking, the bytes wait
-    /// for it). Returns at once.
+    /// Sends `bytes` to `address`: UDP from the listening socket of its family, on the caller's
+    /// thread; TCP/TLS over an open connection to that address, else over a new one (connected
+    /// without blocking, the bytes wait for it), on its loop. Returns at once.
     public func send(_ bytes: [UInt8], to address: SocketAddress, transport: SIPTransportKind, completion: SendCompletion? = nil) {
-        guard let shards = runningShards() else {
-            completion?(.failure(.notRunning))
+        let index = shardIndex(to: address, transport: transport)
+        guard transport.isReliable else {
+            completion?(datagrams.send(bytes, loop: index, to: address) ?? .failure(.notRunning))
             return
         }
-        let shard = shards[shardIndex(to: address, transport: transport)]
-        let accepted = shard.loop.execute { shard.core.send(bytes, to: address, transport: transport, completion: completion) }
+        let shard = runningShards().map { $0[index] }
+        let accepted = shard.map { shard in
+            shard.loop.execute { shard.core.send(bytes, to: address, transport: transport, completion: completion) }
+        } ?? false
         if !accepted { completion?(.failure(.notRunning)) }
     }
 

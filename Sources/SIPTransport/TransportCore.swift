@@ -202,7 +202,7 @@ final class TransportCore: @unchecked Sendable {
             // RFC 5626 §8: a STUN Binding request on the SIP port is a keep-alive, answered here.
             if STUNMessage.looksLikeSTUN(bytes) {
                 if let answer = STUNKeepAliveResponder.response(to: bytes, fromIP: source.ipBytes, port: source.port) {
-                    _ = sendDatagram(answer, socket: index, to: source)
+                    _ = DatagramSockets.send(answer, fd: udpSockets[index].socket.fd, socket: index, to: source)
                 }
                 continue
             }
@@ -211,16 +211,9 @@ final class TransportCore: @unchecked Sendable {
         }
     }
 
-    private func sendDatagram(_ bytes: [UInt8], socket index: Int, to peer: SocketAddress) -> Result<FlowID, SIPTransportError> {
-        let fd = udpSockets[index].socket.fd
-        while true {
-            let sent = peer.withSockAddr { address, length in
-                bytes.withUnsafeBytes { Glibc.sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, length) }
-            }
-            if sent >= 0 { return .success(FlowID(.datagram(socket: index, peer: peer), transport: .udp)) }
-            if errno == EINTR { continue }
-            return .failure(.io("sendto \(peer): \(errnoText())"))
-        }
+    /// Its UDP sockets, for `DatagramSockets`: the layer sends datagrams from any thread.
+    var datagramSockets: [DatagramSockets.Socket] {
+        udpSockets.map { DatagramSockets.Socket(fd: $0.socket.fd, isIPv6: $0.point.isIPv6) }
     }
 
     // MARK: TCP and TLS
@@ -368,39 +361,23 @@ final class TransportCore: @unchecked Sendable {
 
     // MARK: sending (loop thread)
 
-    func send(_ bytes: [UInt8], over flow: FlowID, completion: SIPTransportLayer.SendCompletion?) {
+    /// Sends over TCP/TLS connection `number` (UDP flows are sent by `DatagramSockets`, off the loop).
+    func send(_ bytes: [UInt8], overConnection number: UInt64, transport: SIPTransportKind, completion: SIPTransportLayer.SendCompletion?) {
         guard !isShutDown else {
             completion?(.failure(.notRunning))
             return
         }
-        switch flow.key {
-        case .datagram(let index, let peer):
-            guard index < udpSockets.count, flow.transport == .udp else {
-                completion?(.failure(.flowNotOpen(flow)))
-                return
-            }
-            let result = sendDatagram(bytes, socket: index, to: peer)
-            completion?(result)
-        case .connection(let number):
-            guard let connection = connections[number], connection.transport == flow.transport else {
-                completion?(.failure(.flowNotOpen(flow)))
-                return
-            }
-            connection.write(bytes, completion: completion)
+        guard let connection = connections[number], connection.transport == transport else {
+            completion?(.failure(.flowNotOpen(FlowID(.connection(number), transport: transport))))
+            return
         }
+        connection.write(bytes, completion: completion)
     }
 
+    /// Sends over an open TCP/TLS connection to `address`, else over a new one.
     func send(_ bytes: [UInt8], to address: SocketAddress, transport: SIPTransportKind, completion: SIPTransportLayer.SendCompletion?) {
         guard !isShutDown else {
             completion?(.failure(.notRunning))
-            return
-        }
-        if transport == .udp {
-            guard let index = udpSockets.firstIndex(where: { $0.point.isIPv6 == address.isIPv6 }) else {
-                completion?(.failure(.noSocket(.udp, address)))
-                return
-            }
-            completion?(sendDatagram(bytes, socket: index, to: address))
             return
         }
         if let connection = openConnection(to: address, transport: transport) {
