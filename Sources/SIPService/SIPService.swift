@@ -274,10 +274,10 @@ public final class SIPService: Sendable {
     func bindingFlow(_ flow: FlowID, request: SIPRequest) -> BindingFlow {
         // Only TCP/TLS connections are in the table (`ConnectionTable.note`): a UDP flow is its peer.
         let (source, local) = flow.isReliable ? connections.endpoints(of: flow) ?? (flow.datagramPeer, nil) : (flow.datagramPeer, nil)
-        let point = local ?? listeningPoints.first { $0.transport == flow.transport }
+        let address = local.map(localAddresses.address) ?? localAddresses.firstAddress(of: flow.transport) { listeningPoints }
         return BindingFlow(
             transport: flow.transport, source: source, connectionID: FlowConnectionID(flow.description),
-            local: point.flatMap(localAddresses.address), instanceID: instanceID)
+            local: address, instanceID: instanceID)
     }
 
     /// Whether a binding can be reached now, from this instance: over its own flow (a UDP flow
@@ -417,10 +417,31 @@ final class ListenAddresses: @unchecked Sendable {
     private let lock = NSLock()
     private var addresses: [ListenPoint: SocketAddress?] = [:]
 
+    /// The address of the first bound point of each transport (the local end of a UDP binding),
+    /// kept once the points are bound: a REGISTER reads it without copying or hashing the points.
+    private var firstByTransport: [SIPTransportKind: SocketAddress?] = [:]
+
     /// The point's address; nil when its host is not an IP literal.
     func address(_ point: ListenPoint) -> SocketAddress? {
         lock.lock()
         defer { lock.unlock() }
+        return addressHoldingLock(point)
+    }
+
+    /// The address of the first of `bound` (the points bound now) of `transport`; nil when none is
+    /// bound or its host is not an IP literal.
+    func firstAddress(of transport: SIPTransportKind, bound: () -> [ListenPoint]) -> SocketAddress? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let known = firstByTransport[transport] { return known }
+        let points = bound()
+        guard !points.isEmpty else { return nil }
+        let address = points.first { $0.transport == transport }.flatMap(addressHoldingLock)
+        firstByTransport[transport] = .some(address)
+        return address
+    }
+
+    private func addressHoldingLock(_ point: ListenPoint) -> SocketAddress? {
         if let known = addresses[point] { return known }
         let address = try? SocketAddress(ip: point.host, port: point.port)
         addresses[point] = .some(address)
