@@ -93,18 +93,25 @@ public struct DigestCredentials: Hashable, Sendable {
         var result = DigestCredentials()
         var start = whole.lowerBound + 7
         while start <= whole.upperBound {
-            let end = SIPHeaderValueScanner.listElementEnd(bytes, start..<whole.upperBound)
-            defer { start = end + 1 }
-            let element = SIPHeaderValueScanner.trim(bytes, start..<end)
-            if element.isEmpty { continue }
-            guard let eq = (element.lowerBound..<element.upperBound).first(where: { bytes[$0] == UInt8(ascii: "=") }) else { return nil }
-            let name = SIPHeaderValueScanner.trim(bytes, element.lowerBound..<eq)
-            let valueRange = SIPHeaderValueScanner.trim(bytes, eq + 1..<element.upperBound)
-            guard !name.isEmpty else { return nil }
+            let element = scanElement(bytes, start..<whole.upperBound)
+            defer { start = element.end + 1 }
+            var lower = start
+            while lower < element.end, isWhitespace(bytes[lower]) { lower += 1 }
+            guard lower < element.end else { continue }  // an empty element
+            guard let eq = element.equals else { return nil }
+            var upper = element.end
+            while upper > eq + 1, isWhitespace(bytes[upper - 1]) { upper -= 1 }
+            var nameEnd = eq
+            while nameEnd > lower, isWhitespace(bytes[nameEnd - 1]) { nameEnd -= 1 }
+            guard nameEnd > lower else { return nil }
+            let name = lower..<nameEnd
+            var valueStart = eq + 1
+            while valueStart < upper, isWhitespace(bytes[valueStart]) { valueStart += 1 }
             let value: Span
-            if valueRange.count >= 2, bytes[valueRange.lowerBound] == UInt8(ascii: "\""), bytes[valueRange.upperBound - 1] == UInt8(ascii: "\"") {
-                let content = valueRange.lowerBound + 1..<valueRange.upperBound - 1
-                if content.contains(where: { bytes[$0] == UInt8(ascii: "\\") }) {
+            if upper - valueStart >= 2, bytes[valueStart] == UInt8(ascii: "\""), bytes[upper - 1] == UInt8(ascii: "\"") {
+                let content = valueStart + 1..<upper - 1
+                // A backslash after the `=` lies inside the quotes: all else there is whitespace.
+                if element.escapes {
                     let from = bytes.count + escaped.count
                     unescape(bytes, content, into: &escaped)
                     value = Span(from..<bytes.count + escaped.count)
@@ -112,7 +119,7 @@ public struct DigestCredentials: Hashable, Sendable {
                     value = Span(content)
                 }
             } else {
-                value = Span(valueRange)
+                value = Span(valueStart..<upper)
             }
             if let known = knownIndex(bytes, name) {
                 guard result.fields[known] == nil else { return nil }
@@ -228,6 +235,49 @@ public struct DigestCredentials: Hashable, Sendable {
     }
 
     // MARK: Bytes
+
+    /// One element of the parameter list from `range.lowerBound`, in one pass: where it ends (the
+    /// first comma outside quotes and angle brackets, as `SIPHeaderValueScanner.listElementEnd`
+    /// finds it), its first `=` (wherever it is), and whether a backslash follows that `=`.
+    private static func scanElement(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> (end: Int, equals: Int?, escapes: Bool) {
+        var equals: Int?
+        var escapes = false
+        var inQuotes = false
+        var angle = 0
+        var i = range.lowerBound
+        while i < range.upperBound {
+            let c = bytes[i]
+            if c == UInt8(ascii: "=") {
+                if equals == nil { equals = i }
+            } else if c == UInt8(ascii: "\\") {
+                if equals != nil { escapes = true }
+                if inQuotes {
+                    // The escaped byte is skipped for quotes and commas, not for the first `=`.
+                    if equals == nil, i + 1 < range.upperBound, bytes[i + 1] == UInt8(ascii: "=") { equals = i + 1 }
+                    i += 2
+                    continue
+                }
+            } else if inQuotes {
+                if c == UInt8(ascii: "\"") { inQuotes = false }
+            } else {
+                switch c {
+                case UInt8(ascii: "\""): inQuotes = true
+                case UInt8(ascii: "<"): angle += 1
+                case UInt8(ascii: ">"): if angle > 0 { angle -= 1 }
+                case UInt8(ascii: ","): if angle == 0 { return (i, equals, escapes) }
+                default: break
+                }
+            }
+            i += 1
+        }
+        return (range.upperBound, equals, escapes)
+    }
+
+    /// SP, HTAB, CR or LF (what `SIPHeaderValueScanner.trim` trims).
+    @inline(__always)
+    private static func isWhitespace(_ c: UInt8) -> Bool {
+        c == 0x20 || c == 0x09 || c == 0x0D || c == 0x0A
+    }
 
     private static func unescape(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, into out: inout [UInt8]) {
         var i = range.lowerBound
@@ -387,9 +437,9 @@ public final class DigestAuthenticator: @unchecked Sendable {
         ha2.update(byte: colon)
         ha2.update(part(uri))
         let ha2Digest = ha2.finish()
-        var expected = DigestStream(algorithm)
+        let ha1: DigestOutput
         if let stored {
-            expected.update(hexOf: stored.ha1Digest(for: algorithm))
+            ha1 = stored.ha1Digest(for: algorithm)
         } else {
             var standIn = DigestStream(algorithm)
             standIn.update(part(number))
@@ -397,8 +447,11 @@ public final class DigestAuthenticator: @unchecked Sendable {
             standIn.update(realm)
             standIn.update(byte: colon)
             standIn.update(unknownExtensionSalt)
-            expected.update(hexOf: standIn.finish())
+            ha1 = standIn.finish()
         }
+        // Each hash is finished before the next begins, so all reuse the thread's spare context.
+        var expected = DigestStream(algorithm)
+        expected.update(hexOf: ha1)
         expected.update(byte: colon)
         expected.update(part(nonce))
         expected.update(byte: colon)
@@ -418,12 +471,28 @@ public final class DigestAuthenticator: @unchecked Sendable {
         guard let issued = nonceIssue(UnsafeBufferPointer(rebasing: bytes[nonce.range])) else { return .rejected }
         if now.timeIntervalSince(issued.time) > nonceLifetime || issued.time.timeIntervalSince(now) > 60 { return .stale }
         if answer.qop != nil, let nc = answer.nc {
-            guard let count = UInt32(String(decoding: part(nc), as: UTF8.self), radix: 16),
+            guard let count = DigestAuthenticator.nonceCount(part(nc)),
                 acceptCount(count, for: issued.key, mac: issued.mac, issued: issued.time, now: now)
             else { return .rejected }
         }
         return .authenticated(aor)
     }
+    /// The nonce count `nc` (hex), read as `UInt32(text, radix: 16)` reads it (one optional sign;
+    /// `-` only before zero), straight from the header's bytes.
+    static func nonceCount(_ text: UnsafeRawBufferPointer) -> UInt32? {
+        var index = 0
+        let negative = text.first == UInt8(ascii: "-")
+        if negative || text.first == UInt8(ascii: "+") { index = 1 }
+        guard index < text.count else { return nil }
+        var value: UInt32 = 0
+        while index < text.count {
+            guard let digit = Hex.value(text[index]), value <= UInt32.max >> 4 else { return nil }
+            value = value << 4 | UInt32(digit)
+            index += 1
+        }
+        return negative && value != 0 ? nil : value
+    }
+
     /// hex(issue time in ms, 8 bytes) + hex(8 random bytes) + hex(HMAC prefix, 16 bytes).
     func makeNonce(now: Date) -> String {
         var body: [UInt8] = []
