@@ -39,10 +39,13 @@ public struct DigestOutput: Sendable, Equatable {
     /// Writes lower-case hex into `out` (at least `2 * count` bytes); returns the bytes written.
     @discardableResult
     public func writeHex(into out: UnsafeMutableRawBufferPointer) -> Int {
+        precondition(out.count >= 2 * count, "room for the hex of the digest")
         withUnsafeBytes { digest in
-            for (index, byte) in digest.enumerated() {
-                out[2 * index] = Hex.digit(byte >> 4)
-                out[2 * index + 1] = Hex.digit(byte & 0x0F)
+            var at = 0
+            for byte in digest {
+                out.storeBytes(of: Hex.digit(byte >> 4), toByteOffset: at, as: UInt8.self)
+                out.storeBytes(of: Hex.digit(byte & 0x0F), toByteOffset: at + 1, as: UInt8.self)
+                at += 2
             }
         }
         return count * 2

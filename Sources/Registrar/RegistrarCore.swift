@@ -557,14 +557,34 @@ public struct RegistrarCore: Sendable {
 
     /// A binding as a 200 lists it (RFC 3261 §10.3 step 8): `<uri>;expires=N`, then q,
     /// `+sip.instance` and reg-id when it has them. `contact` is the URI as `SIPURI.description`
-    /// wrote it when the binding was made. Appended piece by piece into one String.
+    /// wrote it when the binding was made. `<uri>;expires=N` is written as bytes straight into the
+    /// String's storage (one allocation); the parameters only some bindings have are appended.
     static func contactValue(_ binding: Binding, now: Date) -> String {
-        var value = ""
-        value.reserveCapacity(binding.contact.utf8.count + 24 + (binding.instance.map { $0.utf8.count + 18 } ?? 0))
-        value.append("<")
-        value.append(binding.contact)
-        value.append(">;expires=")
-        value.append(String(binding.remainingSeconds(at: now)))
+        var contact = binding.contact
+        let seconds = binding.remainingSeconds(at: now)  // never negative
+        let extra = binding.instance.map { $0.utf8.count + 40 } ?? 0
+        var value = contact.withUTF8 { uri in
+            String(unsafeUninitializedCapacity: uri.count + 32 + extra) { out in
+                var at = 0
+                func put(_ byte: UInt8) {
+                    out[at] = byte
+                    at += 1
+                }
+                put(UInt8(ascii: "<"))
+                if let base = uri.baseAddress, let start = out.baseAddress {
+                    UnsafeMutableRawPointer(start + at).copyMemory(from: base, byteCount: uri.count)
+                    at += uri.count
+                }
+                for byte in ">;expires=".utf8 { put(byte) }
+                var divisor = 1
+                while divisor <= seconds / 10 { divisor *= 10 }
+                while divisor > 0 {
+                    put(UInt8(ascii: "0") + UInt8(truncatingIfNeeded: seconds / divisor % 10))
+                    divisor /= 10
+                }
+                return at
+            }
+        }
         if let q = binding.q {
             value.append(";q=")
             value.append(String(q))
@@ -619,7 +639,7 @@ public struct RegistrarCore: Sendable {
     /// `text.lowercased()`, without a new String when the text is ASCII with no capitals (a host
     /// as phones send it).
     static func lowercased(_ text: String) -> String {
-        text.utf8.allSatisfy { $0 < 0x80 && !($0 >= 0x41 && $0 <= 0x5A) } ? text : text.lowercased()
+        AddressOfRecord.isLowercaseASCII(text) ? text : text.lowercased()
     }
 
     /// An RFC 1123 date for the Date header (RFC 3261 §20.17), built by hand: a DateFormatter per
