@@ -99,12 +99,13 @@ final class RegistrarShard: @unchecked Sendable {
     /// only its own would keep the earlier failed change), else read back from the store.
     private func writeAnswered(_ aors: some Sequence<AddressOfRecord>, failed: Bool) {
         for aor in aors {
-            guard var chain = unwritten[aor] else { continue }
-            chain.outstanding -= 1
-            if failed { chain.failures += 1 }
-            unwritten[aor] = chain.outstanding == 0 ? nil : chain
-            guard chain.outstanding == 0 else { continue }
-            let readAgain = readAgainAfterWrites.remove(aor) != nil
+            // One hash of the extension's address: the entry is changed in place, through its index.
+            guard let index = unwritten.index(forKey: aor) else { continue }
+            unwritten.values[index].outstanding -= 1
+            if failed { unwritten.values[index].failures += 1 }
+            guard unwritten.values[index].outstanding == 0 else { continue }
+            let chain = unwritten.remove(at: index).value
+            let readAgain = !readAgainAfterWrites.isEmpty && readAgainAfterWrites.remove(aor) != nil
             if chain.failures > 0 && chain.failures == chain.made {
                 core.replace(aor, with: chain.before)
             }
