@@ -567,8 +567,13 @@ public final class DigestAuthenticator: @unchecked Sendable {
             seenCounts = seenCounts.filter { $0.value.issued >= oldest }
             lastPurge = now
         }
-        if let last = seenCounts[nonce], count <= last.count { return false }
-        seenCounts[nonce] = (count, issued, mac)
+        // A nonce seen before (every refresh) is found and updated through one hash of its key.
+        if let index = seenCounts.index(forKey: nonce) {
+            guard count > seenCounts.values[index].count else { return false }
+            seenCounts.values[index] = (count, issued, mac)
+        } else {
+            seenCounts[nonce] = (count, issued, mac)
+        }
         return true
     }
 }

@@ -105,6 +105,26 @@ final class DigestCredentialsTests: XCTestCase {
         XCTAssertEqual(credentials.realm, "r")
     }
 
+    func testElementsSplitWhereTheFirstEqualsAndTheQuotesSay() throws {
+        let escapedEquals = try XCTUnwrap(DigestCredentials(header: #"Digest "x\=y"=1, realm=r"#))
+        XCTAssertEqual(escapedEquals.parameters[#""x\"#], #"y"=1"#, "the first = names the parameter, even one escaped in quotes")
+        let trailingEscape = try XCTUnwrap(DigestCredentials(header: #"Digest realm="a"\"b", nonce = "n" "#))
+        XCTAssertEqual(trailingEscape.realm, #"a""b"#, "a backslash between the outer quotes is unescaped")
+        XCTAssertEqual(trailingEscape.nonce, "n")
+        let angles = try XCTUnwrap(DigestCredentials(header: "Digest uri=<sip:a,b>, realm=x,"))
+        XCTAssertEqual(angles.uri, "<sip:a,b>", "no split inside angle brackets")
+        XCTAssertEqual(angles.realm, "x")
+        let unquoted = try XCTUnwrap(DigestCredentials(header: #"Digest username="a\=b"=c"#))
+        XCTAssertEqual(unquoted.username, #""a\=b"=c"#, "a value not wholly quoted is kept as written")
+    }
+
+    func testNonceCountsReadAsHexadecimalUInt32() {
+        for text in ["00000001", "0000000a", "FfFfFfFf", "100000000", "", "+", "-", "+1", "-0", "-1", "0x1", " 1", "1 ", "000000000000000000002", "g"] {
+            let parsed = Array(text.utf8).withUnsafeBytes { DigestAuthenticator.nonceCount($0) }
+            XCTAssertEqual(parsed, UInt32(text, radix: 16), "nc=\(text)")
+        }
+    }
+
     func testRealmComparisons() throws {
         func realm(_ text: String) throws -> DigestCredentials { try XCTUnwrap(DigestCredentials(header: "Digest realm=\"\(text)\"")) }
         XCTAssertTrue(try realm("Example.COM").realmLowercasedEquals("example.com"))
