@@ -290,22 +290,37 @@ public struct DigestCredentials: Hashable, Sendable {
 
     /// The index in `knownNames` of the name in `range` (any ASCII case), nil for another name:
     /// its length and first letter pick the one candidate, which is then compared in full.
+    /// The candidate's first 8 bytes, folded to lower case, are compared as one word with its name's.
     private static func knownIndex(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int? {
-        let candidate: (index: Int, name: StaticString)
+        let candidate: Int
         switch (range.count, bytes[range.lowerBound] | 0x20) {
-        case (8, UInt8(ascii: "u")): candidate = (0, "username")
-        case (5, UInt8(ascii: "r")): candidate = (1, "realm")
-        case (5, UInt8(ascii: "n")): candidate = (2, "nonce")
-        case (3, UInt8(ascii: "u")): candidate = (3, "uri")
-        case (8, UInt8(ascii: "r")): candidate = (4, "response")
-        case (6, UInt8(ascii: "c")): candidate = (5, "cnonce")
-        case (3, UInt8(ascii: "q")): candidate = (6, "qop")
-        case (2, UInt8(ascii: "n")): candidate = (7, "nc")
-        case (6, UInt8(ascii: "o")): candidate = (8, "opaque")
-        case (9, UInt8(ascii: "a")): candidate = (9, "algorithm")
+        case (8, UInt8(ascii: "u")): candidate = 0
+        case (5, UInt8(ascii: "r")): candidate = 1
+        case (5, UInt8(ascii: "n")): candidate = 2
+        case (3, UInt8(ascii: "u")): candidate = 3
+        case (8, UInt8(ascii: "r")): candidate = 4
+        case (6, UInt8(ascii: "c")): candidate = 5
+        case (3, UInt8(ascii: "q")): candidate = 6
+        case (2, UInt8(ascii: "n")): candidate = 7
+        case (6, UInt8(ascii: "o")): candidate = 8
+        case (9, UInt8(ascii: "a")): candidate = 9
         default: return nil
         }
-        return lowercasedEquals(bytes, range, candidate.name) ? candidate.index : nil
+        var word: UInt64 = 0
+        for offset in 0..<min(range.count, 8) {
+            let c = bytes[range.lowerBound + offset]
+            word |= UInt64(c >= 0x41 && c <= 0x5A ? c | 0x20 : c) << (8 * offset)
+        }
+        guard word == knownWords[candidate] else { return nil }
+        // Only `algorithm` is longer than a word: its ninth byte is an m.
+        return range.count <= 8 || bytes[range.lowerBound + 8] | 0x20 == UInt8(ascii: "m") ? candidate : nil
+    }
+
+    /// The first 8 bytes of each of `knownNames`, packed as `knownIndex` packs a candidate.
+    private static let knownWords: [UInt64] = knownNames.map { name in
+        var word: UInt64 = 0
+        for (offset, c) in name.utf8.prefix(8).enumerated() { word |= UInt64(c) << (8 * offset) }
+        return word
     }
 
     /// Whether the bytes in `range` are `lowercase` (ASCII letters in any case).

@@ -273,10 +273,21 @@ public final class Registrar: ExtensionDirectory, Sendable {
     static func shardIndex(of aor: AddressOfRecord, among count: Int) -> Int {
         guard count > 1 else { return 0 }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in aor.number.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        fnv1a(&hash, aor.number)
         hash = (hash ^ 0x40) &* 0x100_0000_01b3
-        for byte in aor.domain.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        fnv1a(&hash, aor.domain)
         return Int(hash % UInt64(count))
+    }
+
+    /// Feeds a text's UTF-8 bytes to an FNV-1a hash, read from its storage (iterating `utf8`
+    /// cost several times the hash).
+    private static func fnv1a(_ hash: inout UInt64, _ text: String) {
+        var text = text
+        hash = text.withUTF8 { bytes in
+            var value = hash
+            for byte in bytes { value = (value ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            return value
+        }
     }
 
     private func shard(of aor: AddressOfRecord) -> RegistrarShard { shards[shardIndex(of: aor)] }

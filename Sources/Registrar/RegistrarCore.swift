@@ -624,10 +624,14 @@ public struct RegistrarCore: Sendable {
     }
 
     /// `tag(for:)` of a request with this Call-ID and CSeq number: the hash of `"<call-id> <cseq>"`,
-    /// its bytes fed one by one (no text is built).
+    /// its bytes fed one by one (no text is built; the Call-ID's read from its storage).
     static func tag(callID: String?, cseq: UInt32) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in (callID ?? "").utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        var text = callID ?? ""
+        var hash: UInt64 = text.withUTF8 { bytes in
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            return hash
+        }
         hash = (hash ^ UInt64(UInt8(ascii: " "))) &* 0x0000_0100_0000_01b3
         var divisor: UInt32 = 1
         while cseq / divisor >= 10 { divisor *= 10 }
