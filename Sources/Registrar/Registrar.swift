@@ -70,13 +70,13 @@ final class RegistrarShard: @unchecked Sendable {
                 defer {
                     // Counted once the write is out, so a mark that includes it was taken after it.
                     let written = writesMade.next()
-                    for aor in previous.keys { lastWrite[aor] = written }
+                    for (aor, _) in previous { lastWrite[aor] = written }
                 }
                 store.apply(changes) { [self] result in
                     let failed: Bool
                     if case .failure = result { failed = true } else { failed = false }
                     // Before the answer, so whoever reads the index after it sees it put right.
-                    queue.async { [self] in writeAnswered(previous.keys, failed: failed) }
+                    queue.async { [self] in writeAnswered(previous.lazy.map(\.aor), failed: failed) }
                     switch result {
                     case .success:
                         respond(response)

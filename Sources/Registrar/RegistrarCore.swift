@@ -8,7 +8,8 @@ public enum RegisterDecision: Sendable {
     case respond(SIPResponse)
     /// Make `changes` durable, then answer `response` (or 503 if the write fails, putting back
     /// `previous`); announce `events` once durable.
-    case commit(changes: [BindingChange], events: [BindingEvent], response: SIPResponse, previous: [AddressOfRecord: [Binding]])
+    /// `previous` holds each extension changed once (a list, not a dictionary: nearly always one).
+    case commit(changes: [BindingChange], events: [BindingEvent], response: SIPResponse, previous: [(aor: AddressOfRecord, bindings: [Binding])])
 }
 
 /// The registrar's logic (RFC 3261 §10.3, RFC 5626, RFC 8599, RFC 3327) over an in-memory index of
@@ -281,7 +282,7 @@ public struct RegistrarCore: Sendable {
         let headerExpires = request.expires
         // The extension's bindings before this REGISTER: looked up once, then handed on.
         let before = bindings[target] ?? []
-        let previous = [target: before]
+        let previous = [(aor: target, bindings: before)]
 
         if contacts.contains(.wildcard) {
             // RFC 3261 §10.3 step 6: `*` only alone and with Expires: 0.
@@ -408,7 +409,7 @@ public struct RegistrarCore: Sendable {
                 for ownerID in tokenOwners[key]?.ids ?? [] where ownerID != existing?.id {
                     guard var owner = binding(withID: ownerID) else { continue }
                     if owner.aor == target, let instance = item.address.instance, owner.instance == instance { continue }
-                    if previousAll[owner.aor] == nil { previousAll[owner.aor] = bindings[owner.aor] ?? [] }
+                    if !previousAll.contains(where: { $0.aor == owner.aor }) { previousAll.append((owner.aor, bindings[owner.aor] ?? [])) }
                     removeFromIndex(owner)
                     if owner.aor == target {
                         // A reinstall: the same token on a new binding replaces the older one.
