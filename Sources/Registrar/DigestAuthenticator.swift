@@ -194,14 +194,15 @@ public struct DigestCredentials: Hashable, Sendable {
         let ascii: Bool? = withBytes { bytes, _ in
             let given = UnsafeBufferPointer(rebasing: bytes[span.range])
             return domain.withUTF8 { lower in
-                for c in given where c >= 0x80 { return nil }
                 for c in lower where c >= 0x80 { return nil }
-                guard given.count == lower.count else { return false }
+                // One pass over the realm: any non-ASCII byte decides, else the folded comparison.
+                var equal = given.count == lower.count
                 for index in 0..<given.count {
                     let c = given[index]
-                    guard (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) == lower[index] else { return false }
+                    if c >= 0x80 { return nil }
+                    if equal, (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) != lower[index] { equal = false }
                 }
-                return true
+                return equal
             }
         }
         return ascii ?? (string(span)?.lowercased() == domain)
@@ -240,37 +241,42 @@ public struct DigestCredentials: Hashable, Sendable {
     /// first comma outside quotes and angle brackets, as `SIPHeaderValueScanner.listElementEnd`
     /// finds it), its first `=` (wherever it is), and whether a backslash follows that `=`.
     private static func scanElement(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> (end: Int, equals: Int?, escapes: Bool) {
+        let upper = range.upperBound
         var equals: Int?
         var escapes = false
-        var inQuotes = false
         var angle = 0
         var i = range.lowerBound
-        while i < range.upperBound {
-            let c = bytes[i]
-            if c == UInt8(ascii: "=") {
-                if equals == nil { equals = i }
-            } else if c == UInt8(ascii: "\\") {
-                if equals != nil { escapes = true }
-                if inQuotes {
-                    // The escaped byte is skipped for quotes and commas, not for the first `=`.
-                    if equals == nil, i + 1 < range.upperBound, bytes[i + 1] == UInt8(ascii: "=") { equals = i + 1 }
-                    i += 2
-                    continue
+        while i < upper {
+            switch bytes[i] {
+            case UInt8(ascii: "="): if equals == nil { equals = i }
+            case UInt8(ascii: "\\"): if equals != nil { escapes = true }
+            case UInt8(ascii: "\""):
+                // A quoted string, to its closing quote: an escaped byte is skipped for quotes and
+                // commas, not for the first `=`.
+                i += 1
+                while i < upper {
+                    let c = bytes[i]
+                    if c == UInt8(ascii: "\"") { break }
+                    if c == UInt8(ascii: "\\") {
+                        if equals != nil {
+                            escapes = true
+                        } else if i + 1 < upper, bytes[i + 1] == UInt8(ascii: "=") {
+                            equals = i + 1
+                        }
+                        i += 2
+                        continue
+                    }
+                    if c == UInt8(ascii: "="), equals == nil { equals = i }
+                    i += 1
                 }
-            } else if inQuotes {
-                if c == UInt8(ascii: "\"") { inQuotes = false }
-            } else {
-                switch c {
-                case UInt8(ascii: "\""): inQuotes = true
-                case UInt8(ascii: "<"): angle += 1
-                case UInt8(ascii: ">"): if angle > 0 { angle -= 1 }
-                case UInt8(ascii: ","): if angle == 0 { return (i, equals, escapes) }
-                default: break
-                }
+            case UInt8(ascii: "<"): angle += 1
+            case UInt8(ascii: ">"): if angle > 0 { angle -= 1 }
+            case UInt8(ascii: ","): if angle == 0 { return (i, equals, escapes) }
+            default: break
             }
             i += 1
         }
-        return (range.upperBound, equals, escapes)
+        return (upper, equals, escapes)
     }
 
     /// SP, HTAB, CR or LF (what `SIPHeaderValueScanner.trim` trims).
