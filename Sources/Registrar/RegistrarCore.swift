@@ -541,9 +541,11 @@ public struct RegistrarCore: Sendable {
                 response.headers.add(RegistrarCore.flowTimer, String(policy.flowTimer))
             }
         }
-        // One binding (the usual case) needs no sorting: highest q first otherwise.
-        for binding in list.count <= 1 ? list : list.sorted(by: { ($0.q ?? 1) > ($1.q ?? 1) }) {
-            response.headers.add(SIPHeader(.contact, RegistrarCore.contactValue(binding, now: now), spelled: Spelling.contact))
+        // One binding (the usual case) needs no sorting: highest q first otherwise. Read in place
+        // by index (a `for … in` copied each binding out of the list).
+        let ordered = list.count <= 1 ? list : list.sorted(by: { ($0.q ?? 1) > ($1.q ?? 1) })
+        for index in ordered.indices {
+            response.headers.add(SIPHeader(.contact, RegistrarCore.contactValue(ordered[index], now: now), spelled: Spelling.contact))
         }
         for value in request.headers.lines(.path) { response.headers.add(.path, value) }
         var announced: Set<PushProviderFamily> = []
