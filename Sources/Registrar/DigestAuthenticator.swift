@@ -1,6 +1,7 @@
 public import Crypto
 public import Foundation
 import SIPMessage
+import Synchronization
 
 /// The parameters of a `Digest` Authorization header (RFC 7616 §3.4, RFC 3261 §22.4), read in one
 /// pass over the header's bytes: each value is kept as a byte range of the header text (no
@@ -367,9 +368,10 @@ public struct DigestCredentials: Hashable, Sendable {
 /// `nonceLifetime`; after that the answer is a new challenge with `stale=true`. With qop=auth the
 /// nonce count must grow for each use of a nonce (replay protection, kept in memory).
 ///
-/// Threading: thread-safe; the replay window is behind a lock.
+/// Threading: thread-safe; the replay window is behind a lock, the last HA2 made behind a mutex.
 public final class DigestAuthenticator: @unchecked Sendable {
-    // @unchecked: `seenCounts` and `lastPurge` are only touched under `lock`; the rest is immutable.
+    // @unchecked: `seenCounts` and `lastPurge` are only touched under `lock`; the rest is immutable
+    // or a `Mutex`.
 
     /// What checking an Authorization header found.
     public enum Verdict: Hashable, Sendable {
@@ -390,6 +392,16 @@ public final class DigestAuthenticator: @unchecked Sendable {
     public let algorithms: [Digest.Algorithm]
     private let opaque: String
     private let lock = NSLock()
+    /// The last HA2 made, H(method:digest-uri): it depends only on what the answer itself shows
+    /// (no secret), and every refresh of a phone names the same, so it is made once, not per check.
+    private let lastHA2 = Mutex<HA2?>(nil)
+
+    private struct HA2 {
+        var algorithm: Digest.Algorithm
+        var method: String
+        var uri: [UInt8]
+        var digest: DigestOutput
+    }
     /// The last nonce count accepted for each nonce in use, with the nonce's HMAC prefix: a nonce
     /// whose prefix is the one recorded here was checked before, and is not HMAC'd again.
     private var seenCounts: [NonceKey: (count: UInt32, issued: Date, mac: NonceMAC)] = [:]
@@ -453,11 +465,7 @@ public final class DigestAuthenticator: @unchecked Sendable {
         let aor = AddressOfRecord(number: String(decoding: part(number), as: UTF8.self), domain: realm)
         let stored = lookup(aor)
         let colon = UInt8(ascii: ":")
-        var ha2 = DigestStream(algorithm)
-        ha2.update(method)
-        ha2.update(byte: colon)
-        ha2.update(part(uri))
-        let ha2Digest = ha2.finish()
+        let ha2Digest = ha2(algorithm, method: method, uri: part(uri))
         let ha1: DigestOutput
         if let stored {
             ha1 = stored.ha1Digest(for: algorithm)
@@ -512,6 +520,22 @@ public final class DigestAuthenticator: @unchecked Sendable {
             index += 1
         }
         return negative && value != 0 ? nil : value
+    }
+
+    /// H(method:uri) (RFC 7616 §3.4.3, qop=auth), from `lastHA2` when it is the same three.
+    private func ha2(_ algorithm: Digest.Algorithm, method: String, uri: UnsafeRawBufferPointer) -> DigestOutput {
+        let known = lastHA2.withLock { last in
+            last.flatMap { $0.algorithm == algorithm && $0.method == method && $0.uri.elementsEqual(uri) ? $0.digest : nil }
+        }
+        if let known { return known }
+        var stream = DigestStream(algorithm)
+        stream.update(method)
+        stream.update(byte: UInt8(ascii: ":"))
+        stream.update(uri)
+        let digest = stream.finish()
+        let made = HA2(algorithm: algorithm, method: method, uri: Array(uri), digest: digest)
+        lastHA2.withLock { $0 = made }
+        return digest
     }
 
     /// hex(issue time in ms, 8 bytes) + hex(8 random bytes) + hex(HMAC prefix, 16 bytes).

@@ -80,6 +80,30 @@ final class DigestCredentialsTests: XCTestCase {
         XCTAssertEqual(foreign, .rejected, "a nonce whose HMAC is wrong")
     }
 
+    func testEachAnswerIsCheckedAgainstItsOwnMethodAndURI() throws {
+        let authenticator = DigestAuthenticator(secret: Array("test-secret".utf8), nonceLifetime: 300)
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let aor = AddressOfRecord(number: "1001", domain: "example.com")
+        let stored = ExtensionCredentials(aor: aor, password: "pw")
+        let nonce = try XCTUnwrap(DigestCredentials(header: authenticator.challenges(realm: "example.com", stale: false, now: now)[0])?.nonce)
+        var count = 0
+        func check(method: String, uri: String, signedMethod: String? = nil, signedURI: String? = nil) -> DigestAuthenticator.Verdict {
+            count += 1
+            let nc = String(format: "%08x", count)
+            let ha2 = Digest.hex(.md5, "\(signedMethod ?? method):\(signedURI ?? uri)")
+            let response = Digest.hex(.md5, "\(stored.ha1MD5):\(nonce):\(nc):c1:auth:\(ha2)")
+            let header = "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(nonce)\", uri=\"\(uri)\", "
+                + "response=\"\(response)\", qop=auth, nc=\(nc), cnonce=\"c1\""
+            return authenticator.verify(DigestCredentials(header: header)!, method: method, realm: "example.com", now: now) { $0 == aor ? stored : nil }
+        }
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com"), .authenticated(aor))
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com"), .authenticated(aor), "the same method and URI again")
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com;transport=tcp"), .authenticated(aor), "another URI")
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com", signedURI: "sip:example.com;transport=tcp"), .rejected)
+        XCTAssertEqual(check(method: "INVITE", uri: "sip:example.com", signedMethod: "REGISTER"), .rejected, "the method is in the hash")
+        XCTAssertEqual(check(method: "INVITE", uri: "sip:example.com"), .authenticated(aor))
+    }
+
     func testKnownNamesInAnyCaseAndTheirNearMisses() throws {
         let header = "Digest UserName=u, REALM=r, Nonce=n, URI=i, Response=p, CNonce=c, QoP=auth, nC=1, Opaque=o, Algorithm=sha-256, "
             + "usernamx=1, nonse=2, ur=3, urix=4, \u{00D1}C=5, n@=6, `lgorithm=7"
