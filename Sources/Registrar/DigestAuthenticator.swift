@@ -255,6 +255,10 @@ public struct DigestCredentials: Hashable, Sendable {
                 // A quoted string, to its closing quote: an escaped byte is skipped for quotes and
                 // commas, not for the first `=`.
                 i += 1
+                if equals != nil, let base = bytes.baseAddress {
+                    i = closingQuote(base, from: i, upper: upper, escapes: &escapes)
+                    break
+                }
                 while i < upper {
                     let c = bytes[i]
                     if c == UInt8(ascii: "\"") { break }
@@ -278,6 +282,22 @@ public struct DigestCredentials: Hashable, Sendable {
             i += 1
         }
         return (upper, equals, escapes)
+    }
+
+    /// Where the quoted string whose content starts at `start` ends (its closing quote, or `upper`
+    /// when it has none, or past it when its last byte is a backslash), each escaped byte skipped;
+    /// sets `escapes` when it has one. For a value (after the `=`): only the quote and the
+    /// backslash matter there, so `memchr` finds them.
+    private static func closingQuote(_ base: UnsafePointer<UInt8>, from start: Int, upper: Int, escapes: inout Bool) -> Int {
+        let origin = UnsafeRawPointer(base)
+        var i = start
+        while i < upper {
+            let quote = memchr(origin + i, Int32(UInt8(ascii: "\"")), upper - i).map { origin.distance(to: UnsafeRawPointer($0)) } ?? upper
+            guard let backslash = memchr(origin + i, Int32(UInt8(ascii: "\\")), quote - i) else { return quote }
+            escapes = true
+            i = origin.distance(to: UnsafeRawPointer(backslash)) + 2
+        }
+        return i
     }
 
     /// SP, HTAB, CR or LF (what `SIPHeaderValueScanner.trim` trims).

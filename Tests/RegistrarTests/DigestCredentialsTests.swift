@@ -138,6 +138,13 @@ final class DigestCredentialsTests: XCTestCase {
         let angles = try XCTUnwrap(DigestCredentials(header: "Digest uri=<sip:a,b>, realm=x,"))
         XCTAssertEqual(angles.uri, "<sip:a,b>", "no split inside angle brackets")
         XCTAssertEqual(angles.realm, "x")
+        let escapedQuote = try XCTUnwrap(DigestCredentials(header: #"Digest realm="a\"b, c", nonce="p\\q", opaque=o"#))
+        XCTAssertEqual(escapedQuote.realm, #"a"b, c"#, "an escaped quote does not end the string")
+        XCTAssertEqual(escapedQuote.nonce, #"p\q"#)
+        XCTAssertEqual(escapedQuote.opaque, "o")
+        let unterminated = try XCTUnwrap(DigestCredentials(header: #"Digest nonce=n, realm="abc\"#))
+        XCTAssertEqual(unterminated.realm, #""abc\"#, "a string left open by a last backslash is kept as written")
+        XCTAssertEqual(unterminated.nonce, "n")
         let unquoted = try XCTUnwrap(DigestCredentials(header: #"Digest username="a\=b"=c"#))
         XCTAssertEqual(unquoted.username, #""a\=b"=c"#, "a value not wholly quoted is kept as written")
     }
