@@ -99,7 +99,9 @@ public enum Hex {
         return out
     }
 
-    /// The value of one hex digit (either case); nil for any other byte.
+    /// The value of one hex digit (either case); nil for any other byte. Inlinable: a nonce's 64
+    /// digits are read in other modules, where a call per digit cost more than the digit.
+    @inlinable
     public static func value(_ c: UInt8) -> UInt8? {
         switch c {
         case 0x30...0x39: return c - 0x30

@@ -1,4 +1,5 @@
 import COpenSSL
+import Glibc
 
 /// A digest as bytes held inline (at most 32: SHA-256), so a hash needs no array. A value.
 public struct DigestOutput: Sendable, Equatable {
@@ -38,10 +39,13 @@ public struct DigestOutput: Sendable, Equatable {
     /// Writes lower-case hex into `out` (at least `2 * count` bytes); returns the bytes written.
     @discardableResult
     public func writeHex(into out: UnsafeMutableRawBufferPointer) -> Int {
+        precondition(out.count >= 2 * count, "room for the hex of the digest")
         withUnsafeBytes { digest in
-            for (index, byte) in digest.enumerated() {
-                out[2 * index] = Hex.digit(byte >> 4)
-                out[2 * index + 1] = Hex.digit(byte & 0x0F)
+            var at = 0
+            for byte in digest {
+                out.storeBytes(of: Hex.digit(byte >> 4), toByteOffset: at, as: UInt8.self)
+                out.storeBytes(of: Hex.digit(byte & 0x0F), toByteOffset: at + 1, as: UInt8.self)
+                at += 2
             }
         }
         return count * 2
@@ -84,24 +88,33 @@ extension DigestOutput: Hashable {
 }
 
 /// An incremental hash (one OpenSSL `EVP_MD_CTX`): `a:b:c` is hashed piece by piece, never built
-/// as a String. Owned by one caller at a time (not copyable); frees its context when it ends.
+/// as a String. Owned by one caller at a time (not copyable).
+///
+/// Its context is the calling thread's spare one when there is one (`SpareDigestContext`), begun
+/// again with `EVP_DigestInit_ex2` on the algorithm fetched once, and handed back when the hash
+/// ends: a hash costs no context allocation. A context is only ever held by one stream.
 public struct DigestStream: ~Copyable {
     private let context: OpaquePointer
 
     public init(_ algorithm: Digest.Algorithm) {
-        context = EVP_MD_CTX_new()
-        let ok = EVP_DigestInit_ex(context, algorithm.evp, nil)
-        precondition(ok == 1, "EVP_DigestInit_ex failed for \(algorithm.rawValue)")
+        context = SpareDigestContext.take()
+        let ok = EVP_DigestInit_ex2(context, algorithm.evp, nil)
+        precondition(ok == 1, "EVP_DigestInit_ex2 failed for \(algorithm.rawValue)")
     }
 
     /// Continues from a context holding a hash already begun (an HMAC key's padded block).
     init(copying template: OpaquePointer) {
-        context = EVP_MD_CTX_new()
+        context = SpareDigestContext.take()
         let ok = EVP_MD_CTX_copy_ex(context, template)
         precondition(ok == 1, "EVP_MD_CTX_copy_ex failed")
     }
 
-    deinit { EVP_MD_CTX_free(context) }
+    /// A hash dropped unfinished: its state is wiped (as `EVP_MD_CTX_free` would) before the
+    /// context is handed back.
+    deinit {
+        EVP_MD_CTX_reset(context)
+        SpareDigestContext.give(context)
+    }
 
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
@@ -131,14 +144,43 @@ public struct DigestStream: ~Copyable {
         }
     }
 
+    /// The digest. The algorithm's final step wipes its state, so the context goes back as it is.
     public consuming func finish() -> DigestOutput {
         let context = self.context
-        return DigestOutput { out in
+        discard self
+        let output = DigestOutput { out in
             var length: UInt32 = 0
             let ok = EVP_DigestFinal_ex(context, out.baseAddress?.assumingMemoryBound(to: UInt8.self), &length)
             precondition(ok == 1, "EVP_DigestFinal_ex failed")
             return Int(length)
         }
+        SpareDigestContext.give(context)
+        return output
+    }
+}
+
+/// One spare `EVP_MD_CTX` per thread, in a pthread key: `DigestStream` takes it (leaving the slot
+/// empty, so a stream begun while another is open on the same thread makes a context of its own)
+/// and gives it back when done (freed instead when the slot was filled meanwhile). No context is
+/// ever shared between threads or between two open streams, so no lock is needed; a thread's
+/// spare is freed when the thread ends.
+enum SpareDigestContext {
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let made = pthread_key_create(&key) { spare in EVP_MD_CTX_free(OpaquePointer(spare)) }
+        precondition(made == 0, "pthread_key_create failed")
+        return key
+    }()
+
+    static func take() -> OpaquePointer {
+        guard let spare = pthread_getspecific(key) else { return EVP_MD_CTX_new() }
+        pthread_setspecific(key, nil)
+        return OpaquePointer(spare)
+    }
+
+    static func give(_ context: OpaquePointer) {
+        if pthread_getspecific(key) == nil, pthread_setspecific(key, UnsafeRawPointer(context)) == 0 { return }
+        EVP_MD_CTX_free(context)
     }
 }
 

@@ -1,6 +1,7 @@
 public import Crypto
 public import Foundation
 import SIPMessage
+import Synchronization
 
 /// The parameters of a `Digest` Authorization header (RFC 7616 §3.4, RFC 3261 §22.4), read in one
 /// pass over the header's bytes: each value is kept as a byte range of the header text (no
@@ -93,18 +94,25 @@ public struct DigestCredentials: Hashable, Sendable {
         var result = DigestCredentials()
         var start = whole.lowerBound + 7
         while start <= whole.upperBound {
-            let end = SIPHeaderValueScanner.listElementEnd(bytes, start..<whole.upperBound)
-            defer { start = end + 1 }
-            let element = SIPHeaderValueScanner.trim(bytes, start..<end)
-            if element.isEmpty { continue }
-            guard let eq = (element.lowerBound..<element.upperBound).first(where: { bytes[$0] == UInt8(ascii: "=") }) else { return nil }
-            let name = SIPHeaderValueScanner.trim(bytes, element.lowerBound..<eq)
-            let valueRange = SIPHeaderValueScanner.trim(bytes, eq + 1..<element.upperBound)
-            guard !name.isEmpty else { return nil }
+            let element = scanElement(bytes, start..<whole.upperBound)
+            defer { start = element.end + 1 }
+            var lower = start
+            while lower < element.end, isWhitespace(bytes[lower]) { lower += 1 }
+            guard lower < element.end else { continue }  // an empty element
+            guard let eq = element.equals else { return nil }
+            var upper = element.end
+            while upper > eq + 1, isWhitespace(bytes[upper - 1]) { upper -= 1 }
+            var nameEnd = eq
+            while nameEnd > lower, isWhitespace(bytes[nameEnd - 1]) { nameEnd -= 1 }
+            guard nameEnd > lower else { return nil }
+            let name = lower..<nameEnd
+            var valueStart = eq + 1
+            while valueStart < upper, isWhitespace(bytes[valueStart]) { valueStart += 1 }
             let value: Span
-            if valueRange.count >= 2, bytes[valueRange.lowerBound] == UInt8(ascii: "\""), bytes[valueRange.upperBound - 1] == UInt8(ascii: "\"") {
-                let content = valueRange.lowerBound + 1..<valueRange.upperBound - 1
-                if content.contains(where: { bytes[$0] == UInt8(ascii: "\\") }) {
+            if upper - valueStart >= 2, bytes[valueStart] == UInt8(ascii: "\""), bytes[upper - 1] == UInt8(ascii: "\"") {
+                let content = valueStart + 1..<upper - 1
+                // A backslash after the `=` lies inside the quotes: all else there is whitespace.
+                if element.escapes {
                     let from = bytes.count + escaped.count
                     unescape(bytes, content, into: &escaped)
                     value = Span(from..<bytes.count + escaped.count)
@@ -112,7 +120,7 @@ public struct DigestCredentials: Hashable, Sendable {
                     value = Span(content)
                 }
             } else {
-                value = Span(valueRange)
+                value = Span(valueStart..<upper)
             }
             if let known = knownIndex(bytes, name) {
                 guard result.fields[known] == nil else { return nil }
@@ -187,14 +195,15 @@ public struct DigestCredentials: Hashable, Sendable {
         let ascii: Bool? = withBytes { bytes, _ in
             let given = UnsafeBufferPointer(rebasing: bytes[span.range])
             return domain.withUTF8 { lower in
-                for c in given where c >= 0x80 { return nil }
                 for c in lower where c >= 0x80 { return nil }
-                guard given.count == lower.count else { return false }
+                // One pass over the realm: any non-ASCII byte decides, else the folded comparison.
+                var equal = given.count == lower.count
                 for index in 0..<given.count {
                     let c = given[index]
-                    guard (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) == lower[index] else { return false }
+                    if c >= 0x80 { return nil }
+                    if equal, (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) != lower[index] { equal = false }
                 }
-                return true
+                return equal
             }
         }
         return ascii ?? (string(span)?.lowercased() == domain)
@@ -229,6 +238,74 @@ public struct DigestCredentials: Hashable, Sendable {
 
     // MARK: Bytes
 
+    /// One element of the parameter list from `range.lowerBound`, in one pass: where it ends (the
+    /// first comma outside quotes and angle brackets, as `SIPHeaderValueScanner.listElementEnd`
+    /// finds it), its first `=` (wherever it is), and whether a backslash follows that `=`.
+    private static func scanElement(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> (end: Int, equals: Int?, escapes: Bool) {
+        let upper = range.upperBound
+        var equals: Int?
+        var escapes = false
+        var angle = 0
+        var i = range.lowerBound
+        while i < upper {
+            switch bytes[i] {
+            case UInt8(ascii: "="): if equals == nil { equals = i }
+            case UInt8(ascii: "\\"): if equals != nil { escapes = true }
+            case UInt8(ascii: "\""):
+                // A quoted string, to its closing quote: an escaped byte is skipped for quotes and
+                // commas, not for the first `=`.
+                i += 1
+                if equals != nil, let base = bytes.baseAddress {
+                    i = closingQuote(base, from: i, upper: upper, escapes: &escapes)
+                    break
+                }
+                while i < upper {
+                    let c = bytes[i]
+                    if c == UInt8(ascii: "\"") { break }
+                    if c == UInt8(ascii: "\\") {
+                        if equals != nil {
+                            escapes = true
+                        } else if i + 1 < upper, bytes[i + 1] == UInt8(ascii: "=") {
+                            equals = i + 1
+                        }
+                        i += 2
+                        continue
+                    }
+                    if c == UInt8(ascii: "="), equals == nil { equals = i }
+                    i += 1
+                }
+            case UInt8(ascii: "<"): angle += 1
+            case UInt8(ascii: ">"): if angle > 0 { angle -= 1 }
+            case UInt8(ascii: ","): if angle == 0 { return (i, equals, escapes) }
+            default: break
+            }
+            i += 1
+        }
+        return (upper, equals, escapes)
+    }
+
+    /// Where the quoted string whose content starts at `start` ends (its closing quote, or `upper`
+    /// when it has none, or past it when its last byte is a backslash), each escaped byte skipped;
+    /// sets `escapes` when it has one. For a value (after the `=`): only the quote and the
+    /// backslash matter there, so `memchr` finds them.
+    private static func closingQuote(_ base: UnsafePointer<UInt8>, from start: Int, upper: Int, escapes: inout Bool) -> Int {
+        let origin = UnsafeRawPointer(base)
+        var i = start
+        while i < upper {
+            let quote = memchr(origin + i, Int32(UInt8(ascii: "\"")), upper - i).map { origin.distance(to: UnsafeRawPointer($0)) } ?? upper
+            guard let backslash = memchr(origin + i, Int32(UInt8(ascii: "\\")), quote - i) else { return quote }
+            escapes = true
+            i = origin.distance(to: UnsafeRawPointer(backslash)) + 2
+        }
+        return i
+    }
+
+    /// SP, HTAB, CR or LF (what `SIPHeaderValueScanner.trim` trims).
+    @inline(__always)
+    private static func isWhitespace(_ c: UInt8) -> Bool {
+        c == 0x20 || c == 0x09 || c == 0x0D || c == 0x0A
+    }
+
     private static func unescape(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, into out: inout [UInt8]) {
         var i = range.lowerBound
         while i < range.upperBound {
@@ -240,22 +317,37 @@ public struct DigestCredentials: Hashable, Sendable {
 
     /// The index in `knownNames` of the name in `range` (any ASCII case), nil for another name:
     /// its length and first letter pick the one candidate, which is then compared in full.
+    /// The candidate's first 8 bytes, folded to lower case, are compared as one word with its name's.
     private static func knownIndex(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int? {
-        let candidate: (index: Int, name: StaticString)
+        let candidate: Int
         switch (range.count, bytes[range.lowerBound] | 0x20) {
-        case (8, UInt8(ascii: "u")): candidate = (0, "username")
-        case (5, UInt8(ascii: "r")): candidate = (1, "realm")
-        case (5, UInt8(ascii: "n")): candidate = (2, "nonce")
-        case (3, UInt8(ascii: "u")): candidate = (3, "uri")
-        case (8, UInt8(ascii: "r")): candidate = (4, "response")
-        case (6, UInt8(ascii: "c")): candidate = (5, "cnonce")
-        case (3, UInt8(ascii: "q")): candidate = (6, "qop")
-        case (2, UInt8(ascii: "n")): candidate = (7, "nc")
-        case (6, UInt8(ascii: "o")): candidate = (8, "opaque")
-        case (9, UInt8(ascii: "a")): candidate = (9, "algorithm")
+        case (8, UInt8(ascii: "u")): candidate = 0
+        case (5, UInt8(ascii: "r")): candidate = 1
+        case (5, UInt8(ascii: "n")): candidate = 2
+        case (3, UInt8(ascii: "u")): candidate = 3
+        case (8, UInt8(ascii: "r")): candidate = 4
+        case (6, UInt8(ascii: "c")): candidate = 5
+        case (3, UInt8(ascii: "q")): candidate = 6
+        case (2, UInt8(ascii: "n")): candidate = 7
+        case (6, UInt8(ascii: "o")): candidate = 8
+        case (9, UInt8(ascii: "a")): candidate = 9
         default: return nil
         }
-        return lowercasedEquals(bytes, range, candidate.name) ? candidate.index : nil
+        var word: UInt64 = 0
+        for offset in 0..<min(range.count, 8) {
+            let c = bytes[range.lowerBound + offset]
+            word |= UInt64(c >= 0x41 && c <= 0x5A ? c | 0x20 : c) << (8 * offset)
+        }
+        guard word == knownWords[candidate] else { return nil }
+        // Only `algorithm` is longer than a word: its ninth byte is an m.
+        return range.count <= 8 || bytes[range.lowerBound + 8] | 0x20 == UInt8(ascii: "m") ? candidate : nil
+    }
+
+    /// The first 8 bytes of each of `knownNames`, packed as `knownIndex` packs a candidate.
+    private static let knownWords: [UInt64] = knownNames.map { name in
+        var word: UInt64 = 0
+        for (offset, c) in name.utf8.prefix(8).enumerated() { word |= UInt64(c) << (8 * offset) }
+        return word
     }
 
     /// Whether the bytes in `range` are `lowercase` (ASCII letters in any case).
@@ -296,9 +388,10 @@ public struct DigestCredentials: Hashable, Sendable {
 /// `nonceLifetime`; after that the answer is a new challenge with `stale=true`. With qop=auth the
 /// nonce count must grow for each use of a nonce (replay protection, kept in memory).
 ///
-/// Threading: thread-safe; the replay window is behind a lock.
+/// Threading: thread-safe; the replay window is behind a lock, the last HA2 made behind a mutex.
 public final class DigestAuthenticator: @unchecked Sendable {
-    // @unchecked: `seenCounts` and `lastPurge` are only touched under `lock`; the rest is immutable.
+    // @unchecked: `seenCounts` and `lastPurge` are only touched under `lock`; the rest is immutable
+    // or a `Mutex`.
 
     /// What checking an Authorization header found.
     public enum Verdict: Hashable, Sendable {
@@ -319,6 +412,16 @@ public final class DigestAuthenticator: @unchecked Sendable {
     public let algorithms: [Digest.Algorithm]
     private let opaque: String
     private let lock = NSLock()
+    /// The last HA2 made, H(method:digest-uri): it depends only on what the answer itself shows
+    /// (no secret), and every refresh of a phone names the same, so it is made once, not per check.
+    private let lastHA2 = Mutex<HA2?>(nil)
+
+    private struct HA2 {
+        var algorithm: Digest.Algorithm
+        var method: String
+        var uri: [UInt8]
+        var digest: DigestOutput
+    }
     /// The last nonce count accepted for each nonce in use, with the nonce's HMAC prefix: a nonce
     /// whose prefix is the one recorded here was checked before, and is not HMAC'd again.
     private var seenCounts: [NonceKey: (count: UInt32, issued: Date, mac: NonceMAC)] = [:]
@@ -382,14 +485,10 @@ public final class DigestAuthenticator: @unchecked Sendable {
         let aor = AddressOfRecord(number: String(decoding: part(number), as: UTF8.self), domain: realm)
         let stored = lookup(aor)
         let colon = UInt8(ascii: ":")
-        var ha2 = DigestStream(algorithm)
-        ha2.update(method)
-        ha2.update(byte: colon)
-        ha2.update(part(uri))
-        let ha2Digest = ha2.finish()
-        var expected = DigestStream(algorithm)
+        let ha2Digest = ha2(algorithm, method: method, uri: part(uri))
+        let ha1: DigestOutput
         if let stored {
-            expected.update(hexOf: stored.ha1Digest(for: algorithm))
+            ha1 = stored.ha1Digest(for: algorithm)
         } else {
             var standIn = DigestStream(algorithm)
             standIn.update(part(number))
@@ -397,8 +496,11 @@ public final class DigestAuthenticator: @unchecked Sendable {
             standIn.update(realm)
             standIn.update(byte: colon)
             standIn.update(unknownExtensionSalt)
-            expected.update(hexOf: standIn.finish())
+            ha1 = standIn.finish()
         }
+        // Each hash is finished before the next begins, so all reuse the thread's spare context.
+        var expected = DigestStream(algorithm)
+        expected.update(hexOf: ha1)
         expected.update(byte: colon)
         expected.update(part(nonce))
         expected.update(byte: colon)
@@ -418,12 +520,44 @@ public final class DigestAuthenticator: @unchecked Sendable {
         guard let issued = nonceIssue(UnsafeBufferPointer(rebasing: bytes[nonce.range])) else { return .rejected }
         if now.timeIntervalSince(issued.time) > nonceLifetime || issued.time.timeIntervalSince(now) > 60 { return .stale }
         if answer.qop != nil, let nc = answer.nc {
-            guard let count = UInt32(String(decoding: part(nc), as: UTF8.self), radix: 16),
+            guard let count = DigestAuthenticator.nonceCount(part(nc)),
                 acceptCount(count, for: issued.key, mac: issued.mac, issued: issued.time, now: now)
             else { return .rejected }
         }
         return .authenticated(aor)
     }
+    /// The nonce count `nc` (hex), read as `UInt32(text, radix: 16)` reads it (one optional sign;
+    /// `-` only before zero), straight from the header's bytes.
+    static func nonceCount(_ text: UnsafeRawBufferPointer) -> UInt32? {
+        var index = 0
+        let negative = text.first == UInt8(ascii: "-")
+        if negative || text.first == UInt8(ascii: "+") { index = 1 }
+        guard index < text.count else { return nil }
+        var value: UInt32 = 0
+        while index < text.count {
+            guard let digit = Hex.value(text[index]), value <= UInt32.max >> 4 else { return nil }
+            value = value << 4 | UInt32(digit)
+            index += 1
+        }
+        return negative && value != 0 ? nil : value
+    }
+
+    /// H(method:uri) (RFC 7616 §3.4.3, qop=auth), from `lastHA2` when it is the same three.
+    private func ha2(_ algorithm: Digest.Algorithm, method: String, uri: UnsafeRawBufferPointer) -> DigestOutput {
+        let known = lastHA2.withLock { last in
+            last.flatMap { $0.algorithm == algorithm && $0.method == method && $0.uri.elementsEqual(uri) ? $0.digest : nil }
+        }
+        if let known { return known }
+        var stream = DigestStream(algorithm)
+        stream.update(method)
+        stream.update(byte: UInt8(ascii: ":"))
+        stream.update(uri)
+        let digest = stream.finish()
+        let made = HA2(algorithm: algorithm, method: method, uri: Array(uri), digest: digest)
+        lastHA2.withLock { $0 = made }
+        return digest
+    }
+
     /// hex(issue time in ms, 8 bytes) + hex(8 random bytes) + hex(HMAC prefix, 16 bytes).
     func makeNonce(now: Date) -> String {
         var body: [UInt8] = []
@@ -498,8 +632,13 @@ public final class DigestAuthenticator: @unchecked Sendable {
             seenCounts = seenCounts.filter { $0.value.issued >= oldest }
             lastPurge = now
         }
-        if let last = seenCounts[nonce], count <= last.count { return false }
-        seenCounts[nonce] = (count, issued, mac)
+        // A nonce seen before (every refresh) is found and updated through one hash of its key.
+        if let index = seenCounts.index(forKey: nonce) {
+            guard count > seenCounts.values[index].count else { return false }
+            seenCounts.values[index] = (count, issued, mac)
+        } else {
+            seenCounts[nonce] = (count, issued, mac)
+        }
         return true
     }
 }

@@ -81,26 +81,26 @@ final class RegistrarShard: @unchecked Sendable {
     /// bookkeeping of the write (`writeAnswered`, which changes the index only after a failure)
     /// and the events take one hop back to `queue` together.
     private func commit(
-        _ changes: [BindingChange], of request: SIPRequest, events: [BindingEvent], response: SIPResponse, previous: [AddressOfRecord: [Binding]],
+        _ changes: [BindingChange], of request: SIPRequest, events: [BindingEvent], response: SIPResponse, previous: [(aor: AddressOfRecord, bindings: [Binding])],
         respond: @escaping @Sendable (SIPResponse) -> Void
     ) {
         for (aor, list) in previous { unwritten[aor, default: UnwrittenChanges(before: list)].count() }
         defer {
             // Counted once the write is out, so a mark that includes it was taken after it.
             let written = writesMade.next()
-            for aor in previous.keys { lastWrite[aor] = written }
+            for (aor, _) in previous { lastWrite[aor] = written }
         }
         store.apply(changes) { [self] result in
             switch result {
             case .success:
                 respond(response)
                 queue.async { [self] in
-                    writeAnswered(previous.keys, failed: false)
+                    writeAnswered(previous.lazy.map(\.aor), failed: false)
                     deliver(events)
                 }
             case .failure:
                 // Before the answer, so whoever reads the index after it sees it put right.
-                queue.async { [self] in writeAnswered(previous.keys, failed: true) }
+                queue.async { [self] in writeAnswered(previous.lazy.map(\.aor), failed: true) }
                 // Never a 200 that a restart would forget: ask the phone to try again shortly
                 // (the index is put right below, once no other write of the extension is out).
                 var unavailable = SIPResponse(replyingTo: request, statusCode: 503, toTag: RegistrarCore.tag(for: request))
@@ -116,12 +116,13 @@ final class RegistrarShard: @unchecked Sendable {
     /// only its own would keep the earlier failed change), else read back from the store.
     private func writeAnswered(_ aors: some Sequence<AddressOfRecord>, failed: Bool) {
         for aor in aors {
-            guard var chain = unwritten[aor] else { continue }
-            chain.outstanding -= 1
-            if failed { chain.failures += 1 }
-            unwritten[aor] = chain.outstanding == 0 ? nil : chain
-            guard chain.outstanding == 0 else { continue }
-            let readAgain = readAgainAfterWrites.remove(aor) != nil
+            // One hash of the extension's address: the entry is changed in place, through its index.
+            guard let index = unwritten.index(forKey: aor) else { continue }
+            unwritten.values[index].outstanding -= 1
+            if failed { unwritten.values[index].failures += 1 }
+            guard unwritten.values[index].outstanding == 0 else { continue }
+            let chain = unwritten.remove(at: index).value
+            let readAgain = !readAgainAfterWrites.isEmpty && readAgainAfterWrites.remove(aor) != nil
             if chain.failures > 0 && chain.failures == chain.made {
                 core.replace(aor, with: chain.before)
             }
@@ -293,10 +294,21 @@ public final class Registrar: ExtensionDirectory, Sendable {
     static func shardIndex(of aor: AddressOfRecord, among count: Int) -> Int {
         guard count > 1 else { return 0 }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in aor.number.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        fnv1a(&hash, aor.number)
         hash = (hash ^ 0x40) &* 0x100_0000_01b3
-        for byte in aor.domain.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        fnv1a(&hash, aor.domain)
         return Int(hash % UInt64(count))
+    }
+
+    /// Feeds a text's UTF-8 bytes to an FNV-1a hash, read from its storage (iterating `utf8`
+    /// cost several times the hash).
+    private static func fnv1a(_ hash: inout UInt64, _ text: String) {
+        var text = text
+        hash = text.withUTF8 { bytes in
+            var value = hash
+            for byte in bytes { value = (value ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            return value
+        }
     }
 
     private func shard(of aor: AddressOfRecord) -> RegistrarShard { shards[shardIndex(of: aor)] }

@@ -8,7 +8,8 @@ public enum RegisterDecision: Sendable {
     case respond(SIPResponse)
     /// Make `changes` durable, then answer `response` (or 503 if the write fails, putting back
     /// `previous`); announce `events` once durable.
-    case commit(changes: [BindingChange], events: [BindingEvent], response: SIPResponse, previous: [AddressOfRecord: [Binding]])
+    /// `previous` holds each extension changed once (a list, not a dictionary: nearly always one).
+    case commit(changes: [BindingChange], events: [BindingEvent], response: SIPResponse, previous: [(aor: AddressOfRecord, bindings: [Binding])])
 }
 
 /// The registrar's logic (RFC 3261 §10.3, RFC 5626, RFC 8599, RFC 3327) over an in-memory index of
@@ -274,28 +275,32 @@ public struct RegistrarCore: Sendable {
         let cseqNumber = request.cseq?.number
         let toTag = RegistrarCore.tag(callID: callID, cseq: cseqNumber ?? 0)
         guard request.headers.contains(.contact) else {
-            return .respond(okResponse(request, toTag: toTag, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil))
+            return .respond(
+                okResponse(request, toTag: toTag, listing: bindings[target] ?? [], now: now, pushProviders: [], wantsRefresh: false, outbound: nil))
         }
         guard let contacts = request.contacts else { return .respond(reply(request, 400, "Invalid Contact header")) }
         let headerExpires = request.expires
-        let previous = [target: bindings[target] ?? []]
+        // The extension's bindings before this REGISTER: looked up once, then handed on.
+        let before = bindings[target] ?? []
+        let previous = [(aor: target, bindings: before)]
 
         if contacts.contains(.wildcard) {
             // RFC 3261 §10.3 step 6: `*` only alone and with Expires: 0.
             guard contacts.count == 1, headerExpires == 0 else {
                 return .respond(reply(request, 400, "Invalid wildcard Contact"))
             }
-            if (bindings[target] ?? []).contains(where: { $0.callID == callID && $0.cseq >= (cseqNumber ?? 0) }) {
+            if before.contains(where: { $0.callID == callID && $0.cseq >= (cseqNumber ?? 0) }) {
                 return .respond(reply(request, 400, "Invalid CSeq number"))
             }
             var changes: [BindingChange] = []
             var events: [BindingEvent] = []
-            for binding in bindings[target] ?? [] {
+            for binding in before {
                 removeFromIndex(binding)
                 changes.append(.delete(binding, .removed))
                 events.append(BindingEvent(kind: .removed, binding: binding))
             }
-            let response = okResponse(request, toTag: toTag, aor: target, now: now, pushProviders: [], wantsRefresh: false, outbound: nil)
+            let response = okResponse(
+                request, toTag: toTag, listing: bindings[target] ?? [], now: now, pushProviders: [], wantsRefresh: false, outbound: nil)
             return changes.isEmpty ? .respond(response) : .commit(changes: changes, events: events, response: response, previous: previous)
         }
 
@@ -360,7 +365,7 @@ public struct RegistrarCore: Sendable {
                 regID = value
             }
             let text = address.uri.description
-            let existing = match(address, text: text, regID: regID, in: target)
+            let existing = match(address, text: text, regID: regID, among: before)  // nothing has changed yet
             if let existing, existing.callID == callID, let cseq = cseqNumber, cseq <= existing.cseq {
                 return .respond(reply(request, 400, "Invalid CSeq number"))
             }
@@ -387,7 +392,7 @@ public struct RegistrarCore: Sendable {
         let userAgent = request.headers[.userAgent]
         for (offset, item) in planned.enumerated() {
             // Nothing has changed before the first: what the checks found still holds.
-            let existing = offset == 0 ? item.existing : match(item.address, text: item.contact, regID: item.regID, in: target)
+            let existing = offset == 0 ? item.existing : match(item.address, text: item.contact, regID: item.regID, among: bindings[target] ?? [])
             if item.expires == 0 {
                 if let existing {
                     removeFromIndex(existing)
@@ -404,7 +409,7 @@ public struct RegistrarCore: Sendable {
                 for ownerID in tokenOwners[key]?.ids ?? [] where ownerID != existing?.id {
                     guard var owner = binding(withID: ownerID) else { continue }
                     if owner.aor == target, let instance = item.address.instance, owner.instance == instance { continue }
-                    if previousAll[owner.aor] == nil { previousAll[owner.aor] = bindings[owner.aor] ?? [] }
+                    if !previousAll.contains(where: { $0.aor == owner.aor }) { previousAll.append((owner.aor, bindings[owner.aor] ?? [])) }
                     removeFromIndex(owner)
                     if owner.aor == target {
                         // A reinstall: the same token on a new binding replaces the older one.
@@ -449,17 +454,18 @@ public struct RegistrarCore: Sendable {
         }
 
         // The cap: the oldest binding without an instance id makes room (decisions.md).
-        while (bindings[target]?.count ?? 0) > policy.maxBindingsPerExtension {
-            let list = bindings[target] ?? []
-            let candidates = list.filter { !touched.contains($0.id) }
+        var current = bindings[target] ?? []
+        while current.count > policy.maxBindingsPerExtension {
+            let candidates = current.filter { !touched.contains($0.id) }
             let pool = candidates.filter { $0.instance == nil }.isEmpty ? candidates : candidates.filter { $0.instance == nil }
             guard let oldest = pool.min(by: { $0.registeredAt < $1.registeredAt }) else { break }
             removeFromIndex(oldest)
             changes.append(.delete(oldest, .removed))
             events.append(BindingEvent(kind: .removed, binding: oldest))
+            current = bindings[target] ?? []
         }
 
-        if let woken, !woken.admits(changes, before: previous[target] ?? []) {
+        if let woken, !woken.admits(changes, before: before) {
             // Beyond the device the credential names: undone, and the ordinary challenge.
             for (aor, list) in previousAll { replace(aor, with: list) }
             return .respond(challenge(request, realm: domain, stale: false, now: now))
@@ -467,7 +473,7 @@ public struct RegistrarCore: Sendable {
 
         let flowUse = planned.contains { $0.regID != nil } ? OutboundAnswer(isEdge: outbound.isFirstHop, transport: flow.transport) : nil
         let response = okResponse(
-            request, toTag: toTag, aor: target, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh, outbound: flowUse)
+            request, toTag: toTag, listing: current, now: now, pushProviders: pushProviders, wantsRefresh: wantsRefresh, outbound: flowUse)
         if changes.isEmpty { return .respond(response) }
         return .commit(changes: changes, events: events, response: response, previous: previousAll)
     }
@@ -475,9 +481,8 @@ public struct RegistrarCore: Sendable {
     /// The existing binding a Contact refers to: same `+sip.instance` and reg-id (RFC 5626 §6: one
     /// binding per flow of an instance, whatever the Call-ID or source port; `regID` nil when
     /// outbound does not apply, one binding per instance), else the same URI (RFC 3261 §19.1.4).
-    /// `text` is `address.uri.description`.
-    func match(_ address: SIPNameAddress, text: String, regID: Int?, in aor: AddressOfRecord) -> Binding? {
-        let list = bindings[aor] ?? []
+    /// `text` is `address.uri.description`; `list` the extension's bindings.
+    func match(_ address: SIPNameAddress, text: String, regID: Int?, among list: [Binding]) -> Binding? {
         if let instance = address.instance {
             return list.first { $0.instance == instance && $0.regID == regID }
         }
@@ -522,9 +527,9 @@ public struct RegistrarCore: Sendable {
     /// 200 listing every current binding with its remaining lifetime (RFC 3261 §10.3 step 8), the
     /// Path received (RFC 3327 §5.3), Feature-Caps for push (RFC 8599 §5.3), and for a flow
     /// `Require: outbound` with, when Rouse is the edge proxy of a TCP/TLS flow, `Flow-Timer`
-    /// (RFC 5626 §6, §5.4).
+    /// (RFC 5626 §6, §5.4). `list`: the extension's bindings as they now are.
     mutating func okResponse(
-        _ request: SIPRequest, toTag: String, aor: AddressOfRecord, now: Date, pushProviders: [PushProvider], wantsRefresh: Bool,
+        _ request: SIPRequest, toTag: String, listing list: [Binding], now: Date, pushProviders: [PushProvider], wantsRefresh: Bool,
         outbound: OutboundAnswer?
     ) -> SIPResponse {
         var response = reply(request, 200, "OK", toTag: toTag)
@@ -536,11 +541,11 @@ public struct RegistrarCore: Sendable {
                 response.headers.add(RegistrarCore.flowTimer, String(policy.flowTimer))
             }
         }
-        if let list = bindings[aor] {
-            // One binding (the usual case) needs no sorting: highest q first otherwise.
-            for binding in list.count == 1 ? list : list.sorted(by: { ($0.q ?? 1) > ($1.q ?? 1) }) {
-                response.headers.add(SIPHeader(.contact, RegistrarCore.contactValue(binding, now: now), spelled: Spelling.contact))
-            }
+        // One binding (the usual case) needs no sorting: highest q first otherwise. Read in place
+        // by index (a `for … in` copied each binding out of the list).
+        let ordered = list.count <= 1 ? list : list.sorted(by: { ($0.q ?? 1) > ($1.q ?? 1) })
+        for index in ordered.indices {
+            response.headers.add(SIPHeader(.contact, RegistrarCore.contactValue(ordered[index], now: now), spelled: Spelling.contact))
         }
         for value in request.headers.lines(.path) { response.headers.add(.path, value) }
         var announced: Set<PushProviderFamily> = []
@@ -557,14 +562,34 @@ public struct RegistrarCore: Sendable {
 
     /// A binding as a 200 lists it (RFC 3261 §10.3 step 8): `<uri>;expires=N`, then q,
     /// `+sip.instance` and reg-id when it has them. `contact` is the URI as `SIPURI.description`
-    /// wrote it when the binding was made. Appended piece by piece into one String.
+    /// wrote it when the binding was made. `<uri>;expires=N` is written as bytes straight into the
+    /// String's storage (one allocation); the parameters only some bindings have are appended.
     static func contactValue(_ binding: Binding, now: Date) -> String {
-        var value = ""
-        value.reserveCapacity(binding.contact.utf8.count + 24 + (binding.instance.map { $0.utf8.count + 18 } ?? 0))
-        value.append("<")
-        value.append(binding.contact)
-        value.append(">;expires=")
-        value.append(String(binding.remainingSeconds(at: now)))
+        var contact = binding.contact
+        let seconds = binding.remainingSeconds(at: now)  // never negative
+        let extra = binding.instance.map { $0.utf8.count + 40 } ?? 0
+        var value = contact.withUTF8 { uri in
+            String(unsafeUninitializedCapacity: uri.count + 32 + extra) { out in
+                var at = 0
+                func put(_ byte: UInt8) {
+                    out[at] = byte
+                    at += 1
+                }
+                put(UInt8(ascii: "<"))
+                if let base = uri.baseAddress, let start = out.baseAddress {
+                    UnsafeMutableRawPointer(start + at).copyMemory(from: base, byteCount: uri.count)
+                    at += uri.count
+                }
+                for byte in ">;expires=".utf8 { put(byte) }
+                var divisor = 1
+                while divisor <= seconds / 10 { divisor *= 10 }
+                while divisor > 0 {
+                    put(UInt8(ascii: "0") + UInt8(truncatingIfNeeded: seconds / divisor % 10))
+                    divisor /= 10
+                }
+                return at
+            }
+        }
         if let q = binding.q {
             value.append(";q=")
             value.append(String(q))
@@ -602,10 +627,14 @@ public struct RegistrarCore: Sendable {
     }
 
     /// `tag(for:)` of a request with this Call-ID and CSeq number: the hash of `"<call-id> <cseq>"`,
-    /// its bytes fed one by one (no text is built).
+    /// its bytes fed one by one (no text is built; the Call-ID's read from its storage).
     static func tag(callID: String?, cseq: UInt32) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in (callID ?? "").utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        var text = callID ?? ""
+        var hash: UInt64 = text.withUTF8 { bytes in
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            return hash
+        }
         hash = (hash ^ UInt64(UInt8(ascii: " "))) &* 0x0000_0100_0000_01b3
         var divisor: UInt32 = 1
         while cseq / divisor >= 10 { divisor *= 10 }
@@ -619,7 +648,7 @@ public struct RegistrarCore: Sendable {
     /// `text.lowercased()`, without a new String when the text is ASCII with no capitals (a host
     /// as phones send it).
     static func lowercased(_ text: String) -> String {
-        text.utf8.allSatisfy { $0 < 0x80 && !($0 >= 0x41 && $0 <= 0x5A) } ? text : text.lowercased()
+        AddressOfRecord.isLowercaseASCII(text) ? text : text.lowercased()
     }
 
     /// An RFC 1123 date for the Date header (RFC 3261 §20.17), built by hand: a DateFormatter per

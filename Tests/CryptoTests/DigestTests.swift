@@ -1,4 +1,6 @@
 import Crypto
+import Dispatch
+import Synchronization
 import XCTest
 
 final class DigestTests: XCTestCase {
@@ -60,6 +62,43 @@ final class DigestStreamTests: XCTestCase {
             let nested = outer.finish()
             XCTAssertEqual(nested.hex, Digest.hex(algorithm, digest.hex), "a digest enters the next one as lower-case hex")
         }
+    }
+
+    func testReusedContextsStartEachHashAfresh() {
+        let abc = "900150983cd24fb0d6963f7d28e17f72"  // MD5("abc")
+        do {
+            var dropped = DigestStream(.sha256)
+            dropped.update("left unfinished")
+        }
+        var outer = DigestStream(.md5)
+        outer.update("a")
+        var inner = DigestStream(.sha256)  // opened while another is: a context of its own
+        inner.update("abc")
+        let innerHex = inner.finish().hex
+        XCTAssertEqual(innerHex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        outer.update("bc")
+        let outerHex = outer.finish().hex
+        XCTAssertEqual(outerHex, abc, "the open hash is untouched by the one inside it")
+        for _ in 0..<3 {
+            var again = DigestStream(.md5)
+            again.update("abc")
+            let hex = again.finish().hex
+            XCTAssertEqual(hex, abc)
+        }
+    }
+
+    func testHashesOnManyThreadsAtOnce() {
+        let expected = Digest.hex(.md5, "thread-safe")
+        let wrong = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 64) { index in
+            for _ in 0..<50 {
+                var stream = DigestStream(index % 2 == 0 ? .md5 : .sha256)
+                stream.update("thread-safe")
+                let digest = stream.finish()
+                if index % 2 == 0, digest.hex != expected { wrong.withLock { $0 += 1 } }
+            }
+        }
+        XCTAssertEqual(wrong.withLock { $0 }, 0)
     }
 
     func testPreparedHMACKeyMatchesRFC4231() {

@@ -80,6 +80,30 @@ final class DigestCredentialsTests: XCTestCase {
         XCTAssertEqual(foreign, .rejected, "a nonce whose HMAC is wrong")
     }
 
+    func testEachAnswerIsCheckedAgainstItsOwnMethodAndURI() throws {
+        let authenticator = DigestAuthenticator(secret: Array("test-secret".utf8), nonceLifetime: 300)
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let aor = AddressOfRecord(number: "1001", domain: "example.com")
+        let stored = ExtensionCredentials(aor: aor, password: "pw")
+        let nonce = try XCTUnwrap(DigestCredentials(header: authenticator.challenges(realm: "example.com", stale: false, now: now)[0])?.nonce)
+        var count = 0
+        func check(method: String, uri: String, signedMethod: String? = nil, signedURI: String? = nil) -> DigestAuthenticator.Verdict {
+            count += 1
+            let nc = String(format: "%08x", count)
+            let ha2 = Digest.hex(.md5, "\(signedMethod ?? method):\(signedURI ?? uri)")
+            let response = Digest.hex(.md5, "\(stored.ha1MD5):\(nonce):\(nc):c1:auth:\(ha2)")
+            let header = "Digest username=\"1001\", realm=\"example.com\", nonce=\"\(nonce)\", uri=\"\(uri)\", "
+                + "response=\"\(response)\", qop=auth, nc=\(nc), cnonce=\"c1\""
+            return authenticator.verify(DigestCredentials(header: header)!, method: method, realm: "example.com", now: now) { $0 == aor ? stored : nil }
+        }
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com"), .authenticated(aor))
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com"), .authenticated(aor), "the same method and URI again")
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com;transport=tcp"), .authenticated(aor), "another URI")
+        XCTAssertEqual(check(method: "REGISTER", uri: "sip:example.com", signedURI: "sip:example.com;transport=tcp"), .rejected)
+        XCTAssertEqual(check(method: "INVITE", uri: "sip:example.com", signedMethod: "REGISTER"), .rejected, "the method is in the hash")
+        XCTAssertEqual(check(method: "INVITE", uri: "sip:example.com"), .authenticated(aor))
+    }
+
     func testKnownNamesInAnyCaseAndTheirNearMisses() throws {
         let header = "Digest UserName=u, REALM=r, Nonce=n, URI=i, Response=p, CNonce=c, QoP=auth, nC=1, Opaque=o, Algorithm=sha-256, "
             + "usernamx=1, nonse=2, ur=3, urix=4, \u{00D1}C=5, n@=6, `lgorithm=7"
@@ -103,6 +127,33 @@ final class DigestCredentialsTests: XCTestCase {
         XCTAssertEqual(credentials.opaque, "")
         XCTAssertEqual(credentials.cnonce, "\"")
         XCTAssertEqual(credentials.realm, "r")
+    }
+
+    func testElementsSplitWhereTheFirstEqualsAndTheQuotesSay() throws {
+        let escapedEquals = try XCTUnwrap(DigestCredentials(header: #"Digest "x\=y"=1, realm=r"#))
+        XCTAssertEqual(escapedEquals.parameters[#""x\"#], #"y"=1"#, "the first = names the parameter, even one escaped in quotes")
+        let trailingEscape = try XCTUnwrap(DigestCredentials(header: #"Digest realm="a"\"b", nonce = "n" "#))
+        XCTAssertEqual(trailingEscape.realm, #"a""b"#, "a backslash between the outer quotes is unescaped")
+        XCTAssertEqual(trailingEscape.nonce, "n")
+        let angles = try XCTUnwrap(DigestCredentials(header: "Digest uri=<sip:a,b>, realm=x,"))
+        XCTAssertEqual(angles.uri, "<sip:a,b>", "no split inside angle brackets")
+        XCTAssertEqual(angles.realm, "x")
+        let escapedQuote = try XCTUnwrap(DigestCredentials(header: #"Digest realm="a\"b, c", nonce="p\\q", opaque=o"#))
+        XCTAssertEqual(escapedQuote.realm, #"a"b, c"#, "an escaped quote does not end the string")
+        XCTAssertEqual(escapedQuote.nonce, #"p\q"#)
+        XCTAssertEqual(escapedQuote.opaque, "o")
+        let unterminated = try XCTUnwrap(DigestCredentials(header: #"Digest nonce=n, realm="abc\"#))
+        XCTAssertEqual(unterminated.realm, #""abc\"#, "a string left open by a last backslash is kept as written")
+        XCTAssertEqual(unterminated.nonce, "n")
+        let unquoted = try XCTUnwrap(DigestCredentials(header: #"Digest username="a\=b"=c"#))
+        XCTAssertEqual(unquoted.username, #""a\=b"=c"#, "a value not wholly quoted is kept as written")
+    }
+
+    func testNonceCountsReadAsHexadecimalUInt32() {
+        for text in ["00000001", "0000000a", "FfFfFfFf", "100000000", "", "+", "-", "+1", "-0", "-1", "0x1", " 1", "1 ", "000000000000000000002", "g"] {
+            let parsed = Array(text.utf8).withUnsafeBytes { DigestAuthenticator.nonceCount($0) }
+            XCTAssertEqual(parsed, UInt32(text, radix: 16), "nc=\(text)")
+        }
     }
 
     func testRealmComparisons() throws {
