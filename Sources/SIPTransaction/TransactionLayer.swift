@@ -362,9 +362,13 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         perform(effects)
     }
 
+    /// Carries the effects out in order. Each is moved out of the array (taken from its end once
+    /// reversed), not copied: a copy retains every text of its flow, message or event, and the
+    /// array's release destroys them all again.
     @inlinable
-    func perform(_ effects: [Effect]) {
-        for effect in effects {
+    func perform(_ effects: consuming [Effect]) {
+        effects.reverse()
+        while let effect = effects.popLast() {
             switch effect {
             case .send(let message, let flow): send(SIPSerializer.serialize(message), flow)
             case .sendBytes(let bytes, let flow): send(bytes, flow)
@@ -556,7 +560,6 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         @usableFromInline let flow: Flow
         @usableFromInline let serial: UInt64
         @usableFromInline var timers = ArmedTimers()
-        @usableFromInline var links = FlowLinks()
 
         @usableFromInline
         init(key: TransactionKey, machine: ServerMachine, flow: Flow, serial: UInt64) {
@@ -588,7 +591,6 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         @usableFromInline let serial: UInt64
         @usableFromInline let onEvent: @Sendable (ClientTransactionEvent) -> Void
         @usableFromInline var timers = ArmedTimers()
-        @usableFromInline var links = FlowLinks()
 
         @usableFromInline
         init(key: TransactionKey, machine: ClientMachine, flow: Flow, serial: UInt64, onEvent: @escaping @Sendable (ClientTransactionEvent) -> Void) {
@@ -657,14 +659,19 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
     /// The transactions of one kind (servers or clients) of a shard: each in a slot of `slots`
     /// (reused once free), found by key through `byKey`, and listed by flow: `firstByFlow` holds a
-    /// flow's first slot and each entry links to the next and previous of its flow, so adding and
+    /// flow's first slot and `links` each slot's next and previous of its flow, so adding and
     /// removing a transaction costs at most one lookup of its flow (none when it is neither the
     /// first of its flow nor the last one left), and failing a flow visits only its transactions.
-    /// An entry is added and removed only through `insert` and `remove`, which keep all three in
-    /// step; `update` changes one in place (never its key or flow).
+    /// Each slot's serial (0 when free) and links are kept beside the entries, in arrays of plain
+    /// numbers: checking a handle and following a flow's list read no entry (reading one out of
+    /// the array copies it, retaining each of its texts). An entry is added and removed only
+    /// through `insert` and `remove`, which keep all of it in step; `update` changes one in place
+    /// (never its key or flow).
     @usableFromInline
     struct Table<Entry: TransactionEntry>: Sendable where Entry.EntryFlow == Flow {
         @usableFromInline var slots: [Entry?] = []
+        @usableFromInline var serials: [UInt64] = []
+        @usableFromInline var links: [FlowLinks] = []
         @usableFromInline var free: [Int] = []
         @usableFromInline var byKey: [TransactionKey: Int] = [:]
         @usableFromInline var firstByFlow: [Flow: Int] = [:]
@@ -681,7 +688,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         /// The serial of the transaction in `slot`; nil when the slot is free (or out of range).
         @inlinable
         func serial(at slot: Int) -> UInt64? {
-            slot >= 0 && slot < slots.count ? slots[slot]?.serial : nil
+            slot >= 0 && slot < serials.count && serials[slot] != 0 ? serials[slot] : nil
         }
 
         /// Reads or changes the entry in `slot` in place (through the array's modify accessor:
@@ -702,16 +709,18 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         /// Adds a transaction (its key is not in the table) and returns its slot.
         @inlinable
-        mutating func insert(_ entry: Entry) -> Int {
-            var entry = entry
+        mutating func insert(_ entry: consuming Entry) -> Int {
             let slot = free.popLast() ?? slots.count
             byKey[entry.key] = slot
             let next = Self.exchange(&firstByFlow[entry.flow, default: -1], slot)
-            entry.links = FlowLinks(previous: -1, next: next)
-            if next >= 0 { slots[next]!.links.previous = slot }
+            if next >= 0 { links[next].previous = slot }
             if slot == slots.count {
+                serials.append(entry.serial)
+                links.append(FlowLinks(previous: -1, next: next))
                 slots.append(entry)
             } else {
+                serials[slot] = entry.serial
+                links[slot] = FlowLinks(previous: -1, next: next)
                 slots[slot] = entry
             }
             return slot
@@ -723,15 +732,16 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             guard serial(at: slot) != nil else { return nil }
             var taken: Entry?
             swap(&taken, &slots[slot])
-            guard let entry = taken else { return nil }
+            guard let entry = consume taken else { return nil }
+            serials[slot] = 0
             free.append(slot)
             byKey.removeValue(forKey: entry.key)
-            let links = entry.links
-            if links.next >= 0 { slots[links.next]!.links.previous = links.previous }
-            if links.previous >= 0 {
-                slots[links.previous]!.links.next = links.next
-            } else if links.next >= 0 {
-                firstByFlow[entry.flow] = links.next
+            let link = links[slot]
+            if link.next >= 0 { links[link.next].previous = link.previous }
+            if link.previous >= 0 {
+                links[link.previous].next = link.next
+            } else if link.next >= 0 {
+                firstByFlow[entry.flow] = link.next
             } else {
                 firstByFlow.removeValue(forKey: entry.flow)
             }
@@ -743,9 +753,9 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         func slots(on flow: Flow) -> [(slot: Int, serial: UInt64)] {
             var found: [(slot: Int, serial: UInt64)] = []
             var next = firstByFlow[flow] ?? -1
-            while next >= 0, let entry = slots[next] {
-                found.append((next, entry.serial))
-                next = entry.links.next
+            while next >= 0 {
+                found.append((next, serials[next]))
+                next = links[next].next
             }
             return found
         }
@@ -767,8 +777,8 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     }
 }
 
-/// A transaction as a `TransactionLayer.Table` holds it: found by its key, listed by its flow
-/// (through its links), its timers and serial read in place.
+/// A transaction as a `TransactionLayer.Table` holds it: found by its key, listed by its flow,
+/// told apart from a later one in its slot by its serial, its timers changed in place.
 @usableFromInline
 protocol TransactionEntry: Sendable {
     associatedtype EntryFlow: Hashable & Sendable
@@ -776,11 +786,10 @@ protocol TransactionEntry: Sendable {
     var flow: EntryFlow { get }
     var serial: UInt64 { get }
     var timers: TransactionLayer<EntryFlow>.ArmedTimers { get set }
-    var links: FlowLinks { get set }
 }
 
-/// An entry's neighbours among its flow's transactions in a `TransactionLayer.Table`: their
-/// slots, -1 for none. A value.
+/// A slot's neighbours among its flow's transactions in a `TransactionLayer.Table`: their slots,
+/// -1 for none. A value.
 @usableFromInline
 struct FlowLinks: Sendable {
     @usableFromInline var previous: Int
