@@ -453,6 +453,9 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         }
     }
 
+    /// A server transaction's state machine. Its events take the machine out of the enum
+    /// (`consume self`) and put it back changed: matched as `case .x(var machine)` it would be a
+    /// copy, retaining its request and response, the old one released when put back.
     @usableFromInline
     enum ServerMachine: Sendable {
         case invite(InviteServerTransaction)
@@ -468,7 +471,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func start() -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.start()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.start()
             }
@@ -476,7 +479,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func receivedRequest(_ request: SIPRequest) -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.receivedRequest(request)
             case .nonInvite(var machine):
                 defer { self = .nonInvite(machine) }
@@ -488,7 +491,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         /// response itself: its ACK matching reads the To tag).
         @inlinable
         mutating func sendResponse(_ response: SIPResponse, serialized: SentResponse?) -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.sendResponse(response)
             case .nonInvite(var machine):
                 defer { self = .nonInvite(machine) }
@@ -498,7 +501,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func timerFired(_ timer: TransactionTimer) -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.timerFired(timer)
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.timerFired(timer)
             }
@@ -506,7 +509,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func transportError() -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.transportError()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.transportError()
             }
@@ -520,7 +523,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func start() -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.start()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.start()
             }
@@ -528,7 +531,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func receivedResponse(_ response: SIPResponse) -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.receivedResponse(response)
             case .nonInvite(var machine):
                 defer { self = .nonInvite(machine) }
@@ -538,7 +541,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func timerFired(_ timer: TransactionTimer) -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.timerFired(timer)
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.timerFired(timer)
             }
@@ -546,7 +549,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func transportError() -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.transportError()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.transportError()
             }
