@@ -21,6 +21,9 @@ enum BindingRecords {
         /// The operations in first-seen order of their binding ids; a later change to an id
         /// replaces its entry (with the member that made it).
         private(set) var entries: [(id: UUID, operation: Operation, member: Int)] = []
+        /// The CSeq and times of each entry's binding, in the same order: plain values, so a
+        /// refresh's parameters are written from them without copying a binding out of `entries`.
+        private(set) var written: [(cseq: UInt32, registeredAt: Date, expiresAt: Date)] = []
         /// Where each id's entry is, kept once the plan holds more than `scanned` entries (a
         /// short plan is searched instead, with no hashing and no table).
         private var positions: [UUID: Int] = [:]
@@ -36,25 +39,17 @@ enum BindingRecords {
             for change in changes {
                 switch change {
                 case .save(let binding):
-                    put(binding.id, .save(binding), member: member)
+                    put(binding.id, .save(binding), member: member, of: binding)
                 case .refresh(let binding):
                     // A refresh of a save not written yet is that save, with the new times.
                     if let at = position(of: binding.id), case .save = entries[at].operation {
-                        put(binding.id, .save(binding), member: member)
+                        put(binding.id, .save(binding), member: member, of: binding)
                     } else {
-                        put(binding.id, .refresh(binding), member: member)
+                        put(binding.id, .refresh(binding), member: member, of: binding)
                     }
                 case .delete(let binding, let kind):
-                    put(binding.id, .delete(binding, kind), member: member)
+                    put(binding.id, .delete(binding, kind), member: member, of: binding)
                 }
-            }
-        }
-
-        /// The CSeq and times entry `index` writes (its binding's), read in place.
-        func written(at index: Int) -> (cseq: UInt32, registeredAt: Date, expiresAt: Date) {
-            switch entries[index].operation {
-            case .save(let binding), .refresh(let binding), .delete(let binding, _):
-                return (binding.cseq, binding.registeredAt, binding.expiresAt)
             }
         }
 
@@ -62,12 +57,15 @@ enum BindingRecords {
             entries.count <= Self.scanned ? entries.firstIndex { $0.id == id } : positions[id]
         }
 
-        private mutating func put(_ id: UUID, _ operation: Operation, member: Int) {
+        private mutating func put(_ id: UUID, _ operation: Operation, member: Int, of binding: Binding) {
+            let times = (binding.cseq, binding.registeredAt, binding.expiresAt)
             if let at = position(of: id) {
                 entries[at] = (id, operation, member)
+                written[at] = times
                 return
             }
             entries.append((id, operation, member))
+            written.append(times)
             if entries.count == Self.scanned + 1 {
                 for (at, entry) in entries.enumerated() { positions[entry.id] = at }
             } else if entries.count > Self.scanned + 1 {
@@ -90,29 +88,36 @@ enum BindingRecords {
                 utf8.baseAddress.map { memchr($0, 0, utf8.count) != nil } ?? false
             } ?? text.utf8.contains(0)
         }
-        for change in changes {
-            let binding: Binding
-            switch change {
-            case .save(let saved), .refresh(let saved): binding = saved
-            case .delete: continue
+        // Each change read in place (through the buffer's address), not copied out of the array.
+        return changes.withUnsafeBufferPointer { buffer in
+            for index in buffer.indices {
+                switch buffer[index] {
+                case .save(let binding), .refresh(let binding):
+                    if let problem = unstorable(binding, holdsNUL) { return problem }
+                case .delete: continue
+                }
             }
-            let field: String
-            if holdsNUL(binding.contact) {
-                field = "contact"
-            } else if holdsNUL(binding.callID) {
-                field = "call-id"
-            } else if holdsNUL(binding.flow.connectionID.name) || holdsNUL(binding.flow.instanceID) {
-                field = "flow"
-            } else if binding.pushChannels.contains(where: { holdsNUL($0.token) }) {
-                field = "push token"
-            } else if binding.pushChannels.contains(where: { holdsNUL($0.param) }) {
-                field = "push param"
-            } else {
-                continue
-            }
-            return .unstorableText(field: field, aor: binding.aor)
+            return nil
         }
-        return nil
+    }
+
+    /// The first of a binding's texts that holds a NUL (by `holdsNUL`), as an error.
+    private static func unstorable(_ binding: Binding, _ holdsNUL: (String?) -> Bool) -> LocationStoreError? {
+        let field: String
+        if holdsNUL(binding.contact) {
+            field = "contact"
+        } else if holdsNUL(binding.callID) {
+            field = "call-id"
+        } else if holdsNUL(binding.flow.connectionID.name) || holdsNUL(binding.flow.instanceID) {
+            field = "flow"
+        } else if binding.pushChannels.contains(where: { holdsNUL($0.token) }) {
+            field = "push token"
+        } else if binding.pushChannels.contains(where: { holdsNUL($0.param) }) {
+            field = "push param"
+        } else {
+            return nil
+        }
+        return .unstorableText(field: field, aor: binding.aor)
     }
 
     // MARK: - Writing
@@ -244,9 +249,9 @@ enum BindingRecords {
     static func refreshParameters(_ plan: WritePlan, _ indices: [Int], originSuffix: String) -> PostgresParameters {
         var parameters = PostgresParameters(capacity: indices.count * 80 + 64)
         parameters.appendArray(indices) { $0.write(uuid: plan.entries[$1].id) }
-        parameters.appendArray(indices) { $0.write(decimal: Int(plan.written(at: $1).cseq)) }
-        parameters.appendArray(indices) { $0.write(epochSeconds: plan.written(at: $1).registeredAt) }
-        parameters.appendArray(indices) { $0.write(epochSeconds: plan.written(at: $1).expiresAt) }
+        parameters.appendArray(indices) { $0.write(decimal: Int(plan.written[$1].cseq)) }
+        parameters.appendArray(indices) { $0.write(epochSeconds: plan.written[$1].registeredAt) }
+        parameters.appendArray(indices) { $0.write(epochSeconds: plan.written[$1].expiresAt) }
         parameters.append(PostgresLocationStore.notificationChannel)
         parameters.append(originSuffix)
         return parameters
