@@ -20,8 +20,21 @@ public import Dispatch
 public final class HeapTimerScheduler: TimerScheduler, @unchecked Sendable {
     // @unchecked: `state` is a lock; `source` is never reassigned, and Dispatch documents a
     // source's `schedule` and `cancel` as safe from any thread.
+    /// What a timer runs: its own closure, or its target told its token.
+    private enum Job {
+        case body(@Sendable () -> Void)
+        case target(TimerTarget, TimerToken)
+
+        func run() {
+            switch self {
+            case .body(let body): body()
+            case .target(let target, let token): target.fire(token)
+            }
+        }
+    }
+
     private struct State {
-        var heap = TimerHeap<@Sendable () -> Void>()
+        var heap = TimerHeap<Job>()
         /// The deadline the source is armed for (uptime nanoseconds), nil when disarmed.
         var armed: UInt64?
     }
@@ -53,11 +66,19 @@ public final class HeapTimerScheduler: TimerScheduler, @unchecked Sendable {
     public var pendingCount: Int { state.withLock { $0.heap.count } }
 
     public func schedule(after delay: Duration, _ body: @escaping @Sendable () -> Void) -> any ScheduledTimer {
+        schedule(.body(body), after: delay)
+    }
+
+    public func schedule(after delay: Duration, token: TimerToken, for target: TimerTarget) -> any ScheduledTimer {
+        schedule(.target(target, token), after: delay)
+    }
+
+    private func schedule(_ job: Job, after delay: Duration) -> any ScheduledTimer {
         let nanoseconds = Self.nanoseconds(delay)
         var deadline = DispatchTime.now().uptimeNanoseconds &+ nanoseconds
         if nanoseconds >= coarseAfter { deadline = (deadline / grain &+ 1) &* grain }
         let id = state.withLock { state in
-            let id = state.heap.schedule(body, at: .nanoseconds(Int64(clamping: deadline)))
+            let id = state.heap.schedule(job, at: .nanoseconds(Int64(clamping: deadline)))
             if state.armed.map({ deadline < $0 }) ?? true { arm(deadline, &state) }
             return id
         }
@@ -71,13 +92,13 @@ public final class HeapTimerScheduler: TimerScheduler, @unchecked Sendable {
     /// The source fired: takes what is due, arms the source for what is left, runs the bodies.
     private func fire() {
         let now = DispatchTime.now().uptimeNanoseconds
-        let due = state.withLock { state -> [@Sendable () -> Void] in
+        let due = state.withLock { state -> [Job] in
             let due = state.heap.takeDue(at: .nanoseconds(Int64(clamping: now &+ slack)))
             state.armed = nil
             if let next = state.heap.nextDeadline() { arm(Self.nanoseconds(next), &state) }
             return due
         }
-        for body in due { body() }
+        for job in due { job.run() }
     }
 
     private func arm(_ deadline: UInt64, _ state: inout State) {

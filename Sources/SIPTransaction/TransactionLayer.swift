@@ -14,6 +14,10 @@ public import Synchronization
 /// once and meet only when two keys fall in the same shard. One call holds at most one shard's
 /// lock at a time (`transportFailed` visits the shards one after the other).
 ///
+/// Each transaction has a slot in its shard (`Table`): its handle and its timers name the slot, so
+/// answering, arming a timer and its firing find the transaction without hashing its key, and a
+/// timer is a token for the shard's one `TimerTarget`, not a closure of its own.
+///
 /// The methods are `@inlinable` so that the module that picks `Flow` (SIPService's `FlowID`)
 /// compiles them specialised: unspecialised, every dictionary access and every `Effect` array
 /// went through generic metadata lookups and value witnesses (profiled: a quarter of a
@@ -46,7 +50,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         self.scheduler = scheduler
         self.send = send
         self.core = core
-        self.shards = (0..<max(1, shardCount)).map { _ in Shard() }
+        self.shards = (0..<max(1, shardCount)).map { Shard(index: $0) }
     }
 
     /// How many shards the transactions are spread over.
@@ -121,11 +125,10 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         // Serialized before the lock: a non-INVITE transaction keeps (and resends) these bytes.
         let serialized = handle.key.isInvite ? nil : SentResponse(response)
         let (sent, effects) = shard(for: handle.key).state.withLock { state -> (Bool, [Effect]) in
-            guard let index = state.servers.index(forKey: handle.key), State.peek(&state.servers.values[index], { $0.serial }) == handle.serial
-            else { return (false, []) }
-            let actions = state.servers.values[index].machine.sendResponse(response, serialized: serialized)
+            guard state.servers.serial(at: handle.slot) == handle.serial else { return (false, []) }
+            let actions = state.servers.update(handle.slot) { $0.machine.sendResponse(response, serialized: serialized) }
             var effects: [Effect] = []
-            apply(actions, server: handle.key, &state, &effects)
+            apply(actions, server: handle.slot, &state, &effects)
             return (!actions.isEmpty, effects)
         }
         perform(effects)
@@ -139,10 +142,9 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     public func inviteTransaction(cancelledBy cancel: SIPRequest) -> ServerTransactionHandle? {
         guard let key = TransactionKey.inviteServer(cancelledBy: cancel) else { return nil }
         return shard(for: key).state.withLock { state in
-            guard let index = state.servers.index(forKey: key),
-                let serial = State.peek(&state.servers.values[index], { $0.accepts(cancel, key: key) ? $0.serial : nil })
+            guard let slot = state.servers.slot(for: key), let serial = state.servers.update(slot, { $0.accepts(cancel) ? $0.serial : nil })
             else { return nil }
-            return ServerTransactionHandle(key: key, serial: serial)
+            return ServerTransactionHandle(key: key, serial: serial, slot: slot)
         }
     }
 
@@ -150,10 +152,8 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     @inlinable
     public func isAwaitingFinalResponse(_ handle: ServerTransactionHandle) -> Bool {
         shard(for: handle.key).state.withLock { state in
-            guard let index = state.servers.index(forKey: handle.key) else { return false }
-            return State.peek(&state.servers.values[index]) { entry in
-                entry.serial == handle.serial && (entry.machine.lastStatusCode.map { $0 < 200 } ?? true)
-            }
+            guard state.servers.serial(at: handle.slot) == handle.serial else { return false }
+            return state.servers.update(handle.slot) { entry in entry.machine.lastStatusCode.map { $0 < 200 } ?? true }
         }
     }
 
@@ -171,16 +171,16 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         guard let key = TransactionKey.client(for: request), request.cseq != nil else { throw .missingBranch }
         let timers = self.timers
         let result = shard(for: key).state.withLock { state -> Result<(ClientTransactionHandle, [Effect]), TransactionLayerError> in
-            guard state.clients.index(forKey: key) == nil else { return .failure(.duplicateTransaction) }
+            guard state.clients.slot(for: key) == nil else { return .failure(.duplicateTransaction) }
             let serial = state.nextSerial()
             var machine: ClientMachine =
                 request.method == .invite
                 ? .invite(InviteClientTransaction(request: request, isReliable: isReliable, timers: timers))
                 : .nonInvite(NonInviteClientTransaction(request: request, isReliable: isReliable, timers: timers))
             let actions = machine.start()
-            state.insertClient(ClientEntry(machine: machine, flow: flow, serial: serial, onEvent: onResponse), for: key)
+            let slot = state.clients.insert(ClientEntry(key: key, machine: machine, flow: flow, serial: serial, onEvent: onResponse))
             var effects: [Effect] = []
-            apply(actions, client: key, &state, &effects)
+            apply(actions, client: slot, &state, &effects)
             return .success((ClientTransactionHandle(key: key, serial: serial), effects))
         }
         switch result {
@@ -203,15 +203,13 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         for shard in shards {
             let effects = shard.state.withLock { state -> [Effect] in
                 var effects: [Effect] = []
-                for key in state.serverKeys(on: flow) {
-                    guard let index = state.servers.index(forKey: key) else { continue }
-                    let actions = state.servers.values[index].machine.transportError()
-                    apply(actions, server: key, &state, &effects)
+                for (slot, serial) in state.servers.slots(on: flow) where state.servers.serial(at: slot) == serial {
+                    let actions = state.servers.update(slot) { $0.machine.transportError() }
+                    apply(actions, server: slot, &state, &effects)
                 }
-                for key in state.clientKeys(on: flow) {
-                    guard let index = state.clients.index(forKey: key) else { continue }
-                    let actions = state.clients.values[index].machine.transportError()
-                    apply(actions, client: key, &state, &effects)
+                for (slot, serial) in state.clients.slots(on: flow) where state.clients.serial(at: slot) == serial {
+                    let actions = state.clients.update(slot) { $0.machine.transportError() }
+                    apply(actions, client: slot, &state, &effects)
                 }
                 return effects
             }
@@ -226,15 +224,15 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         _ request: SIPRequest, key: TransactionKey, from flow: Flow, isReliable: Bool, _ state: inout State,
         _ effects: inout [Effect]
     ) {
-        if let index = state.servers.index(forKey: key) {
-            guard State.peek(&state.servers.values[index], { $0.accepts(request, key: key) }) else {
+        if let slot = state.servers.slot(for: key) {
+            guard state.servers.update(slot, { $0.accepts(request) }) else {
                 // §17.2.3: an RFC 2543 request whose To tag differs matches nothing; only an ACK
                 // can then be meaningful (for a 2xx), other clashes cannot get a transaction.
                 if request.method == .ack { effects.append(.core(.ack(request, flow: flow))) }
                 return
             }
-            let actions = state.servers.values[index].machine.receivedRequest(request)
-            apply(actions, server: key, arrivedOn: flow, &state, &effects)
+            let actions = state.servers.update(slot) { $0.machine.receivedRequest(request) }
+            apply(actions, server: slot, arrivedOn: flow, &state, &effects)
             return
         }
         if request.method == .ack {
@@ -247,20 +245,20 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
             ? .invite(InviteServerTransaction(request: request, isReliable: isReliable, timers: timers))
             : .nonInvite(NonInviteServerTransaction(request: request, isReliable: isReliable, timers: timers, matchesToTag: key.isRFC2543))
         let actions = machine.start()
-        state.insertServer(ServerEntry(machine: machine, flow: flow, serial: state.nextSerial()), for: key)
-        apply(actions, server: key, &state, &effects)
+        let slot = state.servers.insert(ServerEntry(key: key, machine: machine, flow: flow, serial: state.nextSerial()))
+        apply(actions, server: slot, &state, &effects)
     }
 
     @inlinable
     func receiveResponse(
         _ response: SIPResponse, key: TransactionKey, from flow: Flow, _ state: inout State, _ effects: inout [Effect]
     ) {
-        guard let index = state.clients.index(forKey: key) else {
+        guard let slot = state.clients.slot(for: key) else {
             effects.append(.core(.strayResponse(response, flow: flow)))
             return
         }
-        let actions = state.clients.values[index].machine.receivedResponse(response)
-        apply(actions, client: key, &state, &effects)
+        let actions = state.clients.update(slot) { $0.machine.receivedResponse(response) }
+        apply(actions, client: slot, &state, &effects)
     }
 
     // MARK: - Carrying out actions
@@ -269,38 +267,31 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     /// passed to the core; responses always go back on the flow the transaction began on.
     @inlinable
     func apply(
-        _ actions: [ServerTransactionAction], server key: TransactionKey, arrivedOn arrival: Flow? = nil,
+        _ actions: [ServerTransactionAction], server slot: Int, arrivedOn arrival: Flow? = nil,
         _ state: inout State, _ effects: inout [Effect]
     ) {
-        // The dictionary index stays valid through the loop: nothing is inserted or removed in it
-        // until `.terminated`, which ends it.
-        guard let index = state.servers.index(forKey: key) else { return }
-        let (flow, serial) = State.peek(&state.servers.values[index]) { ($0.flow, $0.serial) }
-        let handle = ServerTransactionHandle(key: key, serial: serial)
+        // The slot stays the transaction's through the loop: it is only freed by `.terminated`,
+        // which ends it. Parts of the entry are read as an action needs them (a flow or a key
+        // copied costs a retain of each of its texts).
         for action in actions {
             switch action {
             case .send(let response):
-                effects.append(.send(.response(response), flow))
+                effects.append(.send(.response(response), state.servers.update(slot) { $0.flow }))
             case .sendBytes(let bytes):
-                effects.append(.sendBytes(bytes, flow))
+                effects.append(.sendBytes(bytes, state.servers.update(slot) { $0.flow }))
             case .passToCore(let request):
-                effects.append(
-                    .core(
-                        request.method == .ack
-                            ? .ack(request, flow: arrival ?? flow)
-                            : .request(request, handle, flow: flow)))
+                let (flow, handle) = state.servers.update(slot) { ($0.flow, ServerTransactionHandle(key: $0.key, serial: $0.serial, slot: slot)) }
+                effects.append(.core(request.method == .ack ? .ack(request, flow: arrival ?? flow) : .request(request, handle, flow: flow)))
             case .startTimer(let timer, let delay):
-                let id = state.nextSerial()
-                let scheduled = scheduler.schedule(after: delay) { [weak self] in
-                    self?.serverTimerFired(timer, id: id, key: key)
-                }
-                state.servers.values[index].timers.arm(ArmedTimer(kind: timer, id: id, timer: scheduled))
+                let armed = arm(timer, after: delay, place: state.place(of: slot, client: false), &state)
+                state.servers.update(slot) { $0.timers.arm(armed) }
             case .cancelTimer(let timer):
-                state.servers.values[index].timers.disarm(timer)
+                state.servers.update(slot) { $0.timers.disarm(timer) }
             case .reportFailure(let failure):
+                let handle = state.servers.update(slot) { ServerTransactionHandle(key: $0.key, serial: $0.serial, slot: slot) }
                 effects.append(.core(.serverTransactionFailed(handle, failure)))
             case .terminated:
-                state.removeServer(key)?.timers.cancelAll()
+                state.servers.remove(at: slot)?.timers.cancelAll()
                 return
             }
         }
@@ -308,62 +299,76 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
     @inlinable
     func apply(
-        _ actions: [ClientTransactionAction], client key: TransactionKey, _ state: inout State,
+        _ actions: [ClientTransactionAction], client slot: Int, _ state: inout State,
         _ effects: inout [Effect]
     ) {
-        guard let index = state.clients.index(forKey: key) else { return }
-        let (flow, onEvent) = State.peek(&state.clients.values[index]) { ($0.flow, $0.onEvent) }
         for action in actions {
             switch action {
             case .send(let request):
-                effects.append(.send(.request(request), flow))
+                effects.append(.send(.request(request), state.clients.update(slot) { $0.flow }))
             case .passToCore(let event):
-                effects.append(.client(onEvent, event))
+                effects.append(.client(state.clients.update(slot) { $0.onEvent }, event))
             case .startTimer(let timer, let delay):
-                let id = state.nextSerial()
-                let scheduled = scheduler.schedule(after: delay) { [weak self] in
-                    self?.clientTimerFired(timer, id: id, key: key)
-                }
-                state.clients.values[index].timers.arm(ArmedTimer(kind: timer, id: id, timer: scheduled))
+                let armed = arm(timer, after: delay, place: state.place(of: slot, client: true), &state)
+                state.clients.update(slot) { $0.timers.arm(armed) }
             case .cancelTimer(let timer):
-                state.clients.values[index].timers.disarm(timer)
+                state.clients.update(slot) { $0.timers.disarm(timer) }
             case .terminated:
-                state.removeClient(key)?.timers.cancelAll()
+                state.clients.remove(at: slot)?.timers.cancelAll()
                 return
             }
         }
     }
 
+    /// Schedules a transaction's timer as a token of the shard's target: its place (shard, slot,
+    /// server or client) and a serial of its own (a firing whose serial no longer matches was
+    /// cancelled or restarted meanwhile).
     @inlinable
-    func serverTimerFired(_ timer: TransactionTimer, id: UInt64, key: TransactionKey) {
-        let effects = shard(for: key).state.withLock { state -> [Effect] in
-            // A timer cancelled while its body was already on its way is stale: ignore it.
-            guard let index = state.servers.index(forKey: key), state.servers.values[index].timers.fired(timer, id: id)
-            else { return [] }
-            let actions = state.servers.values[index].machine.timerFired(timer)
+    func arm(_ timer: TransactionTimer, after delay: Duration, place: UInt64, _ state: inout State) -> ArmedTimer {
+        let id = state.nextSerial()
+        let scheduled = scheduler.schedule(after: delay, token: TimerToken(place: place, serial: id), for: timerTarget(&state))
+        return ArmedTimer(kind: timer, id: id, timer: scheduled)
+    }
+
+    /// The shard's timer target, made on its first timer here: made in this (specialised)
+    /// method, its closure runs specialised code when a timer fires. It holds the layer weakly.
+    @inlinable
+    func timerTarget(_ state: inout State) -> TimerTarget {
+        if let target = state.timerTarget { return target }
+        let target = TimerTarget { [weak self] token in self?.timerFired(token) }
+        state.timerTarget = target
+        return target
+    }
+
+    /// A timer of a transaction fired: found by its token's place, with no key hashed.
+    @inlinable
+    func timerFired(_ token: TimerToken) {
+        let (shardIndex, slot, isClient) = State.unpack(token.place)
+        guard shardIndex < shards.count else { return }
+        let effects = shards[shardIndex].state.withLock { state -> [Effect] in
             var effects: [Effect] = []
-            apply(actions, server: key, &state, &effects)
+            if isClient {
+                // A timer cancelled while its firing was already on its way is stale: ignored.
+                guard let timer = state.clients.timerFired(at: slot, id: token.serial) else { return [] }
+                let actions = state.clients.update(slot) { $0.machine.timerFired(timer) }
+                apply(actions, client: slot, &state, &effects)
+            } else {
+                guard let timer = state.servers.timerFired(at: slot, id: token.serial) else { return [] }
+                let actions = state.servers.update(slot) { $0.machine.timerFired(timer) }
+                apply(actions, server: slot, &state, &effects)
+            }
             return effects
         }
         perform(effects)
     }
 
+    /// Carries the effects out in order. Each is moved out of the array (taken from its end once
+    /// reversed), not copied: a copy retains every text of its flow, message or event, and the
+    /// array's release destroys them all again.
     @inlinable
-    func clientTimerFired(_ timer: TransactionTimer, id: UInt64, key: TransactionKey) {
-        let effects = shard(for: key).state.withLock { state -> [Effect] in
-            guard let index = state.clients.index(forKey: key), state.clients.values[index].timers.fired(timer, id: id)
-            else { return [] }
-            let actions = state.clients.values[index].machine.timerFired(timer)
-            var effects: [Effect] = []
-            apply(actions, client: key, &state, &effects)
-            return effects
-        }
-        perform(effects)
-    }
-
-    @inlinable
-    func perform(_ effects: [Effect]) {
-        for effect in effects {
+    func perform(_ effects: consuming [Effect]) {
+        effects.reverse()
+        while let effect = effects.popLast() {
             switch effect {
             case .send(let message, let flow): send(SIPSerializer.serialize(message), flow)
             case .sendBytes(let bytes, let flow): send(bytes, flow)
@@ -391,11 +396,13 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         }
     }
 
-    /// The timers one transaction has running: two or three at most, so a short array searched
+    /// The timers one transaction has running: two or three at most, the first held in place (a
+    /// non-INVITE server's only one, Timer J, costs no array), the others in a short array searched
     /// in order (no hashing, no dictionary per transaction).
     @usableFromInline
     struct ArmedTimers: Sendable {
-        @usableFromInline var running: [ArmedTimer] = []
+        @usableFromInline var first: ArmedTimer?
+        @usableFromInline var more: [ArmedTimer] = []
 
         @usableFromInline
         init() {}
@@ -403,36 +410,52 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         /// Starts a timer, cancelling the one of the same kind if it runs (a restart).
         @inlinable
         mutating func arm(_ timer: ArmedTimer) {
-            if let at = running.firstIndex(where: { $0.kind == timer.kind }) {
-                running[at].timer.cancel()
-                running[at] = timer
+            if let running = first, running.kind == timer.kind {
+                running.timer.cancel()
+                first = timer
+            } else if let at = more.firstIndex(where: { $0.kind == timer.kind }) {
+                more[at].timer.cancel()
+                more[at] = timer
+            } else if first == nil {
+                first = timer
             } else {
-                running.append(timer)
+                more.append(timer)
             }
         }
 
         /// Stops the timer of this kind if it runs.
         @inlinable
         mutating func disarm(_ kind: TransactionTimer) {
-            guard let at = running.firstIndex(where: { $0.kind == kind }) else { return }
-            running.remove(at: at).timer.cancel()
+            if let running = first, running.kind == kind {
+                running.timer.cancel()
+                first = more.popLast()
+            } else if let at = more.firstIndex(where: { $0.kind == kind }) {
+                more.remove(at: at).timer.cancel()
+            }
         }
 
-        /// True when the fired timer is the one running (then it is forgotten); false for a
-        /// stale body of a timer since cancelled or restarted.
+        /// The kind of the fired timer when it is one running (then it is forgotten); nil for a
+        /// stale firing of a timer since cancelled or restarted.
         @inlinable
-        mutating func fired(_ kind: TransactionTimer, id: UInt64) -> Bool {
-            guard let at = running.firstIndex(where: { $0.kind == kind }), running[at].id == id else { return false }
-            running.remove(at: at)
-            return true
+        mutating func fired(id: UInt64) -> TransactionTimer? {
+            if let running = first, running.id == id {
+                first = more.popLast()
+                return running.kind
+            }
+            guard let at = more.firstIndex(where: { $0.id == id }) else { return nil }
+            return more.remove(at: at).kind
         }
 
         @inlinable
         func cancelAll() {
-            for armed in running { armed.timer.cancel() }
+            first?.timer.cancel()
+            for armed in more { armed.timer.cancel() }
         }
     }
 
+    /// A server transaction's state machine. Its events take the machine out of the enum
+    /// (`consume self`) and put it back changed: matched as `case .x(var machine)` it would be a
+    /// copy, retaining its request and response, the old one released when put back.
     @usableFromInline
     enum ServerMachine: Sendable {
         case invite(InviteServerTransaction)
@@ -448,7 +471,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func start() -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.start()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.start()
             }
@@ -456,7 +479,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func receivedRequest(_ request: SIPRequest) -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.receivedRequest(request)
             case .nonInvite(var machine):
                 defer { self = .nonInvite(machine) }
@@ -468,7 +491,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         /// response itself: its ACK matching reads the To tag).
         @inlinable
         mutating func sendResponse(_ response: SIPResponse, serialized: SentResponse?) -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.sendResponse(response)
             case .nonInvite(var machine):
                 defer { self = .nonInvite(machine) }
@@ -478,7 +501,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func timerFired(_ timer: TransactionTimer) -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.timerFired(timer)
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.timerFired(timer)
             }
@@ -486,7 +509,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func transportError() -> [ServerTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.transportError()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.transportError()
             }
@@ -500,7 +523,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func start() -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.start()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.start()
             }
@@ -508,7 +531,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func receivedResponse(_ response: SIPResponse) -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.receivedResponse(response)
             case .nonInvite(var machine):
                 defer { self = .nonInvite(machine) }
@@ -518,7 +541,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func timerFired(_ timer: TransactionTimer) -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.timerFired(timer)
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.timerFired(timer)
             }
@@ -526,7 +549,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
 
         @inlinable
         mutating func transportError() -> [ClientTransactionAction] {
-            switch self {
+            switch consume self {
             case .invite(var machine): defer { self = .invite(machine) }; return machine.transportError()
             case .nonInvite(var machine): defer { self = .nonInvite(machine) }; return machine.transportError()
             }
@@ -534,14 +557,16 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     }
 
     @usableFromInline
-    struct ServerEntry: Sendable {
+    struct ServerEntry: TransactionEntry {
+        @usableFromInline let key: TransactionKey
         @usableFromInline var machine: ServerMachine
         @usableFromInline let flow: Flow
         @usableFromInline let serial: UInt64
         @usableFromInline var timers = ArmedTimers()
 
         @usableFromInline
-        init(machine: ServerMachine, flow: Flow, serial: UInt64) {
+        init(key: TransactionKey, machine: ServerMachine, flow: Flow, serial: UInt64) {
+            self.key = key
             self.machine = machine
             self.flow = flow
             self.serial = serial
@@ -550,7 +575,7 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         /// §17.2.3: a cookie key matches outright; an RFC 2543 key also needs the To tag to match
         /// (a non-INVITE transaction gets no ACK: its request's To tag, kept past completion).
         @inlinable
-        func accepts(_ request: SIPRequest, key: TransactionKey) -> Bool {
+        func accepts(_ request: SIPRequest) -> Bool {
             guard key.isRFC2543 else { return true }
             switch machine {
             case .invite(let invite):
@@ -562,7 +587,8 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     }
 
     @usableFromInline
-    struct ClientEntry: Sendable {
+    struct ClientEntry: TransactionEntry {
+        @usableFromInline let key: TransactionKey
         @usableFromInline var machine: ClientMachine
         @usableFromInline let flow: Flow
         @usableFromInline let serial: UInt64
@@ -570,7 +596,8 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         @usableFromInline var timers = ArmedTimers()
 
         @usableFromInline
-        init(machine: ClientMachine, flow: Flow, serial: UInt64, onEvent: @escaping @Sendable (ClientTransactionEvent) -> Void) {
+        init(key: TransactionKey, machine: ClientMachine, flow: Flow, serial: UInt64, onEvent: @escaping @Sendable (ClientTransactionEvent) -> Void) {
+            self.key = key
             self.machine = machine
             self.flow = flow
             self.serial = serial
@@ -581,79 +608,48 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
     /// One independently locked part of the layer: the transactions whose keys hash to it.
     @usableFromInline
     final class Shard: Sendable {
-        @usableFromInline let state = PthreadLocked(State())
+        @usableFromInline let state: PthreadLocked<State>
 
         @usableFromInline
-        init() {}
+        init(index: Int) {
+            state = PthreadLocked(State(index: index))
+        }
     }
 
-    /// One shard's transactions by key, and their keys by flow. An entry is added and removed
-    /// only through `insert…` and `remove…`, which keep the flow index in step; updating an entry
-    /// in place keeps its flow (a transaction never changes flow). Serials (of transactions and
-    /// timers) are unique within the shard, which is all a handle needs: its key names the shard.
+    /// One shard's transactions, servers and clients each in a `Table`. Serials (of transactions
+    /// and timers) are unique within the shard, which is all a handle needs: its key names the
+    /// shard, its slot the transaction there.
     @usableFromInline
     struct State: Sendable {
-        @usableFromInline var servers: [TransactionKey: ServerEntry] = [:]
-        @usableFromInline var clients: [TransactionKey: ClientEntry] = [:]
-        @usableFromInline var serverKeysByFlow: [Flow: Set<TransactionKey>] = [:]
-        @usableFromInline var clientKeysByFlow: [Flow: Set<TransactionKey>] = [:]
+        @usableFromInline var servers = Table<ServerEntry>()
+        @usableFromInline var clients = Table<ClientEntry>()
         @usableFromInline var serial: UInt64 = 0
+        /// The shard's place among the layer's shards (it goes in its timers' tokens).
+        @usableFromInline let index: Int
+        /// Where the shard's timers fire (`TransactionLayer.timerTarget`), made on the first one.
+        @usableFromInline var timerTarget: TimerTarget?
 
         @usableFromInline
-        init() {}
+        init(index: Int) {
+            self.index = index
+        }
 
         /// Adds the flows with at least one transaction here (what the index holds; for tests).
         func collectIndexedFlows(into flows: inout Set<Flow>) {
-            flows.formUnion(serverKeysByFlow.keys)
-            flows.formUnion(clientKeysByFlow.keys)
+            flows.formUnion(servers.firstByFlow.keys)
+            flows.formUnion(clients.firstByFlow.keys)
         }
 
+        /// A timer token's place: the slot, the shard, and whether it is a client's.
         @inlinable
-        mutating func insertServer(_ entry: ServerEntry, for key: TransactionKey) {
-            servers[key] = entry
-            serverKeysByFlow[entry.flow, default: []].insert(key)
+        func place(of slot: Int, client: Bool) -> UInt64 {
+            UInt64(slot) << 32 | UInt64(index) << 1 | (client ? 1 : 0)
         }
 
+        /// The shard, slot and client flag of a place.
         @inlinable
-        mutating func insertClient(_ entry: ClientEntry, for key: TransactionKey) {
-            clients[key] = entry
-            clientKeysByFlow[entry.flow, default: []].insert(key)
-        }
-
-        @inlinable
-        mutating func removeServer(_ key: TransactionKey) -> ServerEntry? {
-            guard let entry = servers.removeValue(forKey: key) else { return nil }
-            Self.unindex(key, of: entry.flow, in: &serverKeysByFlow)
-            return entry
-        }
-
-        @inlinable
-        mutating func removeClient(_ key: TransactionKey) -> ClientEntry? {
-            guard let entry = clients.removeValue(forKey: key) else { return nil }
-            Self.unindex(key, of: entry.flow, in: &clientKeysByFlow)
-            return entry
-        }
-
-        @inlinable
-        func serverKeys(on flow: Flow) -> Set<TransactionKey> { serverKeysByFlow[flow] ?? [] }
-        @inlinable
-        func clientKeys(on flow: Flow) -> Set<TransactionKey> { clientKeysByFlow[flow] ?? [] }
-
-        /// Hashes the flow once (through the dictionary's index), not once per step.
-        @inlinable
-        static func unindex(_ key: TransactionKey, of flow: Flow, in index: inout [Flow: Set<TransactionKey>]) {
-            guard let at = index.index(forKey: flow) else { return }
-            index.values[at].remove(key)
-            if index.values[at].isEmpty { index.remove(at: at) }
-        }
-
-        /// Reads part of an entry in place. `servers.values[index].flow` goes through the
-        /// dictionary's getter, which copies the whole entry (its request and last response,
-        /// retained and released again: profiled at ~1.5k instructions a read); passed `inout`,
-        /// the entry is reached through the modify accessor and not copied.
-        @inlinable
-        static func peek<Entry, Part>(_ entry: inout Entry, _ part: (inout Entry) -> Part) -> Part {
-            part(&entry)
+        static func unpack(_ place: UInt64) -> (shard: Int, slot: Int, isClient: Bool) {
+            (Int(UInt32(truncatingIfNeeded: place) >> 1), Int(place >> 32), place & 1 == 1)
         }
 
         /// A number never handed out before: transaction serials and timer ids.
@@ -664,11 +660,147 @@ public final class TransactionLayer<Flow: Hashable & Sendable>: Sendable {
         }
     }
 
+    /// The transactions of one kind (servers or clients) of a shard: each in a slot of `slots`
+    /// (reused once free), found by key through `byKey`, and listed by flow: `firstByFlow` holds a
+    /// flow's first slot and `links` each slot's next and previous of its flow, so adding and
+    /// removing a transaction costs at most one lookup of its flow (none when it is neither the
+    /// first of its flow nor the last one left), and failing a flow visits only its transactions.
+    /// Each slot's serial (0 when free) and links are kept beside the entries, in arrays of plain
+    /// numbers: checking a handle and following a flow's list read no entry (reading one out of
+    /// the array copies it, retaining each of its texts). An entry is added and removed only
+    /// through `insert` and `remove`, which keep all of it in step; `update` changes one in place
+    /// (never its key or flow).
+    @usableFromInline
+    struct Table<Entry: TransactionEntry>: Sendable where Entry.EntryFlow == Flow {
+        @usableFromInline var slots: [Entry?] = []
+        @usableFromInline var serials: [UInt64] = []
+        @usableFromInline var links: [FlowLinks] = []
+        @usableFromInline var free: [Int] = []
+        @usableFromInline var byKey: [TransactionKey: Int] = [:]
+        @usableFromInline var firstByFlow: [Flow: Int] = [:]
+
+        @usableFromInline
+        init() {}
+
+        @inlinable
+        var count: Int { byKey.count }
+
+        @inlinable
+        func slot(for key: TransactionKey) -> Int? { byKey[key] }
+
+        /// The serial of the transaction in `slot`; nil when the slot is free (or out of range).
+        @inlinable
+        func serial(at slot: Int) -> UInt64? {
+            slot >= 0 && slot < serials.count && serials[slot] != 0 ? serials[slot] : nil
+        }
+
+        /// Reads or changes the entry in `slot` in place (through the array's modify accessor:
+        /// nothing of the entry is copied but what `body` takes). The slot must hold one.
+        @inlinable
+        @discardableResult
+        mutating func update<Result>(_ slot: Int, _ body: (inout Entry) -> Result) -> Result {
+            body(&slots[slot]!)
+        }
+
+        /// The fired timer's kind when `id` is a timer the entry in `slot` has running (then it
+        /// is forgotten); nil for a free slot or a stale timer.
+        @inlinable
+        mutating func timerFired(at slot: Int, id: UInt64) -> TransactionTimer? {
+            guard serial(at: slot) != nil else { return nil }
+            return update(slot) { $0.timers.fired(id: id) }
+        }
+
+        /// Adds a transaction (its key is not in the table) and returns its slot.
+        @inlinable
+        mutating func insert(_ entry: consuming Entry) -> Int {
+            let slot = free.popLast() ?? slots.count
+            byKey[entry.key] = slot
+            let next = Self.exchange(&firstByFlow[entry.flow, default: -1], slot)
+            if next >= 0 { links[next].previous = slot }
+            if slot == slots.count {
+                serials.append(entry.serial)
+                links.append(FlowLinks(previous: -1, next: next))
+                slots.append(entry)
+            } else {
+                serials[slot] = entry.serial
+                links[slot] = FlowLinks(previous: -1, next: next)
+                slots[slot] = entry
+            }
+            return slot
+        }
+
+        /// Removes the transaction in `slot`, returning it (nil when the slot is free).
+        @inlinable
+        mutating func remove(at slot: Int) -> Entry? {
+            guard serial(at: slot) != nil else { return nil }
+            var taken: Entry?
+            swap(&taken, &slots[slot])
+            guard let entry = consume taken else { return nil }
+            serials[slot] = 0
+            free.append(slot)
+            byKey.removeValue(forKey: entry.key)
+            let link = links[slot]
+            if link.next >= 0 { links[link.next].previous = link.previous }
+            if link.previous >= 0 {
+                links[link.previous].next = link.next
+            } else if link.next >= 0 {
+                firstByFlow[entry.flow] = link.next
+            } else {
+                firstByFlow.removeValue(forKey: entry.flow)
+            }
+            return entry
+        }
+
+        /// The slots (with their serials) of the transactions on `flow`: one lookup, then the links.
+        @inlinable
+        func slots(on flow: Flow) -> [(slot: Int, serial: UInt64)] {
+            var found: [(slot: Int, serial: UInt64)] = []
+            var next = firstByFlow[flow] ?? -1
+            while next >= 0 {
+                found.append((next, serials[next]))
+                next = links[next].next
+            }
+            return found
+        }
+
+        /// Sets `value` to `new`, returning what it was.
+        @inlinable
+        static func exchange(_ value: inout Int, _ new: Int) -> Int {
+            defer { value = new }
+            return value
+        }
+    }
+
     @usableFromInline
     enum Effect: Sendable {
         case send(SIPMessage, Flow)
         case sendBytes([UInt8], Flow)
         case core(TransactionLayerEvent<Flow>)
         case client(@Sendable (ClientTransactionEvent) -> Void, ClientTransactionEvent)
+    }
+}
+
+/// A transaction as a `TransactionLayer.Table` holds it: found by its key, listed by its flow,
+/// told apart from a later one in its slot by its serial, its timers changed in place.
+@usableFromInline
+protocol TransactionEntry: Sendable {
+    associatedtype EntryFlow: Hashable & Sendable
+    var key: TransactionKey { get }
+    var flow: EntryFlow { get }
+    var serial: UInt64 { get }
+    var timers: TransactionLayer<EntryFlow>.ArmedTimers { get set }
+}
+
+/// A slot's neighbours among its flow's transactions in a `TransactionLayer.Table`: their slots,
+/// -1 for none. A value.
+@usableFromInline
+struct FlowLinks: Sendable {
+    @usableFromInline var previous: Int
+    @usableFromInline var next: Int
+
+    @inlinable
+    init(previous: Int = -1, next: Int = -1) {
+        self.previous = previous
+        self.next = next
     }
 }

@@ -22,11 +22,15 @@ public struct ServerTransactionHandle: Hashable, Sendable, CustomStringConvertib
     /// The key the transaction is matched by.
     public let key: TransactionKey
     @usableFromInline let serial: UInt64
+    /// The transaction's slot in its shard (`TransactionLayer.Table`): answering it finds it there,
+    /// with no lookup of the key (the serial tells a later transaction in that slot apart).
+    @usableFromInline let slot: Int
 
     @usableFromInline
-    init(key: TransactionKey, serial: UInt64) {
+    init(key: TransactionKey, serial: UInt64, slot: Int) {
         self.key = key
         self.serial = serial
+        self.slot = slot
     }
 
     public var description: String { "\(key) #\(serial)" }

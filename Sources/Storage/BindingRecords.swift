@@ -21,6 +21,9 @@ enum BindingRecords {
         /// The operations in first-seen order of their binding ids; a later change to an id
         /// replaces its entry (with the member that made it).
         private(set) var entries: [(id: UUID, operation: Operation, member: Int)] = []
+        /// The CSeq and times of each entry's binding, in the same order: plain values, so a
+        /// refresh's parameters are written from them without copying a binding out of `entries`.
+        private(set) var written: [(cseq: UInt32, registeredAt: Date, expiresAt: Date)] = []
         /// Where each id's entry is, kept once the plan holds more than `scanned` entries (a
         /// short plan is searched instead, with no hashing and no table).
         private var positions: [UUID: Int] = [:]
@@ -36,16 +39,16 @@ enum BindingRecords {
             for change in changes {
                 switch change {
                 case .save(let binding):
-                    put(binding.id, .save(binding), member: member)
+                    put(binding.id, .save(binding), member: member, of: binding)
                 case .refresh(let binding):
                     // A refresh of a save not written yet is that save, with the new times.
                     if let at = position(of: binding.id), case .save = entries[at].operation {
-                        put(binding.id, .save(binding), member: member)
+                        put(binding.id, .save(binding), member: member, of: binding)
                     } else {
-                        put(binding.id, .refresh(binding), member: member)
+                        put(binding.id, .refresh(binding), member: member, of: binding)
                     }
                 case .delete(let binding, let kind):
-                    put(binding.id, .delete(binding, kind), member: member)
+                    put(binding.id, .delete(binding, kind), member: member, of: binding)
                 }
             }
         }
@@ -54,12 +57,15 @@ enum BindingRecords {
             entries.count <= Self.scanned ? entries.firstIndex { $0.id == id } : positions[id]
         }
 
-        private mutating func put(_ id: UUID, _ operation: Operation, member: Int) {
+        private mutating func put(_ id: UUID, _ operation: Operation, member: Int, of binding: Binding) {
+            let times = (binding.cseq, binding.registeredAt, binding.expiresAt)
             if let at = position(of: id) {
                 entries[at] = (id, operation, member)
+                written[at] = times
                 return
             }
             entries.append((id, operation, member))
+            written.append(times)
             if entries.count == Self.scanned + 1 {
                 for (at, entry) in entries.enumerated() { positions[entry.id] = at }
             } else if entries.count > Self.scanned + 1 {
@@ -82,60 +88,71 @@ enum BindingRecords {
                 utf8.baseAddress.map { memchr($0, 0, utf8.count) != nil } ?? false
             } ?? text.utf8.contains(0)
         }
-        for change in changes {
-            let binding: Binding
-            switch change {
-            case .save(let saved), .refresh(let saved): binding = saved
-            case .delete: continue
+        // Each change read in place (through the buffer's address), not copied out of the array.
+        return changes.withUnsafeBufferPointer { buffer in
+            for index in buffer.indices {
+                switch buffer[index] {
+                case .save(let binding), .refresh(let binding):
+                    if let problem = unstorable(binding, holdsNUL) { return problem }
+                case .delete: continue
+                }
             }
-            let field: String
-            if holdsNUL(binding.contact) {
-                field = "contact"
-            } else if holdsNUL(binding.callID) {
-                field = "call-id"
-            } else if holdsNUL(binding.flow.connectionID.name) || holdsNUL(binding.flow.instanceID) {
-                field = "flow"
-            } else if binding.pushChannels.contains(where: { holdsNUL($0.token) }) {
-                field = "push token"
-            } else if binding.pushChannels.contains(where: { holdsNUL($0.param) }) {
-                field = "push param"
-            } else {
-                continue
-            }
-            return .unstorableText(field: field, aor: binding.aor)
+            return nil
         }
-        return nil
+    }
+
+    /// The first of a binding's texts that holds a NUL (by `holdsNUL`), as an error.
+    private static func unstorable(_ binding: Binding, _ holdsNUL: (String?) -> Bool) -> LocationStoreError? {
+        let field: String
+        if holdsNUL(binding.contact) {
+            field = "contact"
+        } else if holdsNUL(binding.callID) {
+            field = "call-id"
+        } else if holdsNUL(binding.flow.connectionID.name) || holdsNUL(binding.flow.instanceID) {
+            field = "flow"
+        } else if binding.pushChannels.contains(where: { holdsNUL($0.token) }) {
+            field = "push token"
+        } else if binding.pushChannels.contains(where: { holdsNUL($0.param) }) {
+            field = "push param"
+        } else {
+            return nil
+        }
+        return .unstorableText(field: field, aor: binding.aor)
     }
 
     // MARK: - Writing
 
-    /// Commits the plan in one transaction sent as one pipeline (one round trip): BEGIN, the
-    /// deletes, the saves (upserts) with their push channels, COMMIT. Each statement announces its
-    /// bindings on `rouse_bindings` itself (`<kind> <aor> <id>[ <origin>]`), so no payload is built
-    /// here; the statements after the upsert touch only bindings it wrote (a save whose extension
-    /// is gone writes none), so none of them waits for its answer. The hot statements are prepared
-    /// once per connection. When a statement fails the transaction is rolled back and its error
-    /// thrown.
+    /// Commits the plan in one transaction sent as one pipeline (one round trip): the deletes,
+    /// the refreshes, the saves (upserts) with their push channels, and one Sync. Without BEGIN and
+    /// COMMIT the statements up to the Sync are one implicit transaction, committed there (a
+    /// failure of that commit, such as a deferred trigger's, is the pipeline's failure). Each
+    /// statement announces its bindings on `rouse_bindings` itself (`<kind> <aor> <id>[ <origin>]`),
+    /// so no payload is built here; the statements after the upsert touch only bindings it wrote
+    /// (a save whose extension is gone writes none), so none of them waits for its answer. The hot
+    /// statements are prepared once per connection. When a statement fails PostgreSQL rolls the
+    /// transaction back at the Sync, and its error is thrown.
     static func commit(_ plan: WritePlan, origin: String = "", on connection: PostgresConnection) throws -> WriteOutcome {
         var saves: [(binding: Binding, member: Int)] = []
-        var refreshes: [(binding: Binding, member: Int)] = []
-        var deletes: [(binding: Binding, kind: BindingEvent.Kind)] = []
-        for entry in plan.entries {
-            switch entry.operation {
-            case .save(let binding): saves.append((binding, entry.member))
-            case .refresh(let binding): refreshes.append((binding, entry.member))
-            case .delete(let binding, let kind): deletes.append((binding, kind))
+        // Refreshes by their place in the plan: their fields are written from it, not copied out.
+        var refreshes: [Int] = []
+        var deletes: [(id: UUID, kind: BindingEvent.Kind)] = []
+        for index in plan.entries.indices {
+            switch plan.entries[index].operation {
+            case .save(let binding): saves.append((binding, plan.entries[index].member))
+            case .refresh: refreshes.append(index)
+            case .delete(_, let kind): deletes.append((plan.entries[index].id, kind))
             }
         }
         let originSuffix = origin.isEmpty ? "" : " " + origin
-        var statements: [PostgresStatement] = [.begin]
+        var statements: [PostgresStatement] = []
+        statements.reserveCapacity(saves.isEmpty ? 2 : 8)
 
         if !deletes.isEmpty {
             var json = JSONText(capacity: deletes.count * 64)
             json.beginArray()
-            for (binding, kind) in deletes {
+            for (id, kind) in deletes {
                 json.beginObject()
-                json.field("id", uuid: binding.id)
+                json.field("id", uuid: id)
                 json.field("kind", kind.rawValue)
                 json.endObject()
             }
@@ -151,7 +168,7 @@ enum BindingRecords {
         if !refreshes.isEmpty {
             refresh = statements.count
             statements.append(
-                PostgresStatement(prepared: "rouse_bindings_refresh", refreshSQL, refreshParameters(refreshes.map(\.binding), originSuffix: originSuffix)))
+                PostgresStatement(prepared: "rouse_bindings_refresh", refreshSQL, refreshParameters(plan, refreshes, originSuffix: originSuffix)))
         }
 
         var upsert: Int?
@@ -184,13 +201,9 @@ enum BindingRecords {
                         }))
             }
         }
-        statements.append(.commit)
 
         let results = try connection.pipeline(statements)
-        if let failure = results.failure {
-            if failure.index < statements.count - 1 { _ = try? connection.query("ROLLBACK") }
-            throw failure.error
-        }
+        if let failure = results.failure { throw failure.error }
         var outcome = WriteOutcome()
         // Each id is in a plan once: a row for each binding means every one was written.
         if let upsert, results.rows[upsert].count < saves.count {
@@ -201,16 +214,19 @@ enum BindingRecords {
         }
         if let refresh, results.rows[refresh].count < refreshes.count {
             let updated = writtenIDs(results.rows[refresh])
-            let gone = refreshes.filter { !updated.contains($0.binding.id) }
+            let gone = refreshes.filter { !updated.contains(plan.entries[$0].id) }
             if !gone.isEmpty {
                 // Its row went meanwhile (an expiry sweep, another instance, the extension): saved
                 // whole in a transaction of its own, before any member is answered.
                 var again = WritePlan()
-                for (binding, member) in gone { again.add([.save(binding)], member: member) }
+                for index in gone {
+                    guard case .refresh(let binding) = plan.entries[index].operation else { continue }
+                    again.add([.save(binding)], member: plan.entries[index].member)
+                }
                 do {
                     outcome.failedMembers += try commit(again, origin: origin, on: connection).failedMembers
                 } catch {
-                    for (_, member) in gone { outcome.failedMembers.append((member, error)) }
+                    for index in gone { outcome.failedMembers.append((plan.entries[index].member, error)) }
                 }
             }
         }
@@ -227,14 +243,15 @@ enum BindingRecords {
         return ids
     }
 
-    /// `refreshSQL`'s parameters: the ids, CSeqs, registration and expiry times as four array
-    /// literals (one element per binding, in the same order), the channel and the origin suffix.
-    static func refreshParameters(_ bindings: [Binding], originSuffix: String) -> PostgresParameters {
-        var parameters = PostgresParameters(capacity: bindings.count * 80 + 64)
-        parameters.appendArray(bindings) { $0.write(uuid: $1.id) }
-        parameters.appendArray(bindings) { $0.write(decimal: Int($1.cseq)) }
-        parameters.appendArray(bindings) { $0.write(epochSeconds: $1.registeredAt) }
-        parameters.appendArray(bindings) { $0.write(epochSeconds: $1.expiresAt) }
+    /// `refreshSQL`'s parameters for the plan's entries at `indices` (refreshes): the ids, CSeqs,
+    /// registration and expiry times as four array literals (one element per binding, in the same
+    /// order), the channel and the origin suffix. Read from the plan in place, no binding copied.
+    static func refreshParameters(_ plan: WritePlan, _ indices: [Int], originSuffix: String) -> PostgresParameters {
+        var parameters = PostgresParameters(capacity: indices.count * 80 + 64)
+        parameters.appendArray(indices) { $0.write(uuid: plan.entries[$1].id) }
+        parameters.appendArray(indices) { $0.write(decimal: Int(plan.written[$1].cseq)) }
+        parameters.appendArray(indices) { $0.write(epochSeconds: plan.written[$1].registeredAt) }
+        parameters.appendArray(indices) { $0.write(epochSeconds: plan.written[$1].expiresAt) }
         parameters.append(PostgresLocationStore.notificationChannel)
         parameters.append(originSuffix)
         return parameters

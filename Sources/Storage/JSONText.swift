@@ -188,13 +188,7 @@ enum DecimalText {
             append(-value, to: &bytes)
             return
         }
-        // Highest digit first, each appended alone (no buffer, no slice copied in).
-        var divisor = 1
-        while value / divisor >= 10 { divisor &*= 10 }
-        while divisor > 0 {
-            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / divisor % 10))
-            divisor /= 10
-        }
+        appendDigits(UInt64(value), minimumCount: 1, to: &bytes)
     }
 
     /// Appends a time as seconds since 1970 to the microsecond (PostgreSQL's precision), written
@@ -204,20 +198,39 @@ enum DecimalText {
         let seconds = date.timeIntervalSince1970
         let micros = (seconds * 1_000_000).rounded()
         if micros >= 0 && micros < 9e15 {
-            let whole = Int(micros)
-            append(whole / 1_000_000, to: &bytes)
+            let whole = UInt64(micros)
+            appendDigits(whole / 1_000_000, minimumCount: 1, to: &bytes)
             bytes.append(UInt8(ascii: "."))
-            let fraction = whole % 1_000_000
-            var divisor = 100_000
-            while divisor > 0 {
-                bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: fraction / divisor % 10))
-                divisor /= 10
-            }
+            appendDigits(whole % 1_000_000, minimumCount: 6, to: &bytes)
             return true
         }
         guard seconds.isFinite else { return false }
         bytes.append(contentsOf: String(seconds).utf8)
         return true
+    }
+
+    /// Appends `value`'s decimal digits, with leading zeros up to `minimumCount` (at most 20):
+    /// the bytes are made room for once and written in place, not appended one by one (each
+    /// append checks the capacity and the uniqueness of the buffer again).
+    private static func appendDigits(_ value: UInt64, minimumCount: Int, to bytes: inout [UInt8]) {
+        var count = 1
+        var rest = value / 10
+        while rest > 0 {
+            count += 1
+            rest /= 10
+        }
+        count = max(count, minimumCount)
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: count))
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            var value = value
+            var at = start + count - 1
+            while value > 0 {
+                buffer[at] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10)
+                value /= 10
+                at -= 1
+            }
+        }
     }
 }
 
@@ -230,13 +243,19 @@ enum UUIDText {
         nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
     }
 
-    /// Appends the 36 characters of `uuid`.
+    /// Appends the 36 characters of `uuid`: room made once, then written in place.
     static func append(_ uuid: UUID, to bytes: inout [UInt8]) {
-        withUnsafeBytes(of: uuid.uuid) { raw in
-            for index in 0..<16 {
-                if index == 4 || index == 6 || index == 8 || index == 10 { bytes.append(UInt8(ascii: "-")) }
-                bytes.append(hexDigit(raw[index] >> 4))
-                bytes.append(hexDigit(raw[index] & 0x0f))
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: "-"), count: 36))
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            withUnsafeBytes(of: uuid.uuid) { raw in
+                var at = start
+                for index in 0..<16 {
+                    if index == 4 || index == 6 || index == 8 || index == 10 { at += 1 }
+                    buffer[at] = hexDigit(raw[index] >> 4)
+                    buffer[at + 1] = hexDigit(raw[index] & 0x0f)
+                    at += 2
+                }
             }
         }
     }

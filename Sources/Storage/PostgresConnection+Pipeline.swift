@@ -37,10 +37,12 @@ extension PostgresConnection {
     }
 
     /// Sends every statement at once in libpq's pipeline mode, with one Sync after the last, and
-    /// reads their answers: one round trip for all of them (a group commit's BEGIN, writes and
-    /// COMMIT). Once a statement fails PostgreSQL skips the rest up to the Sync, and a
-    /// transaction the pipeline began is left failed: the caller rolls it back. Throws only when
-    /// the connection itself fails (then nothing is known of what ran).
+    /// reads their answers: one round trip for all of them. Without a BEGIN among them the
+    /// statements are one implicit transaction, committed at the Sync (or rolled back there when
+    /// one failed); with BEGIN and COMMIT sent as statements, once a statement fails PostgreSQL
+    /// skips the rest up to the Sync and the transaction the pipeline began is left failed: the
+    /// caller rolls it back. Throws only when the connection itself fails (then nothing is known
+    /// of what ran).
     ///
     /// Blocking, as every call of the connection is; the connection is in the usual mode again
     /// when this returns. The answers of one pipeline must fit in the sockets' buffers while it is
@@ -114,13 +116,33 @@ extension PostgresConnection {
                 results.failure = (entry.index, error)
             }
         }
-        // The Sync's own answer, then the usual mode again.
-        guard let sync = PQgetResult(connection) else {
-            let error = failure("lost the end of a pipeline")
-            discardPipeline()
-            throw error
+        // The Sync's own answer, then the usual mode again. Without a BEGIN the statements up to
+        // the Sync are one implicit transaction, committed there: a failure of that commit (a
+        // deferred trigger or constraint) comes as an error before the Sync's answer, and is the
+        // pipeline's failure (index `statements.count`, past the last statement).
+        // That error's answer ends with a nil result, as a statement's does.
+        var endsAnswer = false
+        while true {
+            guard let sync = PQgetResult(connection) else {
+                if endsAnswer {
+                    endsAnswer = false
+                    continue
+                }
+                let error = failure("lost the end of a pipeline")
+                discardPipeline()
+                throw error
+            }
+            if PQresultStatus(sync) == PGRES_PIPELINE_SYNC {
+                PQclear(sync)
+                break
+            }
+            endsAnswer = true
+            do throws(PostgresError) {
+                _ = try rows(of: sync)
+            } catch {
+                if results.failure == nil { results.failure = (statements.count, error) }
+            }
         }
-        PQclear(sync)
         guard PQexitPipelineMode(connection) == 1 else {
             let error = failure("cannot leave pipeline mode")
             discardPipeline()

@@ -25,9 +25,9 @@ public enum LocationStoreError: Error, Sendable, Hashable, CustomStringConvertib
 ///
 /// Threading: every method may be called from any thread. `apply` never blocks: it queues the
 /// changes for the store's one writer thread, which takes every queued batch at once (up to
-/// `maxBatchChanges` changes), applies them in one transaction on its own connection (BEGIN, the
-/// writes announcing themselves with `NOTIFY rouse_bindings`, and COMMIT sent as one pipeline: one
-/// round trip), and only once it committed calls the completions, on the writer
+/// `maxBatchChanges` changes), applies them in one transaction on its own connection (the writes,
+/// announcing themselves with `NOTIFY rouse_bindings`, sent as one pipeline whose Sync commits
+/// them: one round trip), and only once it committed calls the completions, on the writer
 /// thread, in submission order (so they must be short; hop to your own queue for real work). If
 /// the transaction fails, every batch in it gets the error. `loadBindings`, `deleteExpired` and the
 /// dead-token helpers block the caller while a reader pool thread runs them: call them off the

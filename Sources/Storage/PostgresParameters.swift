@@ -14,8 +14,11 @@ struct PostgresParameters {
     /// Where the value being written started (`begin()`…`end()`), if one is open.
     private var open: Int?
 
-    init(capacity: Int = 64) {
+    /// - Parameter values: how many values to make room for (a statement has a handful; growing
+    ///   the list of their starts one by one cost a reallocation each).
+    init(capacity: Int = 64, values: Int = 8) {
         bytes.reserveCapacity(capacity)
+        starts.reserveCapacity(values)
     }
 
     init(_ values: [String?]) {

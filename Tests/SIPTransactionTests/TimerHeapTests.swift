@@ -60,6 +60,42 @@ final class TimerHeapTests: XCTestCase {
         XCTAssertEqual(taken, order)
     }
 
+    func testAFreedSlotIsReusedAndTheOldIdCancelsNothingThere() {
+        var heap = TimerHeap<String>()
+        let first = heap.schedule("first", at: .seconds(5))
+        XCTAssertTrue(heap.cancel(first))
+        let second = heap.schedule("second", at: .seconds(1))
+        XCTAssertNotEqual(first, second, "the reused slot has a new generation")
+        XCTAssertFalse(heap.cancel(first), "the cancelled id does not reach the timer now in its slot")
+        XCTAssertEqual(heap.count, 1)
+        XCTAssertEqual(heap.nextDeadline(), .seconds(1))
+        XCTAssertEqual(heap.takeDue(at: .seconds(10)), ["second"], "the cancelled entry left in the heap is dropped")
+        let third = heap.schedule("third", at: .seconds(2))
+        XCTAssertFalse(heap.cancel(second), "a taken timer's id cancels nothing")
+        XCTAssertEqual(heap.takeDue(at: .seconds(10)), ["third"])
+        XCTAssertFalse(heap.cancel(third))
+        XCTAssertEqual(heap.count, 0)
+    }
+
+    func testHeapSchedulerTellsATargetEachTimersTokenAndHonoursCancel() {
+        let queue = DispatchQueue(label: "rouse.test.heap-timers")
+        let scheduler = HeapTimerScheduler(queue: queue)
+        let fired = Mutex<[TimerToken]>([])
+        let done = expectation(description: "last token")
+        let target = TimerTarget { token in
+            dispatchPrecondition(condition: .onQueue(queue))
+            fired.withLock { $0.append(token) }
+            if token.serial == 3 { done.fulfill() }
+        }
+        let cancelled = scheduler.schedule(after: .milliseconds(5), token: TimerToken(place: 7, serial: 1), for: target)
+        _ = scheduler.schedule(after: .milliseconds(30), token: TimerToken(place: 9, serial: 3), for: target)
+        _ = scheduler.schedule(after: .milliseconds(10), token: TimerToken(place: 8, serial: 2), for: target)
+        cancelled.cancel()
+        wait(for: [done], timeout: 10)
+        XCTAssertEqual(fired.withLock { $0 }, [TimerToken(place: 8, serial: 2), TimerToken(place: 9, serial: 3)])
+        XCTAssertEqual(scheduler.pendingCount, 0)
+    }
+
     func testHeapSchedulerRunsOnItsQueueInDeadlineOrderAndHonoursCancel() {
         let queue = DispatchQueue(label: "rouse.test.heap-timers")
         let scheduler = HeapTimerScheduler(queue: queue)

@@ -398,6 +398,34 @@ final class TransactionLayerShardTests: XCTestCase {
         XCTAssertEqual(single.flowsWithTransactions, 50)
     }
 
+    /// A transaction's slot is reused once it ends: a handle of the ended one (its serial) reaches
+    /// nothing there, and the new one's Timer J, named by the slot, ends it.
+    func testAnEndedTransactionsHandleAndTimerDoNotReachTheOneNowInItsSlot() throws {
+        let scheduler = ManualTimerScheduler()
+        let sent = Log<[UInt8]>()
+        let requests = Log<ServerTransactionHandle>()
+        let layer = TransactionLayer<Int>(
+            timers: TransactionTimers(), scheduler: scheduler, shardCount: 1, send: { bytes, _ in sent.append(bytes) },
+            core: { event in if case .request(_, let handle, _) = event { requests.append(handle) } })
+        let first = TestMessages.request(.options, branch: "z9hG4bK-first", transport: "TCP")
+        layer.receive(.request(first), from: 1, isReliable: true)
+        let old = try XCTUnwrap(requests.all.first)
+        XCTAssertTrue(layer.respond(TestMessages.response(200, to: first), to: old))
+        XCTAssertEqual(layer.activeTransactionCount, 0, "a reliable non-INVITE ends with its final response")
+
+        let second = TestMessages.request(.options, branch: "z9hG4bK-second")
+        layer.receive(.request(second), from: 2, isReliable: false)
+        XCTAssertFalse(layer.respond(TestMessages.response(500, to: first), to: old), "the old handle reaches nothing")
+        XCTAssertTrue(layer.isAwaitingFinalResponse(try XCTUnwrap(requests.all.last)))
+        XCTAssertTrue(layer.respond(TestMessages.response(200, to: second), to: try XCTUnwrap(requests.all.last)))
+        XCTAssertEqual(sent.count, 2)
+        XCTAssertEqual(scheduler.pendingDelays, [.seconds(32)], "Timer J of the second, over UDP")
+
+        scheduler.advance(by: .seconds(32))
+        XCTAssertEqual(layer.activeTransactionCount, 0)
+        XCTAssertEqual(layer.flowsWithTransactions, 0)
+    }
+
     /// A flow whose transactions sit in many shards fails in all of them, and leaves no index entry.
     func testTransportFailureReachesTheFlowsTransactionsInEveryShard() throws {
         let failures = Log<TransactionLayerEvent<Int>>()

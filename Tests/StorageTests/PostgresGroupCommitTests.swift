@@ -69,6 +69,24 @@ final class PostgresGroupCommitTests: XCTestCase {
         XCTAssertEqual(try connection.query("SELECT 1").rows, [["1"]])
     }
 
+    func testWithoutBeginAPipelineIsOneTransactionAndAFailureAtItsCommitIsItsFailure() throws {
+        try connection.query("CREATE TABLE checked (n integer PRIMARY KEY, m integer UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        try connection.query("INSERT INTO checked VALUES (0, 7)")
+        func checked(_ n: Int, _ m: Int) -> PostgresStatement {
+            PostgresStatement("INSERT INTO checked VALUES ($1::integer, $2::integer) RETURNING n", PostgresParameters([String(n), String(m)]))
+        }
+        let results = try connection.pipeline([insert(1), checked(1, 7), insert(2)])
+        XCTAssertEqual(results.failure?.index, 3, "the implicit commit at the Sync failed")
+        XCTAssertEqual(results.failure?.error.sqlState, "23505")
+        XCTAssertEqual(try stored(), [], "every statement of the pipeline was rolled back")
+        let failedEarly = try connection.pipeline([insert(3), PostgresStatement("SELECT 1/0"), insert(4)])
+        XCTAssertEqual(failedEarly.failure?.index, 1)
+        XCTAssertEqual(try stored(), [], "a failed statement rolls back the ones before it")
+        XCTAssertNil(try connection.pipeline([insert(5), checked(2, 2)]).failure)
+        XCTAssertEqual(try stored(), [5], "committed at the Sync")
+        XCTAssertEqual(try connection.query("SELECT 1").rows, [["1"]])
+    }
+
     func testAStatementThatCannotBePreparedFailsAsItselfAndIsPreparedAgainWhenItCan() throws {
         let broken = PostgresStatement(prepared: "test_broken", "SELECT n FROM not_yet", PostgresParameters())
         let results = try connection.pipeline([insert(1), broken])
