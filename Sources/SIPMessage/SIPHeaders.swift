@@ -117,20 +117,42 @@ extension Array where Element == UInt8 {
 
 /// The ordered header fields of a message. Order is kept (Via and Route order matter); lookups
 /// compare names case-insensitively and accept compact forms.
+/// Equality and hashing look at the lines only, not at what the parser kept of them.
 public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLiteral {
     public private(set) var fields: [SIPHeader]
+    /// What the parser kept of the lines every message has; nil for headers built otherwise and
+    /// after any change but a line added at the end or the source noted in the top Via.
+    private(set) var kept: SIPKeptLines?
+    /// True once the top Via line was rewritten (`noteSourceInTopVia`): the kept top Via and its
+    /// place in the line are then out of date, the other kept lines not.
+    private(set) var topViaEdited = false
 
-    public init(_ fields: [SIPHeader] = []) { self.fields = fields }
+    public init(_ fields: [SIPHeader] = []) {
+        self.fields = fields
+        self.kept = nil
+    }
+
+    /// A parsed message's lines with what the parser kept of them.
+    init(_ fields: [SIPHeader], kept: SIPKeptLines) {
+        self.fields = fields
+        self.kept = kept
+    }
 
     /// No lines yet, with room for `capacity`.
     init(capacity: Int) {
         fields = []
         fields.reserveCapacity(capacity)
+        kept = nil
     }
 
     public init(arrayLiteral elements: (String, String)...) {
         self.fields = elements.map { SIPHeader(name: $0.0, value: $0.1) }
+        self.kept = nil
     }
+
+    public static func == (lhs: SIPHeaders, rhs: SIPHeaders) -> Bool { lhs.fields == rhs.fields }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(fields) }
 
     public var count: Int { fields.count }
     public func makeIterator() -> IndexingIterator<[SIPHeader]> { fields.makeIterator() }
@@ -183,11 +205,13 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
 
     /// Adds a line before all others (a proxy's Via, RFC 3261 §16.6 step 8).
     public mutating func prepend(_ key: SIPHeaderName, _ value: String) {
+        kept = nil
         fields.insert(SIPHeader(key, value), at: 0)
     }
 
     /// Replaces every line with this name by one line, placed where the first was (or at the end).
     public mutating func set(_ key: SIPHeaderName, _ value: String) {
+        kept = nil
         if let first = fields.firstIndex(where: { $0.key == key }) {
             let spelled = fields[first].name
             fields.removeAll { $0.key == key }
@@ -198,12 +222,16 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     }
 
     /// Removes every line with this name.
-    public mutating func remove(_ key: SIPHeaderName) { fields.removeAll { $0.key == key } }
+    public mutating func remove(_ key: SIPHeaderName) {
+        kept = nil
+        fields.removeAll { $0.key == key }
+    }
 
     /// Removes the first line with this name, or the first element of it when the line holds a list
     /// (a proxy removing its own Via, RFC 3261 §16.7 step 3).
     public mutating func removeFirstValue(_ key: SIPHeaderName) {
         guard let index = fields.firstIndex(where: { $0.key == key }) else { return }
+        kept = nil
         // A line of one element (no comma outside quotes and brackets) goes without being split.
         if fields[index].withValueBytes({ SIPHeaderValueScanner.listElementEnd($0, 0..<$0.count) == $0.count }) {
             fields.remove(at: index)
@@ -225,13 +253,26 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// elements after it and the line's place and spelling stay as received. Does nothing when
     /// there is no Via.
     public mutating func noteSourceInTopVia(received: String, rport: Int?) {
-        guard let index = fields.firstIndex(where: { $0.key == .via }) else { return }
-        let line = fields[index].withValueBytes { bytes in SIPHeaders.splicingSource(bytes, received: received, rport: rport) }
+        let index: Int
+        let element: Range<Int>
+        let elementEnd: Int
+        if let kept, !topViaEdited {
+            (index, element, elementEnd) = (kept.topViaLine, kept.topViaElement, kept.topViaElementEnd)
+        } else {
+            guard let first = fields.firstIndex(where: { $0.key == .via }) else { return }
+            index = first
+            (element, elementEnd) = fields[first].withValueBytes(SIPHeaders.firstElement)
+        }
+        let line = fields[index].withValueBytes { bytes in
+            SIPHeaders.splicingSource(bytes, element, elementEnd, received: received, rport: rport)
+        }
         fields[index].storage = .received(line, 0, UInt32(line.count))
+        topViaEdited = true
     }
 
-    /// The top Via line's value with the source written in (see `noteSourceInTopVia`).
-    private static func splicingSource(_ bytes: UnsafeBufferPointer<UInt8>, received: String, rport: Int?) -> [UInt8] {
+    /// The first non-empty element of a list value (trimmed) and the index of the comma ending it
+    /// (or the value's length); an empty range at the end when there is none.
+    private static func firstElement(_ bytes: UnsafeBufferPointer<UInt8>) -> (Range<Int>, Int) {
         typealias Scanner = SIPHeaderValueScanner
         var element = 0..<0
         var elementEnd = bytes.count
@@ -243,6 +284,15 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
             if !element.isEmpty { break }
             start = end + 1
         }
+        return (element, elementEnd)
+    }
+
+    /// The top Via line's value with the source written in (see `noteSourceInTopVia`), given its
+    /// top element (trimmed) and the index of the comma ending it (or the value's length).
+    private static func splicingSource(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ element: Range<Int>, _ elementEnd: Int, received: String, rport: Int?
+    ) -> [UInt8] {
+        typealias Scanner = SIPHeaderValueScanner
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count + received.utf8.count + 24)
         let parameters = Scanner.firstIndex(of: UInt8(ascii: ";"), in: bytes, element) ?? element.upperBound
