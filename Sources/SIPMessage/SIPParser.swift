@@ -339,11 +339,11 @@ private struct MessageScanner {
             note(400, "Multiple Max-Forwards headers")
             return nil
         }
-        if let at = index.maxForwards, !fields[at].withValueBytes(MessageScanner.isDecimal) {
+        if let at = index.maxForwards, !fields[at].storage.withBytes(MessageScanner.isDecimal) {
             note(400, "Malformed Max-Forwards header")
             return nil
         }
-        if let at = index.expires, !fields[at].withValueBytes(MessageScanner.isDecimal) {
+        if let at = index.expires, !fields[at].storage.withBytes(MessageScanner.isDecimal) {
             note(400, "Malformed Expires header")
             return nil
         }
@@ -384,16 +384,16 @@ private struct MessageScanner {
         if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
         // Every Via a response will travel back through, the top one first (RFC 4475 §3.1.2.1).
-        guard let top = fields[topVia].withValueBytes(MessageScanner.topViaOfList) else { return .failure("Malformed Via header") }
+        guard let top = fields[topVia].storage.withBytes(MessageScanner.topViaOfList) else { return .failure("Malformed Via header") }
         for index in (topVia + 1)..<fields.count where fields[index].key == .via {
-            if !fields[index].withValueBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
+            if !fields[index].storage.withBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
         }
-        if !fields[from].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed From header") }
-        guard let toAddress = fields[to].withValueBytes({ try? SIPNameAddress($0, 0..<$0.count) }) else {
+        if !fields[from].storage.withBytes(MessageScanner.isAddress) { return .failure("Malformed From header") }
+        guard let toAddress = fields[to].storage.withBytes({ try? SIPNameAddress($0, 0..<$0.count) }) else {
             return .failure("Malformed To header")
         }
-        if !fields[callID].withValueBytes(MessageScanner.isCallID) { return .failure("Malformed Call-ID header") }
-        guard let cseq = fields[cseqAt].withValueBytes({ try? SIPCSeq($0, 0..<$0.count) }) else {
+        if !fields[callID].storage.withBytes(MessageScanner.isCallID) { return .failure("Malformed Call-ID header") }
+        guard let cseq = fields[cseqAt].storage.withBytes({ try? SIPCSeq($0, 0..<$0.count) }) else {
             return .failure("Malformed CSeq header")
         }
         return .success(
@@ -416,7 +416,7 @@ private struct MessageScanner {
     ) throws(SIPParseError) -> [UInt8] {
         var end = bytes.count
         if let at = index.contentLength {
-            guard let length = fields[at].withValueBytes({ Scanner.contentLength($0, 0..<$0.count) }) else {
+            guard let length = fields[at].storage.withBytes({ Scanner.contentLength($0, 0..<$0.count) }) else {
                 throw error("Malformed Content-Length header", fields, index, kind)
             }
             guard length <= bytes.count - start else {
@@ -424,7 +424,7 @@ private struct MessageScanner {
             }
             end = start + length
             let stated = String(length)
-            if !fields[at].withValueBytes({ $0.elementsEqual(stated.utf8) }) {
+            if !fields[at].storage.withBytes({ $0.elementsEqual(stated.utf8) }) {
                 // Leading zeros: state the length as the serializer will write it.
                 fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
             }
@@ -448,8 +448,8 @@ private struct MessageScanner {
     /// client transaction: no usable top Via, or no CSeq (the client matches a response by its
     /// branch and CSeq method, RFC 3261 §17.1.3); and nil for an ACK, which is never answered.
     private static func replyHeaders(_ fields: [SIPHeader], _ index: KeyIndex, method: String?) -> SIPHeaders? {
-        guard let topVia = index.topVia, fields[topVia].withValueBytes(isTopViaUsable), method != "ACK", let cseqAt = index.cseq,
-            !fields[cseqAt].withValueBytes({ $0.isEmpty }), !fields[cseqAt].withValueBytes(isACK(cseqMethodOf:))
+        guard let topVia = index.topVia, fields[topVia].storage.withBytes(isTopViaUsable), method != "ACK", let cseqAt = index.cseq,
+            !fields[cseqAt].storage.withBytes({ $0.isEmpty }), !fields[cseqAt].storage.withBytes(isACK(cseqMethodOf:))
         else { return nil }
         var headers = SIPHeaders()
         for field in fields where field.key == .via { headers.add(field) }

@@ -152,7 +152,7 @@ extension SIPMessageHeaders {
         for index in fields.indices where fields[index].key == .via {
             var found = false
             var via: SIPVia?
-            fields[index].withValueBytes { bytes in
+            fields[index].storage.withBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     found = true
                     via = try? SIPVia(bytes, element)
@@ -204,7 +204,7 @@ extension SIPMessageHeaders {
         var malformed = false
         let fields = headers.fields
         for index in fields.indices where fields[index].key == .contact {
-            fields[index].withValueBytes { bytes in
+            fields[index].storage.withBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     guard let contact = try? SIPContact(bytes, element) else {
                         malformed = true

@@ -67,21 +67,22 @@ public enum SIPSerializer {
     /// serializes back to a message that parses equal.
     private static func writeHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout SIPByteWriter) {
         var wroteContentLength = false
-        // By index: a for-in copies (retains and releases) every line.
-        let fields = headers.fields
-        for index in fields.indices {
-            if fields[index].key == .contentLength {
-                if wroteContentLength { continue }
-                wroteContentLength = true
-                writeClean(fields[index].name, to: &out)
-                out.writeLiteral(": ")
-                out.writeDecimal(bodyLength)
-            } else {
-                writeClean(fields[index].name, to: &out)
-                out.writeLiteral(": ")
-                fields[index].withValueBytes { writeClean($0, to: &out) }
+        // Through the buffer: a for-in, or indexing the array, copies (retains and releases) every line.
+        headers.fields.withUnsafeBufferPointer { fields in
+            for index in fields.indices {
+                if fields[index].key == .contentLength {
+                    if wroteContentLength { continue }
+                    wroteContentLength = true
+                    writeClean(fields[index].name, to: &out)
+                    out.writeLiteral(": ")
+                    out.writeDecimal(bodyLength)
+                } else {
+                    writeClean(fields[index].name, to: &out)
+                    out.writeLiteral(": ")
+                    fields[index].storage.withBytes { writeClean($0, to: &out) }
+                }
+                out.writeLiteral("\r\n")
             }
-            out.writeLiteral("\r\n")
         }
         if !wroteContentLength {
             out.writeLiteral("Content-Length: ")
