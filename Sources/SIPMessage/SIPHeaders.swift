@@ -71,11 +71,11 @@ public struct SIPHeader: Hashable, Sendable {
     /// This line with `;tag=<tag>` after its value (a To a response adds its tag to), written as
     /// bytes, not Strings added up.
     func appendingTag(_ tag: String, spelled name: String) -> SIPHeader {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(valueByteCount + 5 + tag.utf8.count)
-        withValueBytes { bytes.append(contentsOf: $0) }
-        bytes.append(contentsOf: ";tag=".utf8)
-        bytes.append(contentsOf: tag.utf8)
+        let bytes = [UInt8](sipBytes: valueByteCount + 5 + tag.utf8.count) { out in
+            storage.withBytes { out.write($0) }
+            out.writeLiteral(";tag=")
+            out.write(text: tag)
+        }
         return SIPHeader(key, storage: .received(bytes, 0, UInt32(bytes.count)), spelled: name)
     }
 
@@ -115,6 +115,11 @@ extension String {
 }
 
 extension Array where Element == UInt8 {
+    /// Appends a literal's bytes (its UTF-8 view would be appended a byte at a time).
+    mutating func append(literal: StaticString) {
+        append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    }
+
     /// `withUnsafeBufferPointer` with a typed throw.
     func withUnsafeBufferPointerTyped<T, E: Error>(_ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
         let result = withUnsafeBufferPointer { bytes in Result<T, E>(catching: { () throws(E) -> T in try body(bytes) }) }
@@ -306,8 +311,8 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[0..<parameters]))
         var wroteReceived = false
         func appendReceived(_ out: inout [UInt8]) {
-            out.append(contentsOf: ";received=".utf8)
-            out.append(contentsOf: received.utf8)
+            out.append(literal: ";received=")
+            received.withSIPBytes { out.append(contentsOf: $0) }
             wroteReceived = true
         }
         // Each parameter from its `;` to the next one outside a quoted string.
@@ -328,7 +333,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
             if Scanner.equalsLowercased(bytes, name, "received") {
                 if !wroteReceived { appendReceived(&out) }
             } else if let rport, Scanner.equalsLowercased(bytes, name, "rport") {
-                out.append(contentsOf: ";rport=".utf8)
+                out.append(literal: ";rport=")
                 Scanner.appendDecimal(rport, to: &out)
             } else {
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[parameter..<i]))
@@ -338,7 +343,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         if elementEnd < bytes.count {
             let rest = Scanner.trim(bytes, (elementEnd + 1)..<bytes.count)
             if !rest.isEmpty {
-                out.append(contentsOf: ", ".utf8)
+                out.append(literal: ", ")
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[rest]))
             }
         }
