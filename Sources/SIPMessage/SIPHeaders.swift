@@ -169,14 +169,31 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     public var count: Int { fields.count }
     public func makeIterator() -> IndexingIterator<[SIPHeader]> { fields.makeIterator() }
 
+    /// Where the first line with this name stands. By index, comparing each line's name in place:
+    /// `first(where:)` and `compactMap` copy (retain and release) every line they pass.
+    func position(of key: SIPHeaderName) -> Int? {
+        var index = 0
+        while index < fields.count {
+            if fields[index].key == key { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    /// Runs `body` over the value bytes of the first line with this name (nil when there is none),
+    /// without copying the line.
+    func withFirstValueBytes<T>(_ key: SIPHeaderName, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T? {
+        position(of: key).map { fields[$0].storage.withBytes(body) }
+    }
+
     /// The value of the first line with this name.
     public subscript(_ key: SIPHeaderName) -> String? {
-        fields.first { $0.key == key }?.value
+        position(of: key).map { fields[$0].value }
     }
 
     /// The first line with this name (its value undecoded: read it with `withValueBytes`).
     public func first(_ key: SIPHeaderName) -> SIPHeader? {
-        fields.first { $0.key == key }
+        position(of: key).map { fields[$0] }
     }
 
     /// The value of the first line with this name (any spelling or compact form).
@@ -184,7 +201,9 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
 
     /// Every line's value with this name, in order, each as written (not split at commas).
     public func lines(_ key: SIPHeaderName) -> [String] {
-        fields.compactMap { $0.key == key ? $0.value : nil }
+        var result: [String] = []
+        for index in fields.indices where fields[index].key == key { result.append(fields[index].value) }
+        return result
     }
 
     /// Every element of a list header (RFC 3261 §7.3.1): all lines with this name, each split at
@@ -206,7 +225,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         return nil
     }
 
-    public func contains(_ key: SIPHeaderName) -> Bool { fields.contains { $0.key == key } }
+    public func contains(_ key: SIPHeaderName) -> Bool { position(of: key) != nil }
 
     /// Appends a line after the existing ones.
     public mutating func add(_ key: SIPHeaderName, _ value: String) {
@@ -224,7 +243,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// Replaces every line with this name by one line, placed where the first was (or at the end).
     public mutating func set(_ key: SIPHeaderName, _ value: String) {
         kept = nil
-        if let first = fields.firstIndex(where: { $0.key == key }) {
+        if let first = position(of: key) {
             let spelled = fields[first].name
             fields.removeAll { $0.key == key }
             fields.insert(SIPHeader(key, value, spelled: spelled), at: Swift.min(first, fields.count))
@@ -242,7 +261,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
     /// Removes the first line with this name, or the first element of it when the line holds a list
     /// (a proxy removing its own Via, RFC 3261 §16.7 step 3).
     public mutating func removeFirstValue(_ key: SIPHeaderName) {
-        guard let index = fields.firstIndex(where: { $0.key == key }) else { return }
+        guard let index = position(of: key) else { return }
         kept = nil
         // A line of one element (no comma outside quotes and brackets) goes without being split.
         if fields[index].storage.withBytes({ SIPHeaderValueScanner.listElementEnd($0, 0..<$0.count) == $0.count }) {
@@ -271,7 +290,7 @@ public struct SIPHeaders: Hashable, Sendable, Sequence, ExpressibleByArrayLitera
         if let kept, !topViaEdited {
             (index, element, elementEnd) = (kept.topViaLine, kept.topViaElement, kept.topViaElementEnd)
         } else {
-            guard let first = fields.firstIndex(where: { $0.key == .via }) else { return }
+            guard let first = position(of: .via) else { return }
             index = first
             (element, elementEnd) = fields[first].storage.withBytes(SIPHeaders.firstElement)
         }

@@ -423,8 +423,7 @@ private struct MessageScanner {
                 throw error("Content-Length exceeds body", fields, index, kind)
             }
             end = start + length
-            let stated = String(length)
-            if !fields[at].storage.withBytes({ $0.elementsEqual(stated.utf8) }) {
+            if !fields[at].storage.withBytes({ MessageScanner.isDecimal($0, of: length) }) {
                 // Leading zeros: state the length as the serializer will write it.
                 fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
             }
@@ -508,6 +507,18 @@ private struct MessageScanner {
         } catch {
             return false
         }
+    }
+
+    /// True when the bytes are `number` written as the serializer writes it: its digits, no
+    /// leading zero (no String made of it to compare).
+    private static func isDecimal(_ bytes: UnsafeBufferPointer<UInt8>, of number: Int) -> Bool {
+        guard bytes.count == SIPByteWriter.decimalLength(number) else { return false }
+        var rest = number
+        for k in bytes.indices.reversed() {
+            guard bytes[k] == 0x30 + UInt8(rest % 10) else { return false }
+            rest /= 10
+        }
+        return true
     }
 
     /// `Call-ID = word [ "@" word ]` (RFC 3261 §20.8): not empty, no white space.

@@ -133,8 +133,9 @@ extension SIPMessageHeaders {
     /// Every Via element, top first.
     public var vias: [SIPVia] {
         var result: [SIPVia] = []
-        for field in headers.fields where field.key == .via {
-            field.withValueBytes { bytes in
+        let fields = headers.fields
+        for index in fields.indices where fields[index].key == .via {
+            fields[index].storage.withBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     if let via = try? SIPVia(bytes, element) { result.append(via) }
                     return true
@@ -169,30 +170,30 @@ extension SIPMessageHeaders {
     }
     public var cseq: SIPCSeq? {
         if let kept = headers.kept { return kept.cseq }
-        return headers.first(.cseq)?.withValueBytes { try? SIPCSeq($0, 0..<$0.count) }
+        return headers.withFirstValueBytes(.cseq) { try? SIPCSeq($0, 0..<$0.count) } ?? nil
     }
     public var from: SIPNameAddress? {
-        let line = headers.kept.map { headers.fields[$0.fromLine] } ?? headers.first(.from)
-        return line?.withValueBytes { try? SIPNameAddress($0, 0..<$0.count) }
+        let line = headers.kept?.fromLine ?? headers.position(of: .from)
+        return line.flatMap { headers.fields[$0].storage.withBytes { try? SIPNameAddress($0, 0..<$0.count) } }
     }
     public var to: SIPNameAddress? {
         if let kept = headers.kept { return kept.to }
-        return headers.first(.to)?.withValueBytes { try? SIPNameAddress($0, 0..<$0.count) }
+        return headers.withFirstValueBytes(.to) { try? SIPNameAddress($0, 0..<$0.count) } ?? nil
     }
     /// `to?.tag`, without building the To of a message that was not parsed.
     public var toTag: String? {
         if let kept = headers.kept { return kept.to.tag }
-        return headers.first(.to)?.withValueBytes(SIPNameAddress.tag(of:)) ?? nil
+        return headers.withFirstValueBytes(.to, SIPNameAddress.tag(of:)) ?? nil
     }
     /// `from?.tag`, without building the From: its tag parameter is read off the line's bytes.
     public var fromTag: String? {
-        let line = headers.kept.map { headers.fields[$0.fromLine] } ?? headers.first(.from)
-        return line?.withValueBytes(SIPNameAddress.tag(of:)) ?? nil
+        let line = headers.kept?.fromLine ?? headers.position(of: .from)
+        return line.flatMap { headers.fields[$0].storage.withBytes(SIPNameAddress.tag(of:)) }
     }
     /// Max-Forwards (leading zeros allowed); nil when absent or above 255, which RFC 4475 §3.1.2.4
     /// lets a proxy take as absent (it then sends 70 on, RFC 3261 §16.6 step 3).
     public var maxForwards: Int? {
-        guard let value = headers.first(.maxForwards)?.withValueBytes({ SIPHeaderValueScanner.decimal($0, 0..<$0.count) }),
+        guard let value = headers.withFirstValueBytes(.maxForwards, { SIPHeaderValueScanner.decimal($0, 0..<$0.count) }) ?? nil,
             value <= 255
         else { return nil }
         return Int(value)
@@ -220,7 +221,7 @@ extension SIPMessageHeaders {
     }
     /// Expires in seconds (leading zeros allowed); a value beyond 2^32-1 reads as 2^32-1, so an
     /// overlarge request is granted the registrar's maximum, never wrapped (RFC 4475 §3.1.2.4).
-    public var expires: Int? { headers.first(.expires)?.withValueBytes(SIPNameAddress.deltaSeconds) }
+    public var expires: Int? { headers.withFirstValueBytes(.expires, SIPNameAddress.deltaSeconds) ?? nil }
 }
 
 extension String {
