@@ -305,7 +305,7 @@ extension SIPNameAddress {
             }
             let parameters = try Scanner.parseParameters(bytes, after, build: build)
             headerParameters = after
-            guard build, let uri else { return nil }
+            guard build, let uri = consume uri else { return nil }
             return SIPNameAddress(displayName: displayName, uri: uri, parameters: parameters)
         } else {
             // addr-spec: the first ';' after the host part begins header parameters. The user part
@@ -319,7 +319,7 @@ extension SIPNameAddress {
             let uri = try SIPURI.scan(bytes, i..<semi, build: build)
             let parameters = try Scanner.parseParameters(bytes, semi..<end, build: build)
             headerParameters = semi..<end
-            guard build, let uri else { return nil }
+            guard build, let uri = consume uri else { return nil }
             return SIPNameAddress(displayName: nil, uri: uri, parameters: parameters)
         }
     }
