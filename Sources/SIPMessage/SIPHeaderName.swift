@@ -132,7 +132,7 @@ extension SIPHeaderName {
         _ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>
     ) -> (name: SIPHeaderName, checked: SIPCheckedHeader, spelled: String) {
         func text() -> String { SIPHeaderValueScanner.text(bytes, range) }
-        func folded(_ lower: StaticString) -> Bool { SIPHeaderValueScanner.equalsFolded(bytes, range, lower) }
+        @inline(__always) func folded(_ lower: StaticString) -> Bool { SIPHeaderValueScanner.equalsFolded(bytes, range, lower) }
         // `usual` and `usualText` are the same spelling: a literal to compare, a String to keep.
         func known(
             _ name: SIPHeaderName, _ usual: StaticString, _ usualText: String, _ checked: SIPCheckedHeader = .other

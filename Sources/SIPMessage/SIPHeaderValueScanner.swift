@@ -337,6 +337,12 @@ public enum SIPHeaderValueScanner {
         var items: [SIPParameter] = []
         var i = range.lowerBound
         let end = range.upperBound
+        if build, i < end {
+            // Room for every parameter at once: growing the array one by one was a third of the cost.
+            var separators = 1
+            for k in range where bytes[k] == separator { separators += 1 }
+            items.reserveCapacity(separators)
+        }
         while i < end {
             while i < end, isWhitespace(bytes[i]) { i += 1 }
             if i >= end { break }

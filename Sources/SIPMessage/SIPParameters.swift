@@ -69,10 +69,7 @@ public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLit
 
     /// `;a=b;c` as written on the wire (empty when there are none).
     public var serialized: String {
-        var out: [UInt8] = []
-        out.reserveCapacity(serializedLength)
-        append(to: &out)
-        return String(decoding: out, as: UTF8.self)
+        String(sipBytes: serializedLength) { out in write(to: &out) }
     }
 
     /// How many UTF-8 bytes `serialized` has.
@@ -80,14 +77,14 @@ public struct SIPParameters: Hashable, Sendable, Sequence, ExpressibleByArrayLit
         items.reduce(0) { $0 + 1 + $1.name.utf8.count + ($1.value.map { 1 + $0.utf8.count } ?? 0) }
     }
 
-    /// Appends `serialized` as UTF-8 to `out`, without building it apart.
-    func append(to out: inout [UInt8]) {
+    /// Writes `serialized`'s bytes.
+    func write(to out: inout SIPByteWriter) {
         for item in items {
-            out.append(UInt8(ascii: ";"))
-            out.append(contentsOf: item.name.utf8)
+            out.write(UInt8(ascii: ";"))
+            out.write(text: item.name)
             if let value = item.value {
-                out.append(UInt8(ascii: "="))
-                out.append(contentsOf: value.utf8)
+                out.write(UInt8(ascii: "="))
+                out.write(text: value)
             }
         }
     }

@@ -212,22 +212,24 @@ private struct MessageScanner {
 
         if problem == nil {
             if let response {
-                if case .failure(let reason) = checkCommonHeaders(fields, index) {
-                    throw SIPParseError(reason: reason.text, kind: .response)
+                let kept: SIPKeptLines
+                switch checkCommonHeaders(fields, index) {
+                case .failure(let reason): throw SIPParseError(reason: reason.text, kind: .response)
+                case .success(let lines): kept = lines
                 }
                 let body = try takeBody(&fields, index, from: bodyStart, kind: .response)
                 return .response(
                     SIPResponse(
                         statusCode: response.code, reasonPhrase: response.reason, version: response.version,
-                        headers: SIPHeaders(fields), body: body))
+                        headers: SIPHeaders(fields, kept: kept), body: body))
             }
             if let request {
-                if let uri = validateRequest(request, fields, index) {
+                if let (uri, kept) = validateRequest(request, fields, index) {
                     let body = try takeBody(&fields, index, from: bodyStart, kind: .request)
                     return .request(
                         SIPRequest(
                             method: SIPMethod.recognise(bytes, request.method), uri: uri,
-                            version: request.version, headers: SIPHeaders(fields), body: body))
+                            version: request.version, headers: SIPHeaders(fields, kept: kept), body: body))
                 }
             }
         }
@@ -319,28 +321,29 @@ private struct MessageScanner {
 
     /// Checks a request beyond the lines every message needs: Max-Forwards, Expires, the
     /// Request-URI and the CSeq method (RFC 3261 §8.1.1, §8.2.2.1, §16.3). Returns the
-    /// Request-URI, or nil after noting the problem. Contact is left to whoever uses it (a proxy
+    /// Request-URI and the lines kept, or nil after noting the problem. Contact is left to whoever uses it (a proxy
     /// forwards it untouched, §16.6; the registrar answers 400 when `contacts` is nil, §10.3).
     private mutating func validateRequest(
         _ request: (method: Range<Int>, uri: Range<Int>, version: String), _ fields: [SIPHeader], _ index: KeyIndex
-    ) -> SIPURI? {
-        let cseq: SIPCSeq
+    ) -> (SIPURI, SIPKeptLines)? {
+        let kept: SIPKeptLines
         switch checkCommonHeaders(fields, index) {
         case .failure(let reason):
             note(400, reason.text)
             return nil
-        case .success(let parsed):
-            cseq = parsed
+        case .success(let lines):
+            kept = lines
         }
+        let cseq = kept.cseq
         if index.maxForwardsCount > 1 {
             note(400, "Multiple Max-Forwards headers")
             return nil
         }
-        if let at = index.maxForwards, !fields[at].withValueBytes(MessageScanner.isDecimal) {
+        if let at = index.maxForwards, !fields[at].storage.withBytes(MessageScanner.isDecimal) {
             note(400, "Malformed Max-Forwards header")
             return nil
         }
-        if let at = index.expires, !fields[at].withValueBytes(MessageScanner.isDecimal) {
+        if let at = index.expires, !fields[at].storage.withBytes(MessageScanner.isDecimal) {
             note(400, "Malformed Expires header")
             return nil
         }
@@ -363,12 +366,13 @@ private struct MessageScanner {
             note(400, "CSeq method does not match")
             return nil
         }
-        return uri
+        return (uri, kept)
     }
 
     /// The checks requests and responses share: Via, From, To, Call-ID and CSeq present once
-    /// (Via at least once) and well formed (RFC 3261 §8.1.1, §20). Gives the CSeq, or the reason.
-    private func checkCommonHeaders(_ fields: [SIPHeader], _ index: KeyIndex) -> Result<SIPCSeq, Reason> {
+    /// (Via at least once) and well formed (RFC 3261 §8.1.1, §20). Gives the lines as kept (the top
+    /// Via element, To and CSeq parsed on the way), or the reason.
+    private func checkCommonHeaders(_ fields: [SIPHeader], _ index: KeyIndex) -> Result<SIPKeptLines, Reason> {
         guard let topVia = index.topVia else { return .failure("Missing Via header") }
         guard let from = index.from else { return .failure("Missing From header") }
         guard let to = index.to else { return .failure("Missing To header") }
@@ -380,16 +384,22 @@ private struct MessageScanner {
         if index.cseqCount > 1 { return .failure("Multiple CSeq headers") }
         if index.contentLengthCount > 1 { return .failure("Multiple Content-Length headers") }
         // Every Via a response will travel back through, the top one first (RFC 4475 §3.1.2.1).
-        for index in topVia..<fields.count where fields[index].key == .via {
-            if !fields[index].withValueBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
+        guard let top = fields[topVia].storage.withBytes(MessageScanner.topViaOfList) else { return .failure("Malformed Via header") }
+        for index in (topVia + 1)..<fields.count where fields[index].key == .via {
+            if !fields[index].storage.withBytes(MessageScanner.isViaList) { return .failure("Malformed Via header") }
         }
-        if !fields[from].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed From header") }
-        if !fields[to].withValueBytes(MessageScanner.isAddress) { return .failure("Malformed To header") }
-        if !fields[callID].withValueBytes(MessageScanner.isCallID) { return .failure("Malformed Call-ID header") }
-        guard let cseq = fields[cseqAt].withValueBytes({ try? SIPCSeq($0, 0..<$0.count) }) else {
+        if !fields[from].storage.withBytes(MessageScanner.isAddress) { return .failure("Malformed From header") }
+        guard let toAddress = fields[to].storage.withBytes({ try? SIPNameAddress($0, 0..<$0.count) }) else {
+            return .failure("Malformed To header")
+        }
+        if !fields[callID].storage.withBytes(MessageScanner.isCallID) { return .failure("Malformed Call-ID header") }
+        guard let cseq = fields[cseqAt].storage.withBytes({ try? SIPCSeq($0, 0..<$0.count) }) else {
             return .failure("Malformed CSeq header")
         }
-        return .success(cseq)
+        return .success(
+            SIPKeptLines(
+                topViaLine: topVia, fromLine: from, toLine: to, callIDLine: callID, cseqLine: cseqAt,
+                topViaElement: top.element, topViaElementEnd: top.end, topVia: top.via, to: toAddress, cseq: cseq))
     }
 
     /// A reason phrase, as the failure of a check.
@@ -406,15 +416,14 @@ private struct MessageScanner {
     ) throws(SIPParseError) -> [UInt8] {
         var end = bytes.count
         if let at = index.contentLength {
-            guard let length = fields[at].withValueBytes({ Scanner.contentLength($0, 0..<$0.count) }) else {
+            guard let length = fields[at].storage.withBytes({ Scanner.contentLength($0, 0..<$0.count) }) else {
                 throw error("Malformed Content-Length header", fields, index, kind)
             }
             guard length <= bytes.count - start else {
                 throw error("Content-Length exceeds body", fields, index, kind)
             }
             end = start + length
-            let stated = String(length)
-            if !fields[at].withValueBytes({ $0.elementsEqual(stated.utf8) }) {
+            if !fields[at].storage.withBytes({ MessageScanner.isDecimal($0, of: length) }) {
                 // Leading zeros: state the length as the serializer will write it.
                 fields[at] = SIPHeader(.contentLength, String(length), spelled: fields[at].name)
             }
@@ -438,8 +447,8 @@ private struct MessageScanner {
     /// client transaction: no usable top Via, or no CSeq (the client matches a response by its
     /// branch and CSeq method, RFC 3261 §17.1.3); and nil for an ACK, which is never answered.
     private static func replyHeaders(_ fields: [SIPHeader], _ index: KeyIndex, method: String?) -> SIPHeaders? {
-        guard let topVia = index.topVia, fields[topVia].withValueBytes(isTopViaUsable), method != "ACK", let cseqAt = index.cseq,
-            !fields[cseqAt].withValueBytes({ $0.isEmpty }), !fields[cseqAt].withValueBytes(isACK(cseqMethodOf:))
+        guard let topVia = index.topVia, fields[topVia].storage.withBytes(isTopViaUsable), method != "ACK", let cseqAt = index.cseq,
+            !fields[cseqAt].storage.withBytes({ $0.isEmpty }), !fields[cseqAt].storage.withBytes(isACK(cseqMethodOf:))
         else { return nil }
         var headers = SIPHeaders()
         for field in fields where field.key == .via { headers.add(field) }
@@ -472,6 +481,15 @@ private struct MessageScanner {
         return true
     }
 
+    /// `isViaList` for the top Via line, giving its first element parsed, where that element lies
+    /// (trimmed) and the index of the comma ending it (or the value's length); nil when malformed.
+    private static func topViaOfList(_ bytes: UnsafeBufferPointer<UInt8>) -> (via: SIPVia, element: Range<Int>, end: Int)? {
+        let end = Scanner.listElementEnd(bytes, 0..<bytes.count)
+        guard let via = try? SIPVia(bytes, 0..<end) else { return nil }
+        if end < bytes.count, !isViaList(UnsafeBufferPointer(rebasing: bytes[(end + 1)...])) { return nil }
+        return (via, Scanner.trim(bytes, 0..<end), end)
+    }
+
     private static func isTopViaUsable(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         let end = Scanner.listElementEnd(bytes, 0..<bytes.count)
         do throws(SIPValueError) {
@@ -489,6 +507,18 @@ private struct MessageScanner {
         } catch {
             return false
         }
+    }
+
+    /// True when the bytes are `number` written as the serializer writes it: its digits, no
+    /// leading zero (no String made of it to compare).
+    private static func isDecimal(_ bytes: UnsafeBufferPointer<UInt8>, of number: Int) -> Bool {
+        guard bytes.count == SIPByteWriter.decimalLength(number) else { return false }
+        var rest = number
+        for k in bytes.indices.reversed() {
+            guard bytes[k] == 0x30 + UInt8(rest % 10) else { return false }
+            rest /= 10
+        }
+        return true
     }
 
     /// `Call-ID = word [ "@" word ]` (RFC 3261 §20.8): not empty, no white space.

@@ -50,12 +50,24 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
             headers.add(fields[index])
         }
         // The lines are copied as received (their bytes, not decoded), spelled as this stack spells them.
-        for key in Self.copiedFromRequest {
-            guard let field = request.headers.first(key) else { continue }
-            if key == .to, statusCode != 100, let toTag, field.withValueBytes(Self.lacksTag) {
-                headers.add(field.appendingTag(toTag, spelled: SIPHeaders.preferredSpelling(of: key)))
+        if let kept = request.headers.kept {
+            headers.add(fields[kept.fromLine].respelled(Spelling.from))
+            let to = fields[kept.toLine]
+            if statusCode != 100, let toTag, kept.to.tag == nil {
+                headers.add(to.appendingTag(toTag, spelled: Spelling.to))
             } else {
-                headers.add(field.respelled(SIPHeaders.preferredSpelling(of: key)))
+                headers.add(to.respelled(Spelling.to))
+            }
+            headers.add(fields[kept.callIDLine].respelled(Spelling.callID))
+            headers.add(fields[kept.cseqLine].respelled(Spelling.cseq))
+        } else {
+            for key in Self.copiedFromRequest {
+                guard let field = request.headers.first(key) else { continue }
+                if key == .to, statusCode != 100, let toTag, field.withValueBytes(Self.lacksTag) {
+                    headers.add(field.appendingTag(toTag, spelled: SIPHeaders.preferredSpelling(of: key)))
+                } else {
+                    headers.add(field.respelled(SIPHeaders.preferredSpelling(of: key)))
+                }
             }
         }
         if statusCode == 100, let timestamp = request.headers.first(.timestamp) {
@@ -66,6 +78,14 @@ public struct SIPResponse: Hashable, Sendable, SIPMessageHeaders {
 
     /// The lines a response copies from its request besides Via (RFC 3261 §8.2.6.2).
     private static let copiedFromRequest: [SIPHeaderName] = [.from, .to, .callID, .cseq]
+
+    /// How this stack spells the lines it copies (`SIPHeaders.preferredSpelling`), as literals.
+    private enum Spelling {
+        static let from = "From"
+        static let to = "To"
+        static let callID = "Call-ID"
+        static let cseq = "CSeq"
+    }
 
     /// True when a To value is a name-address without a tag. One without the letters "tag"
     /// anywhere has none and is not parsed (profiled: parsing it was 1.5 % of a REGISTER).
@@ -113,8 +133,9 @@ extension SIPMessageHeaders {
     /// Every Via element, top first.
     public var vias: [SIPVia] {
         var result: [SIPVia] = []
-        for field in headers.fields where field.key == .via {
-            field.withValueBytes { bytes in
+        let fields = headers.fields
+        for index in fields.indices where fields[index].key == .via {
+            fields[index].storage.withBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     if let via = try? SIPVia(bytes, element) { result.append(via) }
                     return true
@@ -127,11 +148,12 @@ extension SIPMessageHeaders {
     /// nil when there is none or it is malformed. Scanned in the line's own bytes: no String is
     /// made of the element before it is parsed.
     public var topVia: SIPVia? {
+        if let kept = headers.kept, !headers.topViaEdited { return kept.topVia }
         let fields = headers.fields
         for index in fields.indices where fields[index].key == .via {
             var found = false
             var via: SIPVia?
-            fields[index].withValueBytes { bytes in
+            fields[index].storage.withBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     found = true
                     via = try? SIPVia(bytes, element)
@@ -142,14 +164,36 @@ extension SIPMessageHeaders {
         }
         return nil
     }
-    public var callID: String? { headers[.callID] }
-    public var cseq: SIPCSeq? { headers.first(.cseq)?.withValueBytes { try? SIPCSeq($0, 0..<$0.count) } }
-    public var from: SIPNameAddress? { headers.first(.from)?.withValueBytes { try? SIPNameAddress($0, 0..<$0.count) } }
-    public var to: SIPNameAddress? { headers.first(.to)?.withValueBytes { try? SIPNameAddress($0, 0..<$0.count) } }
+    public var callID: String? {
+        if let kept = headers.kept { return headers.fields[kept.callIDLine].value }
+        return headers[.callID]
+    }
+    public var cseq: SIPCSeq? {
+        if let kept = headers.kept { return kept.cseq }
+        return headers.withFirstValueBytes(.cseq) { try? SIPCSeq($0, 0..<$0.count) } ?? nil
+    }
+    public var from: SIPNameAddress? {
+        let line = headers.kept?.fromLine ?? headers.position(of: .from)
+        return line.flatMap { headers.fields[$0].storage.withBytes { try? SIPNameAddress($0, 0..<$0.count) } }
+    }
+    public var to: SIPNameAddress? {
+        if let kept = headers.kept { return kept.to }
+        return headers.withFirstValueBytes(.to) { try? SIPNameAddress($0, 0..<$0.count) } ?? nil
+    }
+    /// `to?.tag`, without building the To of a message that was not parsed.
+    public var toTag: String? {
+        if let kept = headers.kept { return kept.to.tag }
+        return headers.withFirstValueBytes(.to, SIPNameAddress.tag(of:)) ?? nil
+    }
+    /// `from?.tag`, without building the From: its tag parameter is read off the line's bytes.
+    public var fromTag: String? {
+        let line = headers.kept?.fromLine ?? headers.position(of: .from)
+        return line.flatMap { headers.fields[$0].storage.withBytes(SIPNameAddress.tag(of:)) }
+    }
     /// Max-Forwards (leading zeros allowed); nil when absent or above 255, which RFC 4475 §3.1.2.4
     /// lets a proxy take as absent (it then sends 70 on, RFC 3261 §16.6 step 3).
     public var maxForwards: Int? {
-        guard let value = headers.first(.maxForwards)?.withValueBytes({ SIPHeaderValueScanner.decimal($0, 0..<$0.count) }),
+        guard let value = headers.withFirstValueBytes(.maxForwards, { SIPHeaderValueScanner.decimal($0, 0..<$0.count) }) ?? nil,
             value <= 255
         else { return nil }
         return Int(value)
@@ -161,7 +205,7 @@ extension SIPMessageHeaders {
         var malformed = false
         let fields = headers.fields
         for index in fields.indices where fields[index].key == .contact {
-            fields[index].withValueBytes { bytes in
+            fields[index].storage.withBytes { bytes in
                 SIPHeaderValueScanner.forEachListElement(bytes) { element in
                     guard let contact = try? SIPContact(bytes, element) else {
                         malformed = true
@@ -177,7 +221,7 @@ extension SIPMessageHeaders {
     }
     /// Expires in seconds (leading zeros allowed); a value beyond 2^32-1 reads as 2^32-1, so an
     /// overlarge request is granted the registrar's maximum, never wrapped (RFC 4475 §3.1.2.4).
-    public var expires: Int? { headers.first(.expires)?.withValueBytes(SIPNameAddress.deltaSeconds) }
+    public var expires: Int? { headers.withFirstValueBytes(.expires, SIPNameAddress.deltaSeconds) ?? nil }
 }
 
 extension String {

@@ -1,32 +1,40 @@
 /// Writes messages to wire bytes. Content-Length always states the body's real length; header
 /// values are written without CR, LF or NUL so nothing stored can inject a header line.
 public enum SIPSerializer {
+    /// The exact length is counted first and the bytes written once into one array.
     public static func serialize(_ request: SIPRequest) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(512 + request.body.count)
-        appendClean(request.method.rawValue, to: &out)
-        out.append(0x20)
-        appendClean(request.uri.description, to: &out)
-        out.append(0x20)
-        appendClean(request.version, to: &out)
-        out.append(contentsOf: crlf)
-        appendHeaders(request.headers, bodyLength: request.body.count, to: &out)
-        out.append(contentsOf: request.body)
-        return out
+        let method = request.method.rawValue
+        let uri = request.uri.description
+        let count =
+            method.utf8.count + 1 + uri.utf8.count + 1 + request.version.utf8.count + 2
+            + headersLength(request.headers, bodyLength: request.body.count) + request.body.count
+        return [UInt8](sipBytes: count) { out in
+            writeClean(method, to: &out)
+            out.write(0x20)
+            writeClean(uri, to: &out)
+            out.write(0x20)
+            writeClean(request.version, to: &out)
+            out.writeLiteral("\r\n")
+            writeHeaders(request.headers, bodyLength: request.body.count, to: &out)
+            request.body.withUnsafeBufferPointer { out.write($0) }
+        }
     }
 
     public static func serialize(_ response: SIPResponse) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(512 + response.body.count)
-        appendClean(response.version, to: &out)
-        out.append(0x20)
-        SIPHeaderValueScanner.appendDecimal(response.statusCode, to: &out)
-        out.append(0x20)
-        appendClean(response.reasonPhrase, to: &out)
-        out.append(contentsOf: crlf)
-        appendHeaders(response.headers, bodyLength: response.body.count, to: &out)
-        out.append(contentsOf: response.body)
-        return out
+        let count =
+            response.version.utf8.count + 1 + SIPByteWriter.decimalLength(response.statusCode) + 1
+            + response.reasonPhrase.utf8.count + 2 + headersLength(response.headers, bodyLength: response.body.count)
+            + response.body.count
+        return [UInt8](sipBytes: count) { out in
+            writeClean(response.version, to: &out)
+            out.write(0x20)
+            out.writeDecimal(response.statusCode)
+            out.write(0x20)
+            writeClean(response.reasonPhrase, to: &out)
+            out.writeLiteral("\r\n")
+            writeHeaders(response.headers, bodyLength: response.body.count, to: &out)
+            response.body.withUnsafeBufferPointer { out.write($0) }
+        }
     }
 
     public static func serialize(_ message: SIPMessage) -> [UInt8] {
@@ -36,37 +44,52 @@ public enum SIPSerializer {
         }
     }
 
-    private static let crlf: [UInt8] = [0x0D, 0x0A]
-
-    /// Writes the header lines. Content-Length is written once, where the first one stood (as it was
-    /// spelled) or last, with the body's real length (RFC 3261 §20.14), so a parsed message
-    /// serializes back to a message that parses equal.
-    private static func appendHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout [UInt8]) {
+    /// How many bytes `writeHeaders` writes (cleaning replaces bytes one for one).
+    private static func headersLength(_ headers: SIPHeaders, bodyLength: Int) -> Int {
+        var count = 2
         var wroteContentLength = false
-        // By index: a for-in copies (retains and releases) every line.
         let fields = headers.fields
         for index in fields.indices {
             if fields[index].key == .contentLength {
                 if wroteContentLength { continue }
                 wroteContentLength = true
-                appendClean(fields[index].name, to: &out)
-                out.append(0x3A)
-                out.append(0x20)
-                SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
+                count += fields[index].name.utf8.count + 4 + SIPByteWriter.decimalLength(bodyLength)
             } else {
-                appendClean(fields[index].name, to: &out)
-                out.append(0x3A)
-                out.append(0x20)
-                fields[index].withValueBytes { appendClean($0, to: &out) }
+                count += fields[index].name.utf8.count + 4 + fields[index].valueByteCount
             }
-            out.append(contentsOf: crlf)
+        }
+        if !wroteContentLength { count += 18 + SIPByteWriter.decimalLength(bodyLength) }
+        return count
+    }
+
+    /// Writes the header lines. Content-Length is written once, where the first one stood (as it was
+    /// spelled) or last, with the body's real length (RFC 3261 §20.14), so a parsed message
+    /// serializes back to a message that parses equal.
+    private static func writeHeaders(_ headers: SIPHeaders, bodyLength: Int, to out: inout SIPByteWriter) {
+        var wroteContentLength = false
+        // Through the buffer: a for-in, or indexing the array, copies (retains and releases) every line.
+        headers.fields.withUnsafeBufferPointer { fields in
+            for index in fields.indices {
+                if fields[index].key == .contentLength {
+                    if wroteContentLength { continue }
+                    wroteContentLength = true
+                    writeClean(fields[index].name, to: &out)
+                    out.writeLiteral(": ")
+                    out.writeDecimal(bodyLength)
+                } else {
+                    writeClean(fields[index].name, to: &out)
+                    out.writeLiteral(": ")
+                    fields[index].storage.withBytes { writeClean($0, to: &out) }
+                }
+                out.writeLiteral("\r\n")
+            }
         }
         if !wroteContentLength {
-            appendClean("Content-Length: ", to: &out)
-            SIPHeaderValueScanner.appendDecimal(bodyLength, to: &out)
-            out.append(contentsOf: crlf)
+            out.writeLiteral("Content-Length: ")
+            out.writeDecimal(bodyLength)
+            out.writeLiteral("\r\n")
         }
-        out.append(contentsOf: crlf)
+        out.writeLiteral("\r\n")
     }
 
     /// True when the bytes hold no CR, LF or NUL: 16 bytes at a time while none of them is a
@@ -88,25 +111,26 @@ public enum SIPSerializer {
         return true
     }
 
-    /// Appends text with CR, LF and NUL replaced by spaces; a NUL escaped as a quoted-pair (`\`
-    /// then NUL, RFC 3261 §25.1) is kept, so a display name that carries one is forwarded intact.
-    private static func appendClean(_ text: String, to out: inout [UInt8]) {
-        text.withSIPBytes { appendClean($0, to: &out) }
+    /// Writes text with CR, LF and NUL replaced by spaces (one byte for one); a NUL escaped as a
+    /// quoted-pair (`\` then NUL, RFC 3261 §25.1) is kept, so a display name that carries one is
+    /// forwarded intact.
+    private static func writeClean(_ text: String, to out: inout SIPByteWriter) {
+        text.withSIPBytes { writeClean($0, to: &out) }
     }
 
-    private static func appendClean(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+    private static func writeClean(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout SIPByteWriter) {
         if isClean(bytes) {
-            out.append(contentsOf: bytes)
+            out.write(bytes)
             return
         }
         var escaping = false
         for byte in bytes {
             if byte == 0x0D || byte == 0x0A || (byte == 0x00 && !escaping) {
-                out.append(0x20)
+                out.write(0x20)
                 escaping = false
                 continue
             }
-            out.append(byte)
+            out.write(byte)
             escaping = !escaping && byte == UInt8(ascii: "\\")
         }
     }

@@ -239,9 +239,29 @@ extension SIPNameAddress {
         self = try SIPNameAddress.scan(bytes, whole, build: true)!
     }
 
+    /// The `tag` parameter of an address (nil when it has none or is malformed), read without
+    /// building the address.
+    static func tag(of bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        var parameters = 0..<0
+        do throws(SIPValueError) {
+            _ = try scan(bytes, 0..<bytes.count, build: false, headerParameters: &parameters)
+            return try Scanner.parseParameters(bytes, parameters).value("tag")
+        } catch {
+            return nil
+        }
+    }
+
     /// Checks the address's syntax; builds it only when `build` is true (else returns nil on success).
     static func scan(
         _ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool
+    ) throws(SIPValueError) -> SIPNameAddress? {
+        var parameters = 0..<0
+        return try scan(bytes, whole, build: build, headerParameters: &parameters)
+    }
+
+    /// `scan`, telling where the header parameters lie.
+    private static func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ whole: Range<Int>, build: Bool, headerParameters: inout Range<Int>
     ) throws(SIPValueError) -> SIPNameAddress? {
         let range = Scanner.trim(bytes, whole)
         guard !range.isEmpty else { throw SIPValueError("empty address") }
@@ -284,7 +304,8 @@ extension SIPNameAddress {
                 throw SIPValueError("text after <URI>")
             }
             let parameters = try Scanner.parseParameters(bytes, after, build: build)
-            guard build, let uri else { return nil }
+            headerParameters = after
+            guard build, let uri = consume uri else { return nil }
             return SIPNameAddress(displayName: displayName, uri: uri, parameters: parameters)
         } else {
             // addr-spec: the first ';' after the host part begins header parameters. The user part
@@ -297,7 +318,8 @@ extension SIPNameAddress {
             }
             let uri = try SIPURI.scan(bytes, i..<semi, build: build)
             let parameters = try Scanner.parseParameters(bytes, semi..<end, build: build)
-            guard build, let uri else { return nil }
+            headerParameters = semi..<end
+            guard build, let uri = consume uri else { return nil }
             return SIPNameAddress(displayName: nil, uri: uri, parameters: parameters)
         }
     }

@@ -39,25 +39,64 @@ public struct SIPURI: Hashable, Sendable, CustomStringConvertible {
         return host.lowercased()
     }
 
+    /// Counted, then written once into the String's own storage (profiled: adding the parts up
+    /// was 2.7k instructions per REGISTER, where the registrar keeps a binding's Contact URI).
     public var description: String {
-        var out = scheme.rawValue + ":"
+        String(sipBytes: textLength) { out in write(to: &out) }
+    }
+
+    /// How many UTF-8 bytes `description` has.
+    var textLength: Int {
+        var count = scheme.rawValue.utf8.count + 1
         if scheme == .tel {
-            out += user ?? ""
+            count += user?.utf8.count ?? 0
         } else {
             if let user {
-                out += user
-                if let password { out += ":" + password }
-                out += "@"
+                count += user.utf8.count + 1
+                if let password { count += 1 + password.utf8.count }
             }
-            out += host
-            if let port { out += ":" + String(port) }
+            count += host.utf8.count
+            if let port { count += 1 + SIPByteWriter.decimalLength(port) }
         }
-        out += parameters.serialized
+        count += parameters.serializedLength
         if !headers.isEmpty {
-            out += "?" + headers.map { header in header.value.map { "\(header.name)=\($0)" } ?? header.name }
-                .joined(separator: "&")
+            for header in headers {
+                count += 1 + header.name.utf8.count + (header.value.map { 1 + $0.utf8.count } ?? 0)
+            }
         }
-        return out
+        return count
+    }
+
+    /// Writes `description`'s bytes.
+    func write(to out: inout SIPByteWriter) {
+        out.write(text: scheme.rawValue)
+        out.write(UInt8(ascii: ":"))
+        if scheme == .tel {
+            if let user { out.write(text: user) }
+        } else {
+            if let user {
+                out.write(text: user)
+                if let password {
+                    out.write(UInt8(ascii: ":"))
+                    out.write(text: password)
+                }
+                out.write(UInt8(ascii: "@"))
+            }
+            out.write(text: host)
+            if let port {
+                out.write(UInt8(ascii: ":"))
+                out.writeDecimal(port)
+            }
+        }
+        parameters.write(to: &out)
+        for (index, header) in headers.enumerated() {
+            out.write(index == 0 ? UInt8(ascii: "?") : UInt8(ascii: "&"))
+            out.write(text: header.name)
+            if let value = header.value {
+                out.write(UInt8(ascii: "="))
+                out.write(text: value)
+            }
+        }
     }
 }
 
@@ -81,12 +120,18 @@ public struct SIPNameAddress: Hashable, Sendable, CustomStringConvertible {
     /// Always written as name-addr (with angle brackets), so URI parameters never turn into header
     /// parameters on the way out.
     public var description: String {
-        var out = ""
-        if let displayName, !displayName.isEmpty {
-            out += SIPHeaderValueScanner.quote(displayName) + " "
+        let name = displayName.flatMap { $0.isEmpty ? nil : SIPHeaderValueScanner.quote($0) }
+        let count = (name.map { $0.utf8.count + 1 } ?? 0) + 2 + uri.textLength + parameters.serializedLength
+        return String(sipBytes: count) { out in
+            if let name {
+                out.write(text: name)
+                out.write(UInt8(ascii: " "))
+            }
+            out.write(UInt8(ascii: "<"))
+            uri.write(to: &out)
+            out.write(UInt8(ascii: ">"))
+            parameters.write(to: &out)
         }
-        out += "<" + uri.description + ">" + parameters.serialized
-        return out
     }
 }
 

@@ -124,4 +124,88 @@ final class SIPHeadersTests: XCTestCase {
                 + "CSeq: 7 REGISTER\r\n"
                 + "Content-Length: 0\r\n\r\n")
     }
+
+    /// What the parser kept of the lines every message has reads as parsing the lines again
+    /// would: before and after the source is noted in the top Via, after a line is added, and
+    /// after any other change; headers compare and hash by their lines alone.
+    func testTheLinesTheParserKeptReadAsTheLinesThemselvesThroughEveryChange() throws {
+        let bytes = wire("""
+            REGISTER sip:rouse.example SIP/2.0
+            Max-Forwards: 70
+            v: SIP/2.0/UDP a.example:5062;rport;branch=z9hG4bK1 , SIP/2.0/UDP b.example;branch=z9hG4bK2
+            f: "A" <sip:a@example.com>;TAG=f1
+            t: <sip:a@example.com>
+            i: c1@a.example
+            CSeq: 7 REGISTER
+            l: 0
+
+
+            """)
+        guard case .request(var request) = try SIPParser.parse(bytes) else { return XCTFail("not a request") }
+        func assertAsParsedAgain(_ request: SIPRequest, _ note: String) throws {
+            let built = SIPRequest(method: request.method, uri: request.uri, headers: SIPHeaders(request.headers.fields))
+            XCTAssertEqual(request.headers, built.headers, note)
+            XCTAssertEqual(request.headers.hashValue, built.headers.hashValue, note)
+            XCTAssertEqual(request.topVia, built.topVia, note)
+            XCTAssertEqual(request.to, built.to, note)
+            XCTAssertEqual(request.from, built.from, note)
+            XCTAssertEqual(request.cseq, built.cseq, note)
+            XCTAssertEqual(request.callID, built.callID, note)
+            XCTAssertEqual(request.toTag, built.to?.tag, note)
+            XCTAssertEqual(request.fromTag, built.from?.tag, note)
+            XCTAssertEqual(built.toTag, built.to?.tag, note)
+            XCTAssertEqual(built.fromTag, built.from?.tag, note)
+            let response = SIPResponse(replyingTo: request, statusCode: 200, toTag: "x1")
+            XCTAssertEqual(response, SIPResponse(replyingTo: built, statusCode: 200, toTag: "x1"), note)
+        }
+        XCTAssertEqual(request.topVia?.host, "a.example")
+        XCTAssertEqual(request.fromTag, "f1")
+        XCTAssertNil(request.toTag)
+        XCTAssertEqual(request.cseq, SIPCSeq(7, .register))
+        try assertAsParsedAgain(request, "as parsed")
+
+        request.headers.noteSourceInTopVia(received: "192.0.2.1", rport: 40000)
+        XCTAssertEqual(request.topVia?.received, "192.0.2.1")
+        XCTAssertEqual(request.topVia?.rport, .some(40000))
+        try assertAsParsedAgain(request, "source noted")
+        request.headers.noteSourceInTopVia(received: "192.0.2.2", rport: nil)
+        XCTAssertEqual(request.headers.lines(.via).first?.hasPrefix("SIP/2.0/UDP a.example:5062;rport=40000;branch=z9hG4bK1;received=192.0.2.2, SIP/2.0/UDP b.example"), true)
+        try assertAsParsedAgain(request, "source noted twice")
+
+        request.headers.add(.to, "<sip:b@example.com>;tag=t2")
+        XCTAssertEqual(request.to?.uri.user, "a")
+        try assertAsParsedAgain(request, "a line added")
+
+        request.headers.set(.to, "<sip:c@example.com>;tag=t3")
+        XCTAssertEqual(request.toTag, "t3")
+        try assertAsParsedAgain(request, "To replaced")
+
+        request.headers.removeFirstValue(.via)
+        XCTAssertEqual(request.topVia?.host, "b.example")
+        try assertAsParsedAgain(request, "top Via removed")
+
+        var headers = request.headers
+        headers.add(.from, "<sip:z@example.com>;tag=z")
+        headers.prepend(.via, "SIP/2.0/TCP p.example;branch=z9hG4bK3")
+        request.headers = headers
+        XCTAssertEqual(request.topVia?.host, "p.example")
+        try assertAsParsedAgain(request, "a Via prepended")
+        request.headers.remove(.cseq)
+        XCTAssertNil(request.cseq)
+        try assertAsParsedAgain(request, "CSeq removed")
+    }
+
+    /// The tags read off the lines' bytes are those of the parsed addresses: any case of `tag`,
+    /// none for a valueless one, and none for a malformed address.
+    func testTagsReadOffTheLinesAreThoseOfTheParsedAddresses() {
+        for (from, tag) in [
+            ("<sip:a@example.com>;Tag=a1;tag=a2", "a1"), ("sip:a@example.com;tag=b", "b"), ("\"x;tag=no\" <sip:a@example.com>", nil),
+            ("<sip:a@example.com;tag=uri>", nil), ("<sip:a@example.com>;tag", nil), ("<sip:a@example.com", nil),
+        ] as [(String, String?)] {
+            let request = SIPRequest(method: .options, uri: SIPURI(host: "example.com"), headers: [("From", from), ("To", from)])
+            XCTAssertEqual(request.fromTag, tag, from)
+            XCTAssertEqual(request.toTag, tag, from)
+            XCTAssertEqual(request.fromTag, request.from?.tag, from)
+        }
+    }
 }
