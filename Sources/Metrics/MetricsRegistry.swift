@@ -93,20 +93,22 @@ public final class MetricsRegistry: @unchecked Sendable {
     /// family's buckets. The series is changed in place (the family is not copied out, which would
     /// copy its every series), and its key is built without a sorted copy for one label or none.
     fileprivate func update(_ name: String, _ labels: [String: String], _ change: (inout Series, [Double]) -> Void) {
-        let key: String
-        if labels.count <= 1 {
-            key = labels.first.map { $0.key + "=" + $0.value } ?? ""
-        } else {
-            key = MetricsRegistry.sortedLabels(labels).map { $0.0 + "=" + $0.1 }.joined(separator: "\u{0}")
-        }
+        let sorted = MetricsRegistry.sortedLabels(labels)
+        update(name, key: MetricsRegistry.seriesKey(sorted), labels: sorted, change)
+    }
+
+    /// The same for a series whose key (`seriesKey`) and labels in name order are worked out already.
+    fileprivate func update(_ name: String, key: String, labels: [(String, String)], _ change: (inout Series, [Double]) -> Void) {
         lock.lock()
         defer { lock.unlock() }
         guard let index = families.index(forKey: name) else { return }
         let buckets = families.values[index].buckets
-        change(
-            &families.values[index].series[
-                key, default: Series(labels: MetricsRegistry.sortedLabels(labels), bucketCounts: Array(repeating: 0, count: buckets.count))],
-            buckets)
+        change(&families.values[index].series[key, default: Series(labels: labels, bucketCounts: Array(repeating: 0, count: buckets.count))], buckets)
+    }
+
+    /// The key of a series in its family: its labels in name order, `name=value`, NUL between.
+    private static func seriesKey(_ sorted: [(String, String)]) -> String {
+        sorted.map { $0.0 + "=" + $0.1 }.joined(separator: "\u{0}")
     }
 
     /// A series' labels in name order.
@@ -205,6 +207,27 @@ public final class MetricsRegistry: @unchecked Sendable {
         public func increment(_ labels: [String: String] = [:], by amount: Double = 1) {
             guard amount >= 0 else { return }
             registry.update(name, labels) { series, _ in series.value += amount }
+        }
+
+        /// The series labelled `labels`, for counting on a hot path: its key is worked out once
+        /// here, so `increment` builds no dictionary and no key (profiled: 2.8k instructions per
+        /// REGISTER for `rouse_register_total{result}`). The series appears at its first count.
+        public func series(_ labels: [String: String]) -> Series {
+            let sorted = MetricsRegistry.sortedLabels(labels)
+            return Series(registry: registry, name: name, key: MetricsRegistry.seriesKey(sorted), labels: sorted)
+        }
+
+        /// One series of a counter, its labels fixed (`Counter.series`). A value, usable from any thread.
+        public struct Series: Sendable {
+            let registry: MetricsRegistry
+            let name: String
+            let key: String
+            let labels: [(String, String)]
+
+            /// Adds one to the series.
+            public func increment() {
+                registry.update(name, key: key, labels: labels) { series, _ in series.value += 1 }
+            }
         }
     }
 

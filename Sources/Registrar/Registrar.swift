@@ -64,13 +64,15 @@ final class RegistrarShard: @unchecked Sendable {
     /// An answer that needs no write is sent once the queue is released; one after a write comes
     /// from the store's completion.
     func handleRegister(_ request: SIPRequest, to: SIPNameAddress?, flow: BindingFlow, respond: @escaping @Sendable (SIPResponse) -> Void) {
-        let immediate: SIPResponse? = queue.sync {
+        // The plain `sync(execute:)`: the generic one that returns a value wraps the block in
+        // two more closures and an error rescue (profiled: 1.3k instructions per REGISTER).
+        var immediate: SIPResponse?
+        queue.sync {
             switch core.register(request, to: to, flow: flow, now: clock()) {
             case .respond(let response):
-                return response
+                immediate = response
             case .commit(let changes, let events, let response, let previous):
                 commit(changes, of: request, events: events, response: response, previous: previous, respond: respond)
-                return nil
             }
         }
         if let immediate { respond(immediate) }

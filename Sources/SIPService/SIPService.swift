@@ -29,8 +29,8 @@ public final class SIPService: Sendable {
     let registrar: Registrar?
     /// `rouse_sip_rate_limited_total`, when metrics are kept.
     private let rateLimited: MetricsRegistry.Counter?
-    /// `rouse_register_total{result}`, when metrics are kept.
-    private let registerResults: MetricsRegistry.Counter?
+    /// `rouse_register_total{result}`, when metrics are kept: a series per result (`registerResult`).
+    private let registerResults: [String: MetricsRegistry.Counter.Series]
     /// Names this process in binding flows, so a restarted or other instance knows a connection
     /// recorded there is not its own.
     public let instanceID: String
@@ -77,8 +77,11 @@ public final class SIPService: Sendable {
         self.forwardProofs = ForwardProofs(secret: forwardSecret)
         let ownNames = SIPService.ownNames(listen: settings.listen, aliases: settings.aliases)
         self.proxy = ProxyCore(instanceID: instanceID, ownNames: ownNames, flowTokenKey: flowTokenKey)
-        self.registerResults = metrics?.counter(
+        let registerTotal = metrics?.counter(
             "rouse_register_total", help: "REGISTER requests answered by the registrar, by result (ok, challenged, refused, throttled, error).")
+        self.registerResults = Dictionary(uniqueKeysWithValues: ["ok", "challenged", "refused", "throttled", "error"].compactMap { result in
+            registerTotal.map { (result, $0.series(["result": result])) }
+        })
         self.instanceID = instanceID
         self.rateLimited = metrics?.counter(
             "rouse_sip_rate_limited_total", help: "SIP messages dropped because their source sent more than sip_rate_limit a second.")
@@ -218,7 +221,7 @@ public final class SIPService: Sendable {
             } else if request.method == .register, let registrar {
                 registrar.handleRegister(request, flow: bindingFlow(flow, request: request)) { [weak self] response in
                     if response.statusCode == 200, flow.isReliable { self?.connections.remember(flow) }
-                    self?.registerResults?.increment(["result": SIPService.registerResult(response)])
+                    self?.registerResults[SIPService.registerResult(response)]?.increment()
                     self?.transactions.respond(response, to: handle)
                 }
             } else if request.method == .cancel {

@@ -81,4 +81,26 @@ final class MetricsTests: XCTestCase {
             .compactMap { Int($0.split(separator: " ").last ?? "") }.reduce(0, +)
         XCTAssertEqual(total, 1000)
     }
+
+    func testABoundSeriesCountsIntoTheSameSeriesAsLabelsDoAndAppearsAtItsFirstCount() {
+        let registry = MetricsRegistry()
+        let results = registry.counter("rouse_register_total", help: "REGISTERs.")
+        let ok = results.series(["result": "ok"])
+        let twoLabels = results.series(["b": "2", "a": "1"])
+        XCTAssertFalse(registry.render().contains("rouse_register_total{"), "no series before its first count")
+        ok.increment()
+        ok.increment()
+        results.increment(["result": "ok"])
+        twoLabels.increment()
+        results.increment(["a": "1", "b": "2"])
+        XCTAssertEqual(
+            registry.render(),
+            """
+            # HELP rouse_register_total REGISTERs.
+            # TYPE rouse_register_total counter
+            rouse_register_total{a="1",b="2"} 2
+            rouse_register_total{result="ok"} 3
+
+            """)
+    }
 }
