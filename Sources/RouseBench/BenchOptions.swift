@@ -62,7 +62,7 @@ struct BenchOptions {
     /// the phones and callees they cycle through.
     var sippExecutable = "/usr/bin/sipp"
     var sippRegisterRates: [Double] = [1_000, 2_000, 4_000, 6_000, 8_000, 12_000]
-    var sippCallRates: [Double] = [100, 200, 400, 600, 800, 1_200]
+    var sippCallRates: [Double] = [100, 200, 400, 800, 1_200, 1_600, 2_000, 2_400]
     var sippSeconds = 5.0
     var sippPhones = 10_000
     var sippCallees = 1_000
@@ -133,7 +133,7 @@ struct BenchOptions {
           --sipp PATH               the SIPp executable (default /usr/bin/sipp)
           --sipp-register-rates LIST  registrations per second offered, step by step
                                     (default 1000,2000,4000,6000,8000,12000)
-          --sipp-call-rates LIST    call setups per second offered (default 100,200,400,600,800,1200)
+          --sipp-call-rates LIST    call setups per second offered (default 100,200,400,800,1200,1600,2000,2400)
           --sipp-seconds N          length of each step (default 5)
           --sipp-phones N           phones the register ladder cycles through (default 10000)
           --sipp-callees N          extensions the call ladder calls in turn (default 1000)
